@@ -1,0 +1,236 @@
+package loop
+
+import (
+	"encoding/json"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// Status is a Run's status: pending → running ⇄ waiting → completed |
+// failed | cancelled.
+type Status string
+
+// Run statuses.
+const (
+	StatusPending   Status = "pending"
+	StatusRunning   Status = "running"
+	StatusWaiting   Status = "waiting"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether s is an end state.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// PolicyMode is a missing-effect policy: what happens when an executor says
+// unknown, or an attempt fails as retriable.
+type PolicyMode string
+
+// Missing-effect policies.
+const (
+	// PolicyRetry dispatches the effect again as the next attempt, after a
+	// backoff, up to MaxAttempts; after the last attempt it acts as fail.
+	PolicyRetry PolicyMode = "retry"
+	// PolicyFail settles the effect as failed (the model sees a tool
+	// error; a failed model step fails the Run).
+	PolicyFail PolicyMode = "fail"
+	// PolicyFailRun fails the whole Run.
+	PolicyFailRun PolicyMode = "fail_run"
+)
+
+// Policy is a missing-effect policy with its retry parameters.
+type Policy struct {
+	Mode         PolicyMode `json:"mode"`
+	MaxAttempts  int        `json:"max_attempts,omitempty"`
+	BackoffMS    int64      `json:"backoff_ms,omitempty"`
+	MaxBackoffMS int64      `json:"max_backoff_ms,omitempty"`
+}
+
+// DefaultModelPolicy retries a model step up to 3 attempts.
+var DefaultModelPolicy = Policy{Mode: PolicyRetry, MaxAttempts: 3, BackoffMS: 1000, MaxBackoffMS: 30_000}
+
+// DefaultToolPolicy is the policy of a tool that declares nothing: fail,
+// unless the tool is idempotent, in which case it retries.
+func DefaultToolPolicy(idempotent bool) Policy {
+	if idempotent {
+		return Policy{Mode: PolicyRetry, MaxAttempts: 3, BackoffMS: 1000, MaxBackoffMS: 30_000}
+	}
+	return Policy{Mode: PolicyFail}
+}
+
+// ToolSpec is what the Loop knows of a tool: whether a call waits for
+// approval, and its missing-effect policy.
+type ToolSpec struct {
+	Name     string `json:"name"`
+	Approval bool   `json:"approval,omitempty"`
+	Policy   Policy `json:"policy"`
+}
+
+// Limits bound a Run.
+type Limits struct {
+	// MaxSteps is the number of model steps a Run may take; the Run fails
+	// with limit_exceeded when it would need one more.
+	MaxSteps int `json:"max_steps"`
+	// MaxToolCallsPerStep fails the Run when one model message asks for
+	// more tool calls.
+	MaxToolCallsPerStep int `json:"max_tool_calls_per_step"`
+	// MaxParallelToolCalls is a concurrency window, not a failure: the calls
+	// beyond it wait their turn.
+	MaxParallelToolCalls int `json:"max_parallel_tool_calls"`
+	// DeadlineMS is the Unix time in milliseconds after which the Run fails
+	// with deadline_exceeded; 0 means none.
+	DeadlineMS int64 `json:"deadline_ms,omitempty"`
+	// EffectTimeoutMS bounds how long one attempt may stay executing
+	// without an outcome; past it the attempt fails as plugin_timeout
+	// (retriable, so the policy applies). 0 means none.
+	EffectTimeoutMS int64 `json:"effect_timeout_ms,omitempty"`
+}
+
+// DefaultLimits are the limits of a Run that sets none.
+var DefaultLimits = Limits{MaxSteps: 16, MaxToolCallsPerStep: 16, MaxParallelToolCalls: 4}
+
+// Spec is everything RunCreated carries: who the Run belongs to, its input
+// and the rules it runs under.
+type Spec struct {
+	Tenant      string          `json:"tenant"`
+	Session     string          `json:"session"`
+	ID          string          `json:"id"`
+	Input       string          `json:"input"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	Limits      Limits          `json:"limits"`
+	ModelPolicy Policy          `json:"model_policy"`
+	Tools       []ToolSpec      `json:"tools,omitempty"`
+}
+
+// EffectState is the state of one effect.
+type EffectState string
+
+// Effect states.
+const (
+	EffectAwaitingApproval EffectState = "awaiting_approval"
+	EffectReady            EffectState = "ready"     // may be dispatched
+	EffectExecuting        EffectState = "executing" // dispatched, no outcome yet
+	EffectBackoff          EffectState = "backoff"   // an attempt failed; the next waits until NotBefore
+	EffectSettled          EffectState = "settled"
+)
+
+// OutcomeState is how an effect ended.
+type OutcomeState string
+
+// Outcome states.
+const (
+	OutcomeDone      OutcomeState = "done"
+	OutcomeFailed    OutcomeState = "failed"
+	OutcomeCancelled OutcomeState = "cancelled"
+)
+
+// Failure is a classified error.
+type Failure struct {
+	Class     abi.ErrorClass `json:"class"`
+	Message   string         `json:"message"`
+	Retriable bool           `json:"retriable,omitempty"`
+}
+
+func (f *Failure) Error() string { return string(f.Class) + ": " + f.Message }
+
+// Outcome is what an effect attempt settled with.
+type Outcome struct {
+	State OutcomeState      `json:"state"`
+	Model *abi.ModelOutcome `json:"model,omitempty"`
+	Tool  *abi.ToolOutcome  `json:"tool,omitempty"`
+	Error *Failure          `json:"error,omitempty"`
+}
+
+// Effect is one model step or tool call of the current step.
+type Effect struct {
+	ID         string         `json:"id"`
+	Kind       abi.EffectKind `json:"kind"`
+	Step       int            `json:"step"`
+	Index      int            `json:"index,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+	Tool       string         `json:"tool,omitempty"`
+	Arguments  json.RawMessage `json:"arguments,omitempty"`
+	// RequestSeq is, for a model effect, the position in the event log of
+	// the ModelStepPlanned event that holds its request.
+	RequestSeq   int64       `json:"request_seq,omitempty"`
+	State        EffectState `json:"state"`
+	Attempt      int         `json:"attempt,omitempty"` // the last dispatched attempt; 0 before the first
+	Epoch        uint64      `json:"epoch,omitempty"`   // the owner epoch that dispatched it
+	Handle       string      `json:"handle,omitempty"`
+	DispatchedAt int64       `json:"dispatched_at,omitempty"`
+	NotBefore    int64       `json:"not_before,omitempty"`
+	Outcome      *Outcome    `json:"outcome,omitempty"`
+	// Failures counts the attempts that failed and fell under the policy.
+	Failures int `json:"failures,omitempty"`
+}
+
+// Verdict is the end a Run is heading to. Once set, nothing new is
+// dispatched; the effects in flight are cancelled, and when none is left
+// Decide asks for the matching terminal event.
+type Verdict struct {
+	Status  Status   `json:"status"`
+	Result  string   `json:"result,omitempty"`
+	Failure *Failure `json:"failure,omitempty"`
+}
+
+// Run is the snapshot of one Run: everything the Loop needs to decide, and
+// nothing it can re-read from the event log.
+type Run struct {
+	Spec
+	Status     Status        `json:"status"`
+	Seq        int64         `json:"seq"` // the number of events applied
+	CreatedAt  int64         `json:"created_at"`
+	UpdatedAt  int64         `json:"updated_at"`
+	Step       int           `json:"step"` // the number of model steps planned
+	Transcript []abi.Message `json:"transcript"`
+	// Effects holds the effects of the current step: its model effect
+	// first, then its tool calls in the order the model asked for them.
+	Effects  []Effect        `json:"effects,omitempty"`
+	Usage    abi.Usage       `json:"usage"`
+	Awaiting *abi.AwaitInput `json:"awaiting,omitempty"`
+	Verdict  *Verdict        `json:"verdict,omitempty"`
+	Result   string          `json:"result,omitempty"`
+	Failure  *Failure        `json:"failure,omitempty"`
+}
+
+// Effect returns a pointer into r.Effects for id, or nil.
+func (r *Run) Effect(id string) *Effect {
+	for i := range r.Effects {
+		if r.Effects[i].ID == id {
+			return &r.Effects[i]
+		}
+	}
+	return nil
+}
+
+// Executing returns the effects that are dispatched and have no outcome.
+func (r *Run) Executing() []Effect {
+	var out []Effect
+	for _, e := range r.Effects {
+		if e.State == EffectExecuting {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ToolSpec returns the spec of tool name, or false.
+func (r *Run) ToolSpec(name string) (ToolSpec, bool) {
+	for _, t := range r.Tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return ToolSpec{}, false
+}
+
+// Clone returns a deep enough copy of r that mutating the copy's effects
+// or appending to its transcript leaves r untouched.
+func (r Run) Clone() Run {
+	r.Effects = append([]Effect(nil), r.Effects...)
+	r.Transcript = r.Transcript[:len(r.Transcript):len(r.Transcript)]
+	return r
+}

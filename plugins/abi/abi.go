@@ -1,0 +1,363 @@
+package abi
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Version is the major ABI version this package describes.
+const Version = 1
+
+// MarkerPrefix is the prefix of every version marker export. A plugin that
+// speaks ABI vN exports a function named MarkerPrefix+"N" with no
+// parameters and no results. The host reads it from the module's exports;
+// it never calls it.
+const MarkerPrefix = "agenthost_abi_v"
+
+// Marker is the marker export of ABI v1.
+const Marker = "agenthost_abi_v1"
+
+// MarkerFor returns the marker export name of ABI version v.
+func MarkerFor(v int) string { return fmt.Sprintf("%s%d", MarkerPrefix, v) }
+
+// ParseMarker reports the ABI version named by an export, and whether the
+// export is a version marker at all.
+func ParseMarker(export string) (int, bool) {
+	rest, ok := strings.CutPrefix(export, MarkerPrefix)
+	if !ok || rest == "" || len(rest) > 4 {
+		return 0, false
+	}
+	v := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	if v == 0 || rest[0] == '0' {
+		return 0, false
+	}
+	return v, true
+}
+
+// Plugin exports. Each takes its input through Extism's input, writes its
+// output through Extism's output and returns an i32: 0 is ok, anything else
+// a protocol error (with the message from Extism's error_set when the
+// plugin called it).
+const (
+	ExportDescribe = "describe"
+	ExportBuild    = "build"
+	ExportStart    = "start"
+	ExportPoll     = "poll"
+	ExportAttach   = "attach"
+	ExportCancel   = "cancel"
+)
+
+// Host functions, imported by plugins from module HostModule.
+const (
+	HostModule  = "extism:host/user"
+	ExtismEnv   = "extism:host/env"
+	HostKVGet   = "agenthost_kv_get"
+	HostKVSet   = "agenthost_kv_set"
+	HostKVDel   = "agenthost_kv_delete"
+	HostNowMS   = "agenthost_now_ms"
+	HostEmit    = "agenthost_emit"
+	HostHTTP    = "agenthost_http"
+	wasmI64     = "i64"
+	noParamType = ""
+)
+
+// HostFunc describes the exact wasm signature of one host function.
+type HostFunc struct {
+	Name    string
+	Params  []string // wasm value types, e.g. "i64"
+	Results []string
+}
+
+// Signature renders the function type the way error messages show it:
+// "(i64, i64) -> i64".
+func (f HostFunc) Signature() string {
+	return "(" + strings.Join(f.Params, ", ") + ") -> " + renderResults(f.Results)
+}
+
+func renderResults(rs []string) string {
+	switch len(rs) {
+	case 0:
+		return "()"
+	case 1:
+		return rs[0]
+	default:
+		return "(" + strings.Join(rs, ", ") + ")"
+	}
+}
+
+// HostFuncs lists every function the host offers in HostModule, with its
+// exact wasm type. Every argument and result is an Extism memory offset
+// (i64) unless the description in docs/ABI.md says otherwise.
+var HostFuncs = []HostFunc{
+	{Name: HostKVGet, Params: []string{wasmI64}, Results: []string{wasmI64}},
+	{Name: HostKVSet, Params: []string{wasmI64, wasmI64}, Results: []string{wasmI64}},
+	{Name: HostKVDel, Params: []string{wasmI64}, Results: []string{wasmI64}},
+	{Name: HostNowMS, Params: nil, Results: []string{wasmI64}},
+	{Name: HostEmit, Params: []string{wasmI64}, Results: []string{wasmI64}},
+	{Name: HostHTTP, Params: []string{wasmI64}, Results: []string{wasmI64}},
+}
+
+// Status is the i64 status a host function returns.
+type Status int64
+
+// Host function status codes.
+const (
+	StatusOK               Status = 0
+	StatusTooLarge         Status = 1 // the value, or the plugin's KV quota
+	StatusStoreUnavailable Status = 2
+	StatusRefused          Status = 3
+)
+
+// Role is what a plugin does.
+type Role string
+
+// Plugin roles.
+const (
+	RoleBuilder  Role = "builder"
+	RoleExecutor Role = "executor"
+)
+
+// EffectKind is the kind of an effect: a model step or a tool call.
+type EffectKind string
+
+// Effect kinds.
+const (
+	KindModel EffectKind = "model"
+	KindTool  EffectKind = "tool"
+)
+
+// Approval says whether a tool call waits for a person's approval before it
+// is dispatched.
+type Approval string
+
+// Approval modes.
+const (
+	ApprovalNever  Approval = "never"
+	ApprovalAlways Approval = "always"
+)
+
+// DescribeInput is the input of describe.
+type DescribeInput struct {
+	ABI int `json:"abi"`
+}
+
+// Describe is the reply of describe.
+type Describe struct {
+	ABI     int          `json:"abi"`
+	Name    string       `json:"name"`
+	Version string       `json:"version"`
+	Role    Role         `json:"role"`
+	Effects []EffectKind `json:"effects,omitempty"`
+	Tools   []Tool       `json:"tools,omitempty"`
+	Attach  bool         `json:"attach"`
+}
+
+// Tool describes one tool that an executor offers, and that a builder
+// passes on to the model.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	Idempotent  bool            `json:"idempotent,omitempty"`
+	Approval    Approval        `json:"approval,omitempty"`
+}
+
+// Message roles.
+const (
+	MessageSystem    = "system"
+	MessageUser      = "user"
+	MessageAssistant = "assistant"
+	MessageTool      = "tool"
+)
+
+// Message is one message of a conversation, in the shape the builder and
+// the model executor share.
+type Message struct {
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// IsError is set on a tool message whose call failed (an addition to
+	// the draft shape; plugins that ignore it see the error text only).
+	IsError bool `json:"is_error,omitempty"`
+}
+
+// ToolCall is a model's request to call one tool.
+type ToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// RunView is the part of a Run a builder sees.
+type RunView struct {
+	ID       string          `json:"id"`
+	Tenant   string          `json:"tenant"`
+	Session  string          `json:"session"`
+	Step     int             `json:"step"`
+	Input    string          `json:"input"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// BuildInput is the input of build.
+type BuildInput struct {
+	ABI        int       `json:"abi"`
+	Run        RunView   `json:"run"`
+	History    []Message `json:"history"`
+	Transcript []Message `json:"transcript"`
+	Tools      []Tool    `json:"tools"`
+}
+
+// ModelRequest is what a builder assembles and a model executor receives
+// as effect.request.
+type ModelRequest struct {
+	Messages []Message      `json:"messages"`
+	Tools    []Tool         `json:"tools,omitempty"`
+	Params   map[string]any `json:"params,omitempty"`
+}
+
+// BuildOutput is the reply of build.
+type BuildOutput struct {
+	Request ModelRequest `json:"request"`
+}
+
+// Effect is the effect an executor call is about.
+type Effect struct {
+	ID            string          `json:"id"`
+	AssignmentKey string          `json:"assignment_key"`
+	Attempt       int             `json:"attempt"`
+	Kind          EffectKind      `json:"kind"`
+	Tool          string          `json:"tool,omitempty"`
+	Request       json.RawMessage `json:"request"`
+	DeadlineMS    int64           `json:"deadline_ms"`
+}
+
+// ToolRequest is effect.request for a tool effect.
+type ToolRequest struct {
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// EffectInput is the input of start, poll, attach and cancel.
+type EffectInput struct {
+	ABI    int    `json:"abi"`
+	Effect Effect `json:"effect"`
+	Handle string `json:"handle"`
+}
+
+// State is the state an executor reports for an effect.
+type State string
+
+// Effect states in replies. Cancel replies use StateCancelled, StateDone
+// and StateUnknown.
+const (
+	StateDone      State = "done"
+	StatePending   State = "pending"
+	StateFailed    State = "failed"
+	StateUnknown   State = "unknown"
+	StateCancelled State = "cancelled"
+)
+
+// EffectReply is the reply of start, poll and attach.
+type EffectReply struct {
+	State       State           `json:"state"`
+	Outcome     json.RawMessage `json:"outcome,omitempty"`
+	Error       *ReplyError     `json:"error,omitempty"`
+	Handle      string          `json:"handle,omitempty"`
+	PollAfterMS int64           `json:"poll_after_ms,omitempty"`
+}
+
+// ReplyError is the error of a failed reply.
+type ReplyError struct {
+	Message   string `json:"message"`
+	Retriable bool   `json:"retriable"`
+}
+
+// CancelReply is the reply of cancel.
+type CancelReply struct {
+	State   State           `json:"state"`
+	Outcome json.RawMessage `json:"outcome,omitempty"`
+}
+
+// Usage is a model step's token usage.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// Add returns u plus o.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{InputTokens: u.InputTokens + o.InputTokens, OutputTokens: u.OutputTokens + o.OutputTokens}
+}
+
+// AwaitInput asks the user a question mid-Run.
+type AwaitInput struct {
+	Prompt string `json:"prompt"`
+}
+
+// ModelOutcome is the outcome of a model effect.
+type ModelOutcome struct {
+	Message    Message     `json:"message"`
+	Usage      Usage       `json:"usage"`
+	AwaitInput *AwaitInput `json:"await_input,omitempty"`
+}
+
+// ToolOutcome is the outcome of a tool effect.
+type ToolOutcome struct {
+	Content string `json:"content"`
+	IsError bool   `json:"is_error"`
+}
+
+// EmitEvent is the argument of agenthost_emit.
+type EmitEvent struct {
+	Type    string          `json:"type"`
+	Message string          `json:"message,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// HTTPRequest is the argument of agenthost_http.
+type HTTPRequest struct {
+	Method     string            `json:"method"`
+	URL        string            `json:"url"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Body       string            `json:"body,omitempty"`
+	BodyBase64 string            `json:"body_base64,omitempty"`
+	TimeoutMS  int64             `json:"timeout_ms,omitempty"`
+}
+
+// HTTP error codes in HTTPResponse.Error.
+const (
+	HTTPDenied   = "denied"
+	HTTPTimeout  = "timeout"
+	HTTPTooLarge = "too_large"
+	HTTPFailed   = "failed"
+)
+
+// HTTPError says why agenthost_http refused or failed a request.
+type HTTPError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// HTTPResponse is the result of agenthost_http. A refused or failed
+// request has Error set and Status 0.
+type HTTPResponse struct {
+	Status     int               `json:"status"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Body       string            `json:"body,omitempty"`
+	BodyBase64 string            `json:"body_base64,omitempty"`
+	Error      *HTTPError        `json:"error,omitempty"`
+}
+
+// ApprovalDecision is one approval or denial, addressed by tool call ID.
+type ApprovalDecision struct {
+	ToolCallID string `json:"tool_call_id"`
+	Approved   bool   `json:"approved"`
+	Reason     string `json:"reason,omitempty"`
+}

@@ -1,0 +1,35 @@
+package runtime
+
+import "errors"
+
+// Sentinel errors of the runtime's ports. Implementations wrap them with
+// context; callers check them with errors.Is.
+var (
+	// ErrRunNotFound: no Run with that ID in that tenant.
+	ErrRunNotFound = errors.New("runtime: run not found")
+	// ErrRunExists: a Run with that ID exists (or existed) in the tenant.
+	// Run IDs are never reused.
+	ErrRunExists = errors.New("runtime: run id already used")
+	// ErrVersionConflict: the Run's stored version is not the one the
+	// commit expected; reload and decide again.
+	ErrVersionConflict = errors.New("runtime: version conflict")
+	// ErrFenced: the commit's epoch is not the session's current epoch;
+	// another incarnation owns the session now.
+	ErrFenced = errors.New("runtime: fenced by a newer session epoch")
+	// ErrSessionOwned: the session belongs to a live incarnation.
+	ErrSessionOwned = errors.New("runtime: session owned by a live incarnation")
+	// ErrNodeExpired: the node incarnation's lease expired or was declared
+	// dead; it must stop driving sessions.
+	ErrNodeExpired = errors.New("runtime: node incarnation expired")
+	// ErrKVTooLarge: a plugin KV value is over the per-value limit.
+	ErrKVTooLarge = errors.New("runtime: kv value too large")
+	// ErrKVQuota: a plugin KV write would exceed the plugin's quota.
+	ErrKVQuota = errors.New("runtime: kv quota exceeded")
+	// ErrStoreUnavailable: the store cannot serve the request now.
+	ErrStoreUnavailable = errors.New("runtime: store unavailable")
+	// ErrClosed: the store or runtime is closed.
+	ErrClosed = errors.New("runtime: closed")
+	// ErrExecutorUnavailable: no executor can carry out the effect (the
+	// plugin is missing or failed to load).
+	ErrExecutorUnavailable = errors.New("runtime: executor unavailable")
+)

@@ -1,0 +1,77 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// EffectCall is one executor call: the effect input the plugin receives,
+// and the scope the host needs for KV, emit and limits.
+type EffectCall struct {
+	Tenant  string
+	Session string
+	RunID   string
+	Input   abi.EffectInput
+}
+
+// Executor carries out effects (DESIGN §1). host.Executor adapts a Wasm
+// plugin to it; conformance has scripted fakes.
+//
+// A reply is returned only when it passed abi validation. Any failure to
+// get one is an error; when the failure is the plugin's (a trap, a
+// timeout, a bad reply …) it is a *PluginError with its class. Other
+// errors (the context ended, the executor is closed) say the outcome is
+// unknown to the caller.
+//
+// Implementations are safe for concurrent use.
+type Executor interface {
+	// Start begins an effect attempt: done, failed or pending.
+	Start(ctx context.Context, c EffectCall) (abi.EffectReply, error)
+	// Poll asks again about a pending attempt, with its handle.
+	Poll(ctx context.Context, c EffectCall) (abi.EffectReply, error)
+	// Attach asks, after a restart, what the executor knows of an attempt
+	// (the handle may be empty): pending, done, failed or unknown.
+	Attach(ctx context.Context, c EffectCall) (abi.EffectReply, error)
+	// Cancel asks the executor to stop an attempt.
+	Cancel(ctx context.Context, c EffectCall) (abi.CancelReply, error)
+}
+
+// Builder turns a Run view into a model request. It runs synchronously;
+// its output is stored once, in the ModelStepPlanned event.
+//
+// Implementations are safe for concurrent use.
+type Builder interface {
+	Build(ctx context.Context, tenant string, in abi.BuildInput) (abi.BuildOutput, error)
+}
+
+// EmitScope says which Run and effect a plugin's emit belongs to.
+type EmitScope struct {
+	Tenant   string
+	Session  string
+	RunID    string
+	EffectID string
+	Plugin   string
+}
+
+// EventSink receives the progress events plugins emit with agenthost_emit,
+// for the Run's event stream. Emit must not block for long: it is called
+// from inside a plugin call.
+type EventSink interface {
+	Emit(ctx context.Context, scope EmitScope, ev abi.EmitEvent) error
+}
+
+// PluginError is a classified failure of a plugin call.
+type PluginError struct {
+	Class  abi.ErrorClass
+	Plugin string
+	Export string
+	Err    error
+}
+
+func (e *PluginError) Error() string {
+	return fmt.Sprintf("host: plugin[%s] export[%s]: %s: %v", e.Plugin, e.Export, e.Class, e.Err)
+}
+
+func (e *PluginError) Unwrap() error { return e.Err }

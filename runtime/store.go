@@ -1,0 +1,200 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/agenthost/agenthost/loop"
+)
+
+// Store is the durable memory of the runtime: Run snapshots, their event
+// logs, the indexes recovery and the API read, session ownership, and the
+// plugins' key/value space. badgerstore.Store is the production
+// implementation; conformance.MemStore is its in-memory twin for tests, and
+// conformance.StoreSuite holds both to the same contract.
+//
+// Every method is scoped to one tenant, except the recovery scans, which
+// say so. A Run's version is its loop.Run.Seq: the number of events in its
+// log. Snapshots returned to the caller are the caller's; the store keeps
+// no reference to them and the caller must not expect changes to reach
+// the store except through Commit.
+//
+// The port asks for nothing a distributed store could not give: a
+// compare-and-set on a version, a record of applied command IDs, and
+// leases with fencing epochs.
+//
+// Implementations are safe for concurrent use. After Close, every method
+// returns an error wrapping ErrClosed.
+type Store interface {
+	// CreateRun atomically appends the Run's first event (RunCreated, with
+	// Seq 1), writes its first snapshot, places it last in its session's
+	// order and indexes it. c.Run must be the result of loop.Apply on the
+	// zero Run and c.Event.
+	//
+	// IDs outside [A-Za-z0-9_-]{1,64} give loop.ErrInvalidID. A Run ID used
+	// before in the tenant gives ErrRunExists. When c.CommandID is not
+	// empty and was used before in the tenant, CreateRun writes nothing and
+	// returns the Run it created the first time, with Duplicate set.
+	CreateRun(ctx context.Context, c CreateRun) (CreateResult, error)
+
+	// LoadRun returns the authoritative snapshot of a Run. Its Seq is the
+	// version a Commit must expect. ErrRunNotFound when there is none.
+	LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error)
+
+	// Commit applies one command to a Run, atomically, in this order:
+	//  1. if c.CommandID was applied to this Run before, it returns that
+	//     first result with Duplicate set and writes nothing;
+	//  2. it checks that the stored Seq equals c.ExpectedSeq
+	//     (ErrVersionConflict) and that c.Epoch is the session's current
+	//     epoch (ErrFenced);
+	//  3. it appends c.Events (whose Seq run ExpectedSeq+1 …), writes c.Run
+	//     as the new snapshot, updates the indexes and records the command
+	//     ID, in one transaction.
+	//
+	// A retried commit whose acknowledgement was lost therefore succeeds.
+	// c.Run.Seq must equal ExpectedSeq+len(Events). When the Run is not
+	// found: ErrRunNotFound.
+	Commit(ctx context.Context, c Commit) (CommitResult, error)
+
+	// Events returns up to limit events of a Run whose Seq is >= fromSeq,
+	// in order (limit <= 0 means all). A pruned log returns what is left.
+	Events(ctx context.Context, tenant, runID string, fromSeq int64, limit int) ([]loop.Event, error)
+
+	// SessionRuns returns up to limit Runs of a session in the order they
+	// were created, starting after the Run with session ordinal after
+	// (0 means from the first). limit <= 0 means all.
+	SessionRuns(ctx context.Context, tenant, session string, after int64, limit int) ([]SessionRun, error)
+
+	// ActiveRuns returns the non-terminal Runs of a session, in session
+	// order, through an index (it does not read terminal Runs). The first
+	// one is the session's head: the only one that may run.
+	ActiveRuns(ctx context.Context, tenant, session string) ([]loop.Run, error)
+
+	// RunsByStatus returns up to limit IDs of the tenant's Runs with the
+	// given status, in ID order after the ID after ("" from the first).
+	RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error)
+
+	Ownership
+	PluginKV
+
+	// Prune removes the event logs and command IDs of terminal Runs whose
+	// last update is before beforeMS (Unix ms). Their snapshots, and so
+	// their final transcripts, stay. It is cross-tenant.
+	Prune(ctx context.Context, beforeMS int64) (PruneStats, error)
+
+	// Close releases the store. It is safe to call more than once.
+	Close() error
+}
+
+// Ownership is the part of the Store that holds node incarnations and
+// session ownership (DESIGN §5).
+type Ownership interface {
+	// RegisterNode records a new node incarnation whose lease runs until
+	// expiresMS (Unix ms). nodeID is fresh for every process.
+	RegisterNode(ctx context.Context, nodeID string, expiresMS int64) error
+
+	// RenewNode extends the lease with one write. It returns
+	// ErrNodeExpired when the incarnation's lease had already run out or it
+	// was declared dead; the caller must then stop driving its sessions.
+	RenewNode(ctx context.Context, nodeID string, expiresMS int64) error
+
+	// ClaimSession makes nodeID the owner of a session and returns the
+	// epoch that fences its commits. If nodeID owns it already, the epoch
+	// is unchanged and nothing is written. If the session has no owner, or
+	// its owner incarnation is dead at nowMS, the epoch goes up by one. If
+	// a live incarnation owns it: ErrSessionOwned. A node whose own lease
+	// has expired gets ErrNodeExpired.
+	ClaimSession(ctx context.Context, tenant, session, nodeID string, nowMS int64) (uint64, error)
+
+	// ReleaseSession gives up ownership of a session held by nodeID, so
+	// that another incarnation may claim it at once. Releasing a session
+	// owned by someone else does nothing.
+	ReleaseSession(ctx context.Context, tenant, session, nodeID string) error
+
+	// OrphanedSessions is a recovery scan, across tenants: the sessions
+	// that have a non-terminal Run and whose owner incarnation is dead (or
+	// missing) at nowMS. No API serves it.
+	OrphanedSessions(ctx context.Context, nowMS int64) ([]SessionOwner, error)
+
+	// ExecutingEffects returns the effects of the session in state
+	// executing, through an index, for recovery's attach pass.
+	ExecutingEffects(ctx context.Context, tenant, session string) ([]EffectRecord, error)
+}
+
+// PluginKV is the durable key/value space of each (tenant, plugin). A
+// zero-length value is the same as a missing key.
+type PluginKV interface {
+	// KVGet returns the value, or nil when the key is missing. A store
+	// failure is an error, never a nil value: the host must not mistake it
+	// for a missing key.
+	KVGet(ctx context.Context, tenant, plugin string, key []byte) ([]byte, error)
+	// KVSet writes durably before it returns. An empty value deletes the
+	// key. ErrKVTooLarge for a key or value over the per-value limit;
+	// ErrKVQuota when the plugin's total would pass its quota.
+	KVSet(ctx context.Context, tenant, plugin string, key, value []byte) error
+	// KVDelete removes a key; a missing key is not an error.
+	KVDelete(ctx context.Context, tenant, plugin string, key []byte) error
+}
+
+// CreateRun is the input of Store.CreateRun.
+type CreateRun struct {
+	Run       loop.Run
+	Event     loop.Event
+	CommandID string // optional: an idempotency key, scoped to the tenant
+}
+
+// CreateResult is what Store.CreateRun returns.
+type CreateResult struct {
+	Run       loop.Run
+	Ordinal   int64 // the Run's position in its session, from 1
+	Duplicate bool
+}
+
+// Commit is the input of Store.Commit.
+type Commit struct {
+	Tenant      string
+	Session     string
+	RunID       string
+	CommandID   string
+	ExpectedSeq int64
+	Epoch       uint64
+	Events      []loop.Event
+	Run         loop.Run
+}
+
+// CommitResult is what Store.Commit returns.
+type CommitResult struct {
+	Seq       int64 // the Run's version after the command
+	Duplicate bool  // the command was applied before; nothing was written
+}
+
+// SessionRun is one Run of a session, with its place in the session.
+type SessionRun struct {
+	Ordinal int64
+	Run     loop.Run
+}
+
+// SessionOwner names a session and who owns it.
+type SessionOwner struct {
+	Tenant  string
+	Session string
+	Owner   string // the owner incarnation, "" when none
+	Epoch   uint64
+}
+
+// EffectRecord is an executing effect as the index holds it.
+type EffectRecord struct {
+	Tenant   string
+	Session  string
+	RunID    string
+	EffectID string
+	Attempt  int
+	Handle   string
+	Epoch    uint64 // the epoch that dispatched it
+}
+
+// PruneStats counts what Prune removed.
+type PruneStats struct {
+	Runs     int
+	Events   int
+	Commands int
+}
