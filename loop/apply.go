@@ -193,7 +193,7 @@ func (r *Run) currentAttempt(ev Event) (*Effect, error) {
 	}
 	switch {
 	case ev.Attempt < 1 || ev.Attempt > e.Attempt:
-		return nil, fmt.Errorf("%w: %s#%d (current attempt %d)", ErrStaleAttempt, e.ID, ev.Attempt, e.Attempt)
+		return nil, fmt.Errorf("%w: %s#%d was never dispatched (current attempt %d)", ErrStaleAttempt, e.ID, ev.Attempt, e.Attempt)
 	case ev.Attempt < e.Attempt:
 		return nil, fmt.Errorf("%w: %s#%d (current attempt %d)", ErrStaleAttempt, e.ID, ev.Attempt, e.Attempt)
 	case e.State == EffectSettled, e.State == EffectBackoff:
