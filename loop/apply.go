@@ -43,6 +43,8 @@ func Apply(run Run, ev Event) (Run, error) {
 		err = r.applyCancel(ev)
 	case EventTimerFired:
 		err = r.applyTimer(ev)
+	case EventStepFailed:
+		err = r.applyStepFailed(ev)
 	case EventRunCompleted, EventRunFailed, EventRunCancelled:
 		err = r.applyFinish(ev)
 	default:
@@ -551,6 +553,19 @@ func (r *Run) applyTimer(ev Event) error {
 	if !changed {
 		return fmt.Errorf("%w: nothing due at %d", ErrNoChange, now)
 	}
+	return nil
+}
+
+func (r *Run) applyStepFailed(ev Event) error {
+	if !r.needsModelStep() {
+		return fmt.Errorf("%w: step_failed while the run does not need a model step", ErrInvalidEvent)
+	}
+	if ev.Failure == nil || !ev.Failure.Class.Valid() {
+		return fmt.Errorf("%w: step_failed needs a failure with a known class", ErrInvalidEvent)
+	}
+	f := *ev.Failure
+	f.Message = fmt.Sprintf("planning model step %d failed (%s): %s", r.Step+1, f.Class, f.Message)
+	r.beginEnd(Verdict{Status: StatusFailed, Failure: &f})
 	return nil
 }
 

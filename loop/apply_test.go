@@ -227,3 +227,20 @@ func TestCancelBeforeStartEndsWithoutRunning(t *testing.T) {
 		t.Fatalf("run %+v", r)
 	}
 }
+
+func TestStepFailedEndsTheRunOnlyWhenAStepIsNeeded(t *testing.T) {
+	r := mustApply(t, Run{}, RunCreated(baseSpec(), 1), Event{Type: EventRunStarted, At: 2})
+	bad := Event{Type: EventStepFailed, At: 3}
+	if _, err := Apply(r, bad); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("step_failed without a failure: %v", err)
+	}
+	ev := Event{Type: EventStepFailed, At: 3, Failure: &Failure{Class: abi.ClassPluginTrap, Message: "builder trapped"}}
+	failed := mustApply(t, r, ev)
+	acts := Decide(failed)
+	if len(acts) != 1 || acts[0].Type != ActionFail || acts[0].Failure.Class != abi.ClassPluginTrap {
+		t.Fatalf("actions %v", acts)
+	}
+	if _, err := Apply(dispatchedModel(t), ev); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("step_failed while a step is in flight: %v", err)
+	}
+}

@@ -113,8 +113,9 @@ func fuzzEvent(r Run, now int64, b []byte) Event {
 		id, attempt := anyEffect()
 		return Event{Type: EventEffectDispatched, At: now, EffectID: id, Attempt: attempt + 1}
 	}
-	types := []EventType{EventRunStarted, EventInputProvided, EventApprovalRecorded, EventRunCompleted, EventRunFailed, EventRunCancelled, EventModelStepPlanned}
-	ev := Event{Type: types[int(at(1))%len(types)], At: now, Step: r.Step + 1, Request: json.RawMessage(`{}`)}
+	types := []EventType{EventRunStarted, EventInputProvided, EventApprovalRecorded, EventRunCompleted, EventRunFailed, EventRunCancelled, EventModelStepPlanned, EventStepFailed}
+	ev := Event{Type: types[int(at(1))%len(types)], At: now, Step: r.Step + 1, Request: json.RawMessage(`{}`),
+		Failure: &Failure{Class: abi.ClassPluginTrap, Message: "builder"}}
 	if ev.Type == EventApprovalRecorded {
 		ev.Approvals = []abi.ApprovalDecision{{ToolCallID: fmt.Sprint("c", at(2)%4), Approved: true}}
 	}
