@@ -33,3 +33,9 @@ var (
 	// plugin is missing or failed to load).
 	ErrExecutorUnavailable = errors.New("runtime: executor unavailable")
 )
+
+// ErrInvalidRequest: a store request is malformed (a Commit whose events
+// do not follow ExpectedSeq, a snapshot that does not match its Run, a
+// name that is empty or too long). It is a bug in the caller; retrying the
+// same request fails the same way.
+var ErrInvalidRequest = errors.New("runtime: invalid store request")

@@ -1,0 +1,636 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// MemStore is an in-memory runtime.Store: the twin of badgerstore.Store,
+// held to the same contract by StoreSuite. Snapshots and events are kept
+// as JSON, as the durable store keeps them, so a caller sees the same
+// round-trip (and never shares memory with the store).
+//
+// It is for tests; it is not for production and not a stable API. Nothing
+// survives the process. It has test hooks the durable store does not:
+// KillNode, Restart and SetUnavailable.
+//
+// Safe for concurrent use. Every method runs under one mutex, so every
+// method is atomic.
+type MemStore struct {
+	clock runtime.Clock
+	lim   KVLimits
+
+	mu          sync.Mutex
+	closed      bool
+	unavailable bool
+	generation  uint64
+	runs        map[memRunKey]*memRun
+	createCmds  map[memCmdKey]string // tenant, command ID → run ID
+	sessions    map[memSessionKey]*memSession
+	nodes       map[string]*memNode
+	kv          map[memKVScope]map[string][]byte
+	kvUsed      map[memKVScope]int64
+}
+
+var _ runtime.Store = (*MemStore)(nil)
+
+// KVLimits bound the plugin KV of a store. A zero field takes its default.
+type KVLimits struct {
+	MaxKeyBytes   int   // per key; default 1 KiB
+	MaxValueBytes int   // per value; default 256 KiB
+	QuotaBytes    int64 // per (tenant, plugin), keys plus values; default 64 MiB
+}
+
+// Defaults of KVLimits. badgerstore uses the same figures.
+const (
+	DefaultKVMaxKeyBytes   = 1 << 10
+	DefaultKVMaxValueBytes = 256 << 10
+	DefaultKVQuotaBytes    = 64 << 20
+)
+
+func (l KVLimits) withDefaults() KVLimits {
+	if l.MaxKeyBytes <= 0 {
+		l.MaxKeyBytes = DefaultKVMaxKeyBytes
+	}
+	if l.MaxValueBytes <= 0 {
+		l.MaxValueBytes = DefaultKVMaxValueBytes
+	}
+	if l.QuotaBytes <= 0 {
+		l.QuotaBytes = DefaultKVQuotaBytes
+	}
+	return l
+}
+
+type memRunKey struct{ tenant, run string }
+type memCmdKey struct{ tenant, cmd string }
+type memSessionKey struct{ tenant, session string }
+type memKVScope struct{ tenant, plugin string }
+
+type memRun struct {
+	ordinal   int64
+	snapshot  []byte   // JSON of the current loop.Run
+	run       loop.Run // decoded from snapshot, never handed out
+	events    [][]byte // JSON events; events[i] has Seq firstSeq+i
+	firstSeq  int64
+	commands  map[string]int64 // command ID → the Seq it produced
+	createCmd string
+}
+
+type memSession struct {
+	order  []string // run IDs, by ordinal (ordinal i+1)
+	owner  string
+	epoch  uint64
+	active int // non-terminal Runs
+}
+
+type memNode struct {
+	expiresMS  int64
+	generation uint64
+	dead       bool
+}
+
+// NewMemStore returns an empty MemStore. clock is what RenewNode reads to
+// tell an expired lease; nil means the system clock.
+func NewMemStore(clock runtime.Clock, limits KVLimits) *MemStore {
+	if clock == nil {
+		clock = runtime.SystemClock{}
+	}
+	return &MemStore{
+		clock:      clock,
+		lim:        limits.withDefaults(),
+		generation: 1,
+		runs:       map[memRunKey]*memRun{},
+		createCmds: map[memCmdKey]string{},
+		sessions:   map[memSessionKey]*memSession{},
+		nodes:      map[string]*memNode{},
+		kv:         map[memKVScope]map[string][]byte{},
+		kvUsed:     map[memKVScope]int64{},
+	}
+}
+
+// KillNode declares a node incarnation dead, as if its process had
+// vanished: RenewNode answers ErrNodeExpired and its sessions become
+// orphans at once. Test-only.
+func (s *MemStore) KillNode(nodeID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.nodes[nodeID]; n != nil {
+		n.dead = true
+	}
+}
+
+// Restart does to the store what reopening a badgerstore directory does:
+// every node incarnation registered so far counts as dead. Test-only.
+func (s *MemStore) Restart() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.generation++
+}
+
+// SetUnavailable makes every method fail with an error wrapping
+// runtime.ErrStoreUnavailable while on is true, the way a failing disk
+// would. Test-only.
+func (s *MemStore) SetUnavailable(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unavailable = on
+}
+
+// lock takes the mutex and reports whether the store can serve.
+func (s *MemStore) lock() error {
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return fmt.Errorf("memstore: %w", runtime.ErrClosed)
+	case s.unavailable:
+		s.mu.Unlock()
+		return fmt.Errorf("memstore: %w (SetUnavailable)", runtime.ErrStoreUnavailable)
+	}
+	return nil
+}
+
+// Close marks the store closed. It is safe to call more than once.
+func (s *MemStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+func decodeRun(b []byte) loop.Run {
+	var r loop.Run
+	if err := json.Unmarshal(b, &r); err != nil {
+		// Only MemStore encodes these bytes; a failure is a bug here.
+		panic(fmt.Sprintf("memstore: snapshot does not decode: %v", err))
+	}
+	return r
+}
+
+// CreateRun implements runtime.Store.
+func (s *MemStore) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
+	if err := c.Check(); err != nil {
+		return runtime.CreateResult{}, fmt.Errorf("memstore: create run: %w", err)
+	}
+	snap, err := json.Marshal(c.Run)
+	if err != nil {
+		return runtime.CreateResult{}, fmt.Errorf("memstore: create run %s: encode snapshot: %w", c.Run.ID, err)
+	}
+	ev := c.Event
+	ev.Seq = 1
+	evb, err := json.Marshal(ev)
+	if err != nil {
+		return runtime.CreateResult{}, fmt.Errorf("memstore: create run %s: encode event: %w", c.Run.ID, err)
+	}
+	if err := s.lock(); err != nil {
+		return runtime.CreateResult{}, err
+	}
+	defer s.mu.Unlock()
+	tenant := c.Run.Tenant
+	if c.CommandID != "" {
+		if id, ok := s.createCmds[memCmdKey{tenant, c.CommandID}]; ok {
+			r := s.runs[memRunKey{tenant, id}]
+			return runtime.CreateResult{Run: decodeRun(r.snapshot), Ordinal: r.ordinal, Duplicate: true}, nil
+		}
+	}
+	rk := memRunKey{tenant, c.Run.ID}
+	if _, ok := s.runs[rk]; ok {
+		return runtime.CreateResult{}, fmt.Errorf("memstore: create run %s/%s: %w", tenant, c.Run.ID, runtime.ErrRunExists)
+	}
+	sk := memSessionKey{tenant, c.Run.Session}
+	sess := s.sessions[sk]
+	if sess == nil {
+		sess = &memSession{}
+		s.sessions[sk] = sess
+	}
+	sess.order = append(sess.order, c.Run.ID)
+	sess.active++
+	r := &memRun{
+		ordinal:   int64(len(sess.order)),
+		snapshot:  snap,
+		run:       decodeRun(snap),
+		events:    [][]byte{evb},
+		firstSeq:  1,
+		commands:  map[string]int64{},
+		createCmd: c.CommandID,
+	}
+	s.runs[rk] = r
+	if c.CommandID != "" {
+		s.createCmds[memCmdKey{tenant, c.CommandID}] = c.Run.ID
+	}
+	return runtime.CreateResult{Run: decodeRun(snap), Ordinal: r.ordinal}, nil
+}
+
+// LoadRun implements runtime.Store.
+func (s *MemStore) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
+	if err := checkIDs("tenant", tenant, "run", runID); err != nil {
+		return loop.Run{}, fmt.Errorf("memstore: load run: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return loop.Run{}, err
+	}
+	defer s.mu.Unlock()
+	r := s.runs[memRunKey{tenant, runID}]
+	if r == nil {
+		return loop.Run{}, fmt.Errorf("memstore: load run %s/%s: %w", tenant, runID, runtime.ErrRunNotFound)
+	}
+	return decodeRun(r.snapshot), nil
+}
+
+// Commit implements runtime.Store.
+func (s *MemStore) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitResult, error) {
+	if err := c.CheckIDs(); err != nil {
+		return runtime.CommitResult{}, fmt.Errorf("memstore: commit: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return runtime.CommitResult{}, err
+	}
+	defer s.mu.Unlock()
+	r := s.runs[memRunKey{c.Tenant, c.RunID}]
+	if r == nil {
+		return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s/%s: %w", c.Tenant, c.RunID, runtime.ErrRunNotFound)
+	}
+	if c.CommandID != "" {
+		if seq, ok := r.commands[c.CommandID]; ok {
+			return runtime.CommitResult{Seq: seq, Duplicate: true}, nil
+		}
+	}
+	if err := c.Check(); err != nil {
+		return runtime.CommitResult{}, fmt.Errorf("memstore: commit: %w", err)
+	}
+	if r.run.Session != c.Session {
+		return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s: %w: it belongs to session %s, not %s",
+			c.RunID, runtime.ErrInvalidRequest, r.run.Session, c.Session)
+	}
+	if r.run.Seq != c.ExpectedSeq {
+		return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)",
+			c.Tenant, c.RunID, c.ExpectedSeq, runtime.ErrVersionConflict, r.run.Seq)
+	}
+	sess := s.sessions[memSessionKey{c.Tenant, c.Session}]
+	if sess.epoch != c.Epoch {
+		return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)",
+			c.Tenant, c.RunID, c.Epoch, runtime.ErrFenced, sess.epoch)
+	}
+	snap, err := json.Marshal(c.Run)
+	if err != nil {
+		return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s: encode snapshot: %w", c.RunID, err)
+	}
+	evs := make([][]byte, len(c.Events))
+	for i, ev := range c.Events {
+		if evs[i], err = json.Marshal(ev); err != nil {
+			return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s: encode event %d: %w", c.RunID, ev.Seq, err)
+		}
+	}
+	wasTerminal := r.run.Status.Terminal()
+	r.events = append(r.events, evs...)
+	r.snapshot = snap
+	r.run = decodeRun(snap)
+	if !wasTerminal && r.run.Status.Terminal() {
+		sess.active--
+	}
+	if c.CommandID != "" {
+		r.commands[c.CommandID] = r.run.Seq
+	}
+	return runtime.CommitResult{Seq: r.run.Seq}, nil
+}
+
+// Events implements runtime.Store.
+func (s *MemStore) Events(ctx context.Context, tenant, runID string, fromSeq int64, limit int) ([]loop.Event, error) {
+	if err := checkIDs("tenant", tenant, "run", runID); err != nil {
+		return nil, fmt.Errorf("memstore: events: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	r := s.runs[memRunKey{tenant, runID}]
+	if r == nil {
+		return nil, fmt.Errorf("memstore: events of run %s/%s: %w", tenant, runID, runtime.ErrRunNotFound)
+	}
+	var out []loop.Event
+	for i, b := range r.events {
+		if r.firstSeq+int64(i) < fromSeq {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		var ev loop.Event
+		if err := json.Unmarshal(b, &ev); err != nil {
+			return nil, fmt.Errorf("memstore: events of run %s: decode: %w", runID, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// SessionRuns implements runtime.Store.
+func (s *MemStore) SessionRuns(ctx context.Context, tenant, session string, after int64, limit int) ([]runtime.SessionRun, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return nil, fmt.Errorf("memstore: session runs: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	sess := s.sessions[memSessionKey{tenant, session}]
+	if sess == nil {
+		return nil, nil
+	}
+	var out []runtime.SessionRun
+	for i, id := range sess.order {
+		ord := int64(i + 1)
+		if ord <= after {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		out = append(out, runtime.SessionRun{Ordinal: ord, Run: decodeRun(s.runs[memRunKey{tenant, id}].snapshot)})
+	}
+	return out, nil
+}
+
+// ActiveRuns implements runtime.Store.
+func (s *MemStore) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.Run, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return nil, fmt.Errorf("memstore: active runs: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	sess := s.sessions[memSessionKey{tenant, session}]
+	if sess == nil {
+		return nil, nil
+	}
+	var out []loop.Run
+	for _, id := range sess.order {
+		r := s.runs[memRunKey{tenant, id}]
+		if !r.run.Status.Terminal() {
+			out = append(out, decodeRun(r.snapshot))
+		}
+	}
+	return out, nil
+}
+
+// RunsByStatus implements runtime.Store.
+func (s *MemStore) RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error) {
+	if err := loop.CheckID("tenant", tenant); err != nil {
+		return nil, fmt.Errorf("memstore: runs by status: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var ids []string
+	for k, r := range s.runs {
+		if k.tenant == tenant && r.run.Status == status && k.run > after {
+			ids = append(ids, k.run)
+		}
+	}
+	sort.Strings(ids)
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+	}
+	return ids, nil
+}
+
+// alive reports whether a node incarnation is alive at nowMS. The caller
+// holds the mutex.
+func (s *MemStore) alive(nodeID string, nowMS int64) bool {
+	n := s.nodes[nodeID]
+	return n != nil && !n.dead && n.generation == s.generation && nowMS < n.expiresMS
+}
+
+// RegisterNode implements runtime.Ownership.
+func (s *MemStore) RegisterNode(ctx context.Context, nodeID string, expiresMS int64) error {
+	if err := runtime.CheckName("node id", nodeID); err != nil {
+		return fmt.Errorf("memstore: register node: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if n := s.nodes[nodeID]; n != nil && !s.alive(nodeID, runtime.UnixMS(s.clock.Now())) {
+		return fmt.Errorf("memstore: register node %s: %w: that incarnation is dead; register a fresh node id", nodeID, runtime.ErrNodeExpired)
+	}
+	s.nodes[nodeID] = &memNode{expiresMS: expiresMS, generation: s.generation}
+	return nil
+}
+
+// RenewNode implements runtime.Ownership.
+func (s *MemStore) RenewNode(ctx context.Context, nodeID string, expiresMS int64) error {
+	if err := runtime.CheckName("node id", nodeID); err != nil {
+		return fmt.Errorf("memstore: renew node: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if !s.alive(nodeID, runtime.UnixMS(s.clock.Now())) {
+		return fmt.Errorf("memstore: renew node %s: %w", nodeID, runtime.ErrNodeExpired)
+	}
+	if n := s.nodes[nodeID]; expiresMS > n.expiresMS {
+		n.expiresMS = expiresMS
+	}
+	return nil
+}
+
+// ClaimSession implements runtime.Ownership.
+func (s *MemStore) ClaimSession(ctx context.Context, tenant, session, nodeID string, nowMS int64) (uint64, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return 0, fmt.Errorf("memstore: claim session: %w", err)
+	}
+	if err := runtime.CheckName("node id", nodeID); err != nil {
+		return 0, fmt.Errorf("memstore: claim session: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	if !s.alive(nodeID, nowMS) {
+		return 0, fmt.Errorf("memstore: claim session %s/%s by %s: %w", tenant, session, nodeID, runtime.ErrNodeExpired)
+	}
+	sk := memSessionKey{tenant, session}
+	sess := s.sessions[sk]
+	if sess == nil {
+		sess = &memSession{}
+		s.sessions[sk] = sess
+	}
+	switch {
+	case sess.owner == nodeID:
+		return sess.epoch, nil
+	case sess.owner != "" && s.alive(sess.owner, nowMS):
+		return 0, fmt.Errorf("memstore: claim session %s/%s by %s: %w (owner %s)", tenant, session, nodeID, runtime.ErrSessionOwned, sess.owner)
+	}
+	sess.owner = nodeID
+	sess.epoch++
+	return sess.epoch, nil
+}
+
+// ReleaseSession implements runtime.Ownership.
+func (s *MemStore) ReleaseSession(ctx context.Context, tenant, session, nodeID string) error {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return fmt.Errorf("memstore: release session: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if sess := s.sessions[memSessionKey{tenant, session}]; sess != nil && sess.owner == nodeID {
+		sess.owner = ""
+	}
+	return nil
+}
+
+// OrphanedSessions implements runtime.Ownership. It is cross-tenant.
+func (s *MemStore) OrphanedSessions(ctx context.Context, nowMS int64) ([]runtime.SessionOwner, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []runtime.SessionOwner
+	for k, sess := range s.sessions {
+		if sess.active > 0 && (sess.owner == "" || !s.alive(sess.owner, nowMS)) {
+			out = append(out, runtime.SessionOwner{Tenant: k.tenant, Session: k.session, Owner: sess.owner, Epoch: sess.epoch})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Tenant != out[j].Tenant {
+			return out[i].Tenant < out[j].Tenant
+		}
+		return out[i].Session < out[j].Session
+	})
+	return out, nil
+}
+
+// ExecutingEffects implements runtime.Ownership.
+func (s *MemStore) ExecutingEffects(ctx context.Context, tenant, session string) ([]runtime.EffectRecord, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return nil, fmt.Errorf("memstore: executing effects: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	sess := s.sessions[memSessionKey{tenant, session}]
+	if sess == nil {
+		return nil, nil
+	}
+	var out []runtime.EffectRecord
+	for _, id := range sess.order {
+		r := s.runs[memRunKey{tenant, id}]
+		out = append(out, runtime.ExecutingRecords(r.run)...)
+	}
+	return out, nil
+}
+
+// KVGet implements runtime.PluginKV.
+func (s *MemStore) KVGet(ctx context.Context, tenant, plugin string, key []byte) ([]byte, error) {
+	if err := checkKVScope(tenant, plugin); err != nil {
+		return nil, fmt.Errorf("memstore: kv get: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	v, ok := s.kv[memKVScope{tenant, plugin}][string(key)]
+	if !ok {
+		return nil, nil
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// KVSet implements runtime.PluginKV.
+func (s *MemStore) KVSet(ctx context.Context, tenant, plugin string, key, value []byte) error {
+	if err := checkKVScope(tenant, plugin); err != nil {
+		return fmt.Errorf("memstore: kv set: %w", err)
+	}
+	if len(key) > s.lim.MaxKeyBytes {
+		return fmt.Errorf("memstore: kv set %s/%s: %w: key is %d bytes, the limit is %d", tenant, plugin, runtime.ErrKVTooLarge, len(key), s.lim.MaxKeyBytes)
+	}
+	if len(value) > s.lim.MaxValueBytes {
+		return fmt.Errorf("memstore: kv set %s/%s: %w: value is %d bytes, the limit is %d", tenant, plugin, runtime.ErrKVTooLarge, len(value), s.lim.MaxValueBytes)
+	}
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	sc := memKVScope{tenant, plugin}
+	m := s.kv[sc]
+	var used int64
+	old, had := m[string(key)]
+	if had {
+		used = int64(len(key) + len(old))
+	}
+	if len(value) == 0 {
+		if had {
+			delete(m, string(key))
+			s.kvUsed[sc] -= used
+		}
+		return nil
+	}
+	total := s.kvUsed[sc] - used + int64(len(key)+len(value))
+	if total > s.lim.QuotaBytes {
+		return fmt.Errorf("memstore: kv set %s/%s: %w: the plugin would hold %d bytes, its quota is %d", tenant, plugin, runtime.ErrKVQuota, total, s.lim.QuotaBytes)
+	}
+	if m == nil {
+		m = map[string][]byte{}
+		s.kv[sc] = m
+	}
+	m[string(key)] = append([]byte(nil), value...)
+	s.kvUsed[sc] = total
+	return nil
+}
+
+// KVDelete implements runtime.PluginKV.
+func (s *MemStore) KVDelete(ctx context.Context, tenant, plugin string, key []byte) error {
+	return s.KVSet(ctx, tenant, plugin, key, nil)
+}
+
+// Prune implements runtime.Store. It is cross-tenant.
+func (s *MemStore) Prune(ctx context.Context, beforeMS int64) (runtime.PruneStats, error) {
+	if err := s.lock(); err != nil {
+		return runtime.PruneStats{}, err
+	}
+	defer s.mu.Unlock()
+	var st runtime.PruneStats
+	for k, r := range s.runs {
+		if !r.run.Status.Terminal() || r.run.UpdatedAt >= beforeMS || (len(r.events) == 0 && len(r.commands) == 0 && r.createCmd == "") {
+			continue
+		}
+		st.Runs++
+		st.Events += len(r.events)
+		st.Commands += len(r.commands)
+		r.firstSeq += int64(len(r.events))
+		r.events = nil
+		r.commands = map[string]int64{}
+		if r.createCmd != "" {
+			delete(s.createCmds, memCmdKey{k.tenant, r.createCmd})
+			r.createCmd = ""
+			st.Commands++
+		}
+	}
+	return st, nil
+}
+
+func checkIDs(what1, id1, what2, id2 string) error {
+	if err := loop.CheckID(what1, id1); err != nil {
+		return err
+	}
+	return loop.CheckID(what2, id2)
+}
+
+func checkKVScope(tenant, plugin string) error {
+	if err := loop.CheckID("tenant", tenant); err != nil {
+		return err
+	}
+	return runtime.CheckName("plugin", plugin)
+}
