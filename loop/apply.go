@@ -53,12 +53,27 @@ func Apply(run Run, ev Event) (Run, error) {
 	if err != nil {
 		return run, err
 	}
+	if ev.Type != EventTimerFired && !r.Status.Terminal() {
+		// The deadline holds whatever event brings the news that it passed.
+		r.checkDeadline(ev.At)
+	}
 	r.Seq++
 	if ev.At > r.UpdatedAt {
 		r.UpdatedAt = ev.At
 	}
 	r.refreshStatus()
 	return r, nil
+}
+
+// checkDeadline ends the Run as deadline_exceeded once now is past its
+// deadline, and reports whether it did.
+func (r *Run) checkDeadline(now int64) bool {
+	if r.Verdict != nil || r.Limits.DeadlineMS <= 0 || now < r.Limits.DeadlineMS {
+		return false
+	}
+	r.beginEnd(Verdict{Status: StatusFailed, Failure: &Failure{Class: abi.ClassDeadlineExceeded,
+		Message: fmt.Sprintf("the run's deadline (%d ms) passed at %d ms", r.Limits.DeadlineMS, now)}})
+	return true
 }
 
 func applyCreated(run Run, ev Event) (Run, error) {
@@ -527,12 +542,7 @@ func (r *Run) beginEnd(v Verdict) {
 
 func (r *Run) applyTimer(ev Event) error {
 	now := ev.At
-	changed := false
-	if r.Verdict == nil && r.Limits.DeadlineMS > 0 && now >= r.Limits.DeadlineMS {
-		r.beginEnd(Verdict{Status: StatusFailed, Failure: &Failure{Class: abi.ClassDeadlineExceeded,
-			Message: fmt.Sprintf("the run's deadline (%d ms) passed at %d ms", r.Limits.DeadlineMS, now)}})
-		changed = true
-	}
+	changed := r.checkDeadline(now)
 	for i := range r.Effects {
 		e := &r.Effects[i]
 		switch {
