@@ -21,6 +21,9 @@ import (
 // DecodeDescribe decodes and validates a describe reply (see
 // ValidateDescribe).
 func DecodeDescribe(data []byte, wantRole Role) (Describe, error) {
+	if err := checkWantRole("DecodeDescribe", wantRole); err != nil {
+		return Describe{}, err
+	}
 	var d Describe
 	if err := (checker{reply: ExportDescribe + " reply"}).decodeObject("", data, &d); err != nil {
 		return Describe{}, err
@@ -47,12 +50,15 @@ func DecodeBuildOutput(data []byte) (BuildOutput, error) {
 // DecodeEffectReply decodes and validates the reply of export (start, poll
 // or attach) for an effect of the given kind (see ValidateEffectReply).
 func DecodeEffectReply(data []byte, kind EffectKind, export string) (EffectReply, error) {
-	var r EffectReply
 	// Check the arguments first, so that a caller's bug is not reported as
 	// the plugin's.
-	if err := ValidateEffectReply(EffectReply{State: StatePending}, kind, export); err != nil {
+	if err := checkKind("DecodeEffectReply", kind); err != nil {
 		return EffectReply{}, err
 	}
+	if err := checkEffectExport("DecodeEffectReply", export); err != nil {
+		return EffectReply{}, err
+	}
+	var r EffectReply
 	if err := (checker{reply: export + " reply"}).decodeObject("", data, &r); err != nil {
 		return EffectReply{}, err
 	}

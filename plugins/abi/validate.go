@@ -99,10 +99,8 @@ func ValidToolName(name string) bool {
 // offers tools; and every tool is valid (see ValidateBuildOutput for the
 // tool rules).
 func ValidateDescribe(d Describe, wantRole Role) error {
-	switch wantRole {
-	case "", RoleBuilder, RoleExecutor:
-	default:
-		return fmt.Errorf("%w: ValidateDescribe: wantRole %q is not a role (want %q, %q or empty)", ErrInvalidArgument, wantRole, RoleBuilder, RoleExecutor)
+	if err := checkWantRole("ValidateDescribe", wantRole); err != nil {
+		return err
 	}
 	c := checker{reply: ExportDescribe + " reply"}
 	if d.ABI != Version {
@@ -216,11 +214,8 @@ func ValidateEffectReply(r EffectReply, kind EffectKind, export string) error {
 	if err := checkKind("ValidateEffectReply", kind); err != nil {
 		return err
 	}
-	switch export {
-	case ExportStart, ExportPoll, ExportAttach:
-	default:
-		return fmt.Errorf("%w: ValidateEffectReply: export %q does not answer with an effect reply (want %q, %q or %q)",
-			ErrInvalidArgument, export, ExportStart, ExportPoll, ExportAttach)
+	if err := checkEffectExport("ValidateEffectReply", export); err != nil {
+		return err
 	}
 	c := checker{reply: export + " reply"}
 	switch r.State {
@@ -294,6 +289,23 @@ func checkKind(fn string, kind EffectKind) error {
 		return fmt.Errorf("%w: %s: kind %q is not an effect kind (want %q or %q)", ErrInvalidArgument, fn, kind, KindModel, KindTool)
 	}
 	return nil
+}
+
+func checkWantRole(fn string, wantRole Role) error {
+	switch wantRole {
+	case "", RoleBuilder, RoleExecutor:
+		return nil
+	}
+	return fmt.Errorf("%w: %s: wantRole %q is not a role (want %q, %q or empty)", ErrInvalidArgument, fn, wantRole, RoleBuilder, RoleExecutor)
+}
+
+func checkEffectExport(fn, export string) error {
+	switch export {
+	case ExportStart, ExportPoll, ExportAttach:
+		return nil
+	}
+	return fmt.Errorf("%w: %s: export %q does not answer with an effect reply (want %q, %q or %q)",
+		ErrInvalidArgument, fn, export, ExportStart, ExportPoll, ExportAttach)
 }
 
 // outcome decodes and checks the outcome of a done reply.

@@ -221,7 +221,8 @@ func TestCallerMistakesAreInvalidArgumentsNotInvalidReplies(t *testing.T) {
 	done := []byte(`{"state":"done","outcome":{"content":"5"}}`)
 	_, decodeCancelKind := DecodeCancelReply([]byte(`{"state":"cancelled"}`), "")
 	_, decodeBadExport := DecodeEffectReply(done, KindTool, "build")
-	_, decodeBadRole := DecodeDescribe([]byte(`{"abi":1}`), "planner")
+	_, decodeBadKind := DecodeEffectReply([]byte(`not json`), "search", ExportStart)
+	_, decodeBadRole := DecodeDescribe([]byte(`not json`), "planner")
 	errs := map[string]error{
 		"ValidateEffectReply with export cancel":   ValidateEffectReply(EffectReply{State: StateDone}, KindTool, ExportCancel),
 		"ValidateEffectReply with an empty kind":   ValidateEffectReply(EffectReply{State: StatePending}, "", ExportStart),
@@ -230,6 +231,7 @@ func TestCallerMistakesAreInvalidArgumentsNotInvalidReplies(t *testing.T) {
 		"DecodeCancelReply with an empty kind":     decodeCancelKind,
 		"DecodeEffectReply with export build":      decodeBadExport,
 		"DecodeDescribe with an unknown role":      decodeBadRole,
+		"DecodeEffectReply with an unknown kind":   decodeBadKind,
 	}
 	for name, err := range errs {
 		if !errors.Is(err, ErrInvalidArgument) {
