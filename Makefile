@@ -25,6 +25,8 @@ lint:
 
 test: lint
 	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...
+	# At full scale without -race: 10,000 pending effects add no goroutines.
+	$(GO) test -count=1 -run '^TestTenThousandPendingEffectsAddNoGoroutines$$' ./runtime
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(TESTFLAGS) ./...

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 
@@ -103,6 +104,19 @@ func (c *counter) Calls(export string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.byExport[export]
+}
+
+// Keys returns "export key=count" for every call recorded, for failure
+// messages.
+func (c *counter) Keys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for k, n := range c.byKey {
+		out = append(out, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(out)
+	return out
 }
 
 // CallsFor returns how many times export was called for one assignment key.

@@ -313,7 +313,7 @@ func testRetries(t *testing.T, e *RuntimeEnv) {
 		t.Fatalf("result %q", run.Result)
 	}
 	if e.Tools.Calls(abi.ExportStart) != 2 {
-		t.Fatalf("starts %d, want 2", e.Tools.Calls(abi.ExportStart))
+		t.Fatalf("starts %d, want 2: %v", e.Tools.Calls(abi.ExportStart), e.Tools.Keys())
 	}
 }
 

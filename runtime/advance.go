@@ -58,6 +58,7 @@ var errAdvanceGaveUp = errors.New("runtime: too many version conflicts")
 // are returned to the caller with nothing written.
 func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, err error) {
 	rk := runKey(req.tenant, req.runID)
+	unlock := rt.lockRun(rk)
 	defer func() {
 		if req.release != "" {
 			rt.mu.Lock()
@@ -67,6 +68,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			}
 			rt.mu.Unlock()
 		}
+		unlock()
 		if err == nil {
 			rt.afterAdvance(req, cur)
 		}

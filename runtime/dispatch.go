@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agenthost/agenthost/loop"
@@ -81,7 +82,7 @@ func (rt *Runtime) beginCall(run loop.Run, key string) bool {
 		tr = &tracking{}
 		rt.tracked[key] = tr
 	}
-	if tr.calling || tr.polling || tr.cancelling {
+	if tr.calling || tr.polling || tr.cancelling || tr.done {
 		return false
 	}
 	tr.calling = true
@@ -133,7 +134,7 @@ func (rt *Runtime) beginCancel(run loop.Run, key string) bool {
 		tr = &tracking{}
 		rt.tracked[key] = tr
 	}
-	if tr.cancelling {
+	if tr.cancelling || tr.done {
 		return false
 	}
 	tr.cancelling = true
@@ -155,12 +156,32 @@ func (rt *Runtime) launch(run loop.Run, key string, f func()) {
 	}
 }
 
-// untrack forgets an attempt once it is settled (or its settlement was
-// dropped).
+// settled marks an attempt as settled for good (its settlement committed,
+// or found committed before).
+func (rt *Runtime) settled(key string) {
+	rt.mu.Lock()
+	rt.tracked[key] = &tracking{done: true}
+	rt.mu.Unlock()
+}
+
+// untrack forgets what this process was doing about an attempt that is
+// still executing on record, so that a later advance adopts it again.
 func (rt *Runtime) untrack(key string) {
 	rt.mu.Lock()
 	delete(rt.tracked, key)
 	rt.mu.Unlock()
+}
+
+// forgetRun drops the tombstones of a Run that has ended.
+func (rt *Runtime) forgetRun(run loop.Run) {
+	prefix := run.Tenant + "/" + run.Session + "/" + run.ID + "."
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for k := range rt.tracked {
+		if strings.HasPrefix(k, prefix) {
+			delete(rt.tracked, k)
+		}
+	}
 }
 
 // effectCall builds the input of an executor call.
@@ -281,7 +302,6 @@ func doneOutcome(kind abi.EffectKind, raw json.RawMessage) loop.Outcome {
 // settle commits the outcome of an attempt under its one settlement
 // command ID, in a context detached from any caller.
 func (rt *Runtime) settle(run loop.Run, e loop.Effect, key string, o loop.Outcome) {
-	defer rt.untrack(key)
 	ev := loop.Settled(e.ID, e.Attempt, o, 0)
 	ctx, cancel := rt.commitCtx()
 	defer cancel()
@@ -290,10 +310,14 @@ func (rt *Runtime) settle(run loop.Run, e loop.Effect, key string, o loop.Outcom
 		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, release: key,
 		commandID: func(loop.Run) string { return cmd },
 	})
-	if err != nil && rt.life.Err() == nil {
-		rt.log.Error("settlement not committed; the effect stays executing until it is settled again", "assignment_key", key, "err", err)
+	if err != nil {
+		rt.untrack(key)
+		if rt.life.Err() == nil {
+			rt.log.Error("settlement not committed; the effect stays executing until it is settled again", "assignment_key", key, "err", err)
+		}
 		return
 	}
+	rt.settled(key)
 	rt.stats.EffectsSettled.Add(1)
 }
 
@@ -426,8 +450,12 @@ func (rt *Runtime) runWatchItem(it WatchItem) {
 			return
 		}
 		e := run.Effect(it.EffectID)
-		if e == nil || e.State != loop.EffectExecuting || e.Attempt != it.Attempt || t.executorFor(e.Kind, e.Tool) == nil {
-			rt.untrack(key) // settled meanwhile
+		if e == nil || e.State != loop.EffectExecuting || e.Attempt != it.Attempt {
+			rt.settled(key) // settled meanwhile
+			return
+		}
+		if t.executorFor(e.Kind, e.Tool) == nil {
+			rt.untrack(key)
 			return
 		}
 		rt.mu.Lock()

@@ -69,6 +69,7 @@ type Runtime struct {
 	tracked  map[string]*tracking     // by assignment key
 	waiters  map[string][]waiter      // by tenant/run
 	busy     map[string]int           // synchronous calls in flight, by tenant/run
+	runLocks map[string]*runLock      // by tenant/run, while an advance holds or waits
 	renew    Timer
 
 	stats Stats
@@ -88,6 +89,11 @@ type tracking struct {
 	calling    bool // a start, poll or attach call is running
 	polling    bool // registered with the Watcher
 	cancelling bool // a cancel call is running or done
+	// done marks an attempt whose settlement is committed. An attempt never
+	// executes again once settled, so an advance acting on a snapshot read
+	// before that commit must not call or cancel it again. Tombstones are
+	// dropped when the Run ends (forgetRun).
+	done bool
 }
 
 // Stats are counters tests and metrics read. All fields are atomic.
@@ -135,6 +141,7 @@ func New(opts Options) (*Runtime, error) {
 		tracked:  map[string]*tracking{},
 		waiters:  map[string][]waiter{},
 		busy:     map[string]int{},
+		runLocks: map[string]*runLock{},
 	}
 	rt.life, rt.stopLife = context.WithCancel(context.Background())
 	rt.watcher = NewWatcher(opts.Clock, rt.onWatcherFire)
@@ -286,6 +293,36 @@ func (rt *Runtime) callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(rt.life, rt.opts.CallTimeout)
 }
 
+// runLock serializes the advances of one Run in this process: each one
+// loads, decides, commits and performs on a snapshot no other advance of
+// this process can make stale. (Other processes are kept out by session
+// ownership and fencing.)
+type runLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lockRun takes the Run's advance lock and returns its release.
+func (rt *Runtime) lockRun(rk string) func() {
+	rt.mu.Lock()
+	l := rt.runLocks[rk]
+	if l == nil {
+		l = &runLock{}
+		rt.runLocks[rk] = l
+	}
+	l.refs++
+	rt.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		rt.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(rt.runLocks, rk)
+		}
+		rt.mu.Unlock()
+	}
+}
+
 func sessionKey(tenant, session string) string { return tenant + "/" + session }
 func runKey(tenant, run string) string         { return tenant + "/" + run }
 
@@ -332,6 +369,11 @@ func (rt *Runtime) boundary(tenant, session string, cause error) {
 	rt.stats.Boundaries.Add(1)
 	rt.mu.Lock()
 	delete(rt.sessions, sessionKey(tenant, session))
+	for k := range rt.tracked {
+		if strings.HasPrefix(k, tenant+"/"+session+"/") && rt.tracked[k].done {
+			delete(rt.tracked, k)
+		}
+	}
 	rt.mu.Unlock()
 	rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
 	rt.notifySession(tenant, session, Result{Kind: ResultBoundary, Err: cause})
