@@ -119,6 +119,9 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		if req.commandID != nil {
 			cmd = req.commandID(run)
 		}
+		if rt.halted.Load() {
+			return run, fmt.Errorf("runtime: advance of %s: halted: %w", run.ID, ErrClosed)
+		}
 		if !rt.reserveDispatches(next, fx) {
 			return run, fmt.Errorf("runtime: advance of %s: %w", run.ID, ErrClosed)
 		}

@@ -50,7 +50,7 @@ func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects
 		e := e
 		switch {
 		case e.Epoch != epoch:
-			rt.launch(run, key, func() { rt.callStart(t, run, e, nil, abi.ExportAttach) })
+			rt.launch(run, key, func() { rt.recoverEffect(t, run, e, key) })
 		case e.Handle != "":
 			rt.launch(run, key, func() { rt.callStart(t, run, e, nil, abi.ExportPoll) })
 		default:
@@ -141,6 +141,8 @@ func (rt *Runtime) beginCancel(run loop.Run, key string) bool {
 	if tr.polling {
 		tr.polling = false
 		rt.watcher.Cancel("poll/" + key)
+		rt.watcher.Cancel("attach/" + key)
+		delete(rt.deferred, key)
 	}
 	rt.busy[runKey(run.Tenant, run.ID)]++
 	return true
@@ -441,6 +443,30 @@ func (rt *Runtime) runWatchItem(it WatchItem) {
 			rt.log.Warn("timer delivery failed", "run", it.RunID, "err", err)
 		}
 		rt.kick(it.Tenant, it.Session)
+	case WatchAttach:
+		t, ok := rt.opts.Tenants.Tenant(it.Tenant)
+		key := loop.AssignmentKey{Tenant: it.Tenant, Session: it.Session, EffectID: it.EffectID, Attempt: it.Attempt}.String()
+		run, err := rt.store.LoadRun(rt.life, it.Tenant, it.RunID)
+		if !ok || err != nil {
+			rt.untrack(key)
+			return
+		}
+		e := run.Effect(it.EffectID)
+		if e == nil || e.State != loop.EffectExecuting || e.Attempt != it.Attempt {
+			rt.forgetDeferral(key)
+			rt.settled(key)
+			return
+		}
+		rt.mu.Lock()
+		tr := rt.tracked[key]
+		if tr == nil || !tr.polling || tr.cancelling {
+			rt.mu.Unlock()
+			return
+		}
+		tr.polling, tr.calling = false, true
+		rt.busy[runKey(run.Tenant, run.ID)]++
+		rt.mu.Unlock()
+		rt.recoverEffect(t, run, *e, key)
 	case WatchPoll:
 		t, ok := rt.opts.Tenants.Tenant(it.Tenant)
 		key := loop.AssignmentKey{Tenant: it.Tenant, Session: it.Session, EffectID: it.EffectID, Attempt: it.Attempt}.String()

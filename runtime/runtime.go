@@ -40,6 +40,14 @@ type Options struct {
 	// MaxConcurrentCalls bounds the goroutines that carry out due Watcher
 	// items (default 64).
 	MaxConcurrentCalls int
+	// RecoveryInterval is the time between recovery passes after the first
+	// one at start-up (default 10s).
+	RecoveryInterval time.Duration
+	// MaxDefer is how long recovery waits for an unavailable executor
+	// before the missing-effect policy applies (default 5m).
+	MaxDefer time.Duration
+	// WatchdogInterval is the time between watchdog scans (default 30s).
+	WatchdogInterval time.Duration
 }
 
 // Runtime drives Runs: it composes the Loop, the executors and session
@@ -70,9 +78,16 @@ type Runtime struct {
 	waiters  map[string][]waiter      // by tenant/run
 	busy     map[string]int           // synchronous calls in flight, by tenant/run
 	runLocks map[string]*runLock      // by tenant/run, while an advance holds or waits
+	deferred map[string]deferral      // by assignment key: attach deferred by recovery
+	suspects map[string]int64         // by tenant/run: the Seq at which the watchdog saw it stuck
 	renew    Timer
 
-	stats Stats
+	recoveryTimer, watchdogTimer Timer
+
+	ready    atomic.Bool
+	halted   atomic.Bool
+	stats    Stats
+	recStats RecoveryStats
 }
 
 type sessionState struct {
@@ -130,6 +145,9 @@ func New(opts Options) (*Runtime, error) {
 	if opts.MaxConcurrentCalls <= 0 {
 		opts.MaxConcurrentCalls = 64
 	}
+	setDefault(&opts.RecoveryInterval, 10*time.Second)
+	setDefault(&opts.MaxDefer, 5*time.Minute)
+	setDefault(&opts.WatchdogInterval, 30*time.Second)
 	rt := &Runtime{
 		opts:     opts,
 		store:    opts.Store,
@@ -142,6 +160,8 @@ func New(opts Options) (*Runtime, error) {
 		waiters:  map[string][]waiter{},
 		busy:     map[string]int{},
 		runLocks: map[string]*runLock{},
+		deferred: map[string]deferral{},
+		suspects: map[string]int64{},
 	}
 	rt.life, rt.stopLife = context.WithCancel(context.Background())
 	rt.watcher = NewWatcher(opts.Clock, rt.onWatcherFire)
@@ -163,7 +183,9 @@ func (rt *Runtime) Stats() *Stats { return &rt.stats }
 // Watcher returns the runtime's scheduler (for its queue depth).
 func (rt *Runtime) Watcher() *Watcher { return rt.watcher }
 
-// Start registers the node incarnation and arms its lease renewal.
+// Start registers the node incarnation, arms its lease renewal, and starts
+// recovery: a first pass at once (Ready reports when it is done), then one
+// every RecoveryInterval, and the watchdog every WatchdogInterval.
 func (rt *Runtime) Start(ctx context.Context) error {
 	rt.mu.Lock()
 	if rt.started {
@@ -176,6 +198,7 @@ func (rt *Runtime) Start(ctx context.Context) error {
 		return fmt.Errorf("runtime: register node %s: %w", rt.nodeID, err)
 	}
 	rt.armRenewal()
+	rt.startRecovery()
 	rt.log.Info("runtime started", "lease_ttl", rt.opts.LeaseTTL)
 	return nil
 }
@@ -222,8 +245,10 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		return nil
 	}
 	rt.stopped = true
-	if rt.renew != nil {
-		rt.renew.Stop()
+	for _, tm := range []Timer{rt.renew, rt.recoveryTimer, rt.watchdogTimer} {
+		if tm != nil {
+			tm.Stop()
+		}
 	}
 	rt.mu.Unlock()
 	rt.watcher.Stop()
@@ -261,6 +286,25 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 	}
 	rt.log.Info("runtime stopped")
 	return nil
+}
+
+// Halt stops the runtime the way a crash would: at once, with no further
+// commit, no session released and the node's lease left to expire. Calls
+// in flight are cancelled; a commit already inside the store finishes or
+// not, as it would in a crash. It exists for crash tests and for an
+// operator's emergency stop; Stop is the graceful way.
+func (rt *Runtime) Halt() {
+	rt.halted.Store(true)
+	rt.mu.Lock()
+	rt.stopped = true
+	for _, tm := range []Timer{rt.renew, rt.recoveryTimer, rt.watchdogTimer} {
+		if tm != nil {
+			tm.Stop()
+		}
+	}
+	rt.mu.Unlock()
+	rt.watcher.Stop()
+	rt.stopLife()
 }
 
 func (rt *Runtime) nowMS() int64 { return UnixMS(rt.clock.Now()) }

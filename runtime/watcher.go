@@ -14,6 +14,9 @@ const (
 	WatchPoll WatchKind = iota + 1
 	// WatchWake delivers TimerFired to a Run (the Loop's WakeAt).
 	WatchWake
+	// WatchAttach asks again, during recovery, an executor that was
+	// unavailable.
+	WatchAttach
 )
 
 // WatchItem is one registration in the Watcher. Key identifies it: a new

@@ -1,0 +1,342 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/recovery"
+)
+
+// RecoveryStats count recovery's work by decision.
+type RecoveryStats struct {
+	Passes           atomic.Int64 // recovery passes run
+	SessionsTaken    atomic.Int64 // orphaned sessions taken over
+	Reattach         atomic.Int64
+	Settle           atomic.Int64
+	Retry            atomic.Int64
+	Fail             atomic.Int64
+	FailRun          atomic.Int64
+	Defer            atomic.Int64
+	WatchdogReports  atomic.Int64 // Runs found stuck
+	WatchdogSuspects atomic.Int64 // Runs seen stuck once, pending confirmation
+}
+
+func (s *RecoveryStats) count(d recovery.Decision) {
+	switch d {
+	case recovery.Reattach:
+		s.Reattach.Add(1)
+	case recovery.Settle:
+		s.Settle.Add(1)
+	case recovery.Retry:
+		s.Retry.Add(1)
+	case recovery.Fail:
+		s.Fail.Add(1)
+	case recovery.FailRun:
+		s.FailRun.Add(1)
+	case recovery.Defer:
+		s.Defer.Add(1)
+	}
+}
+
+// deferral remembers, in this process, how often attach of an attempt was
+// deferred because its executor was unavailable.
+type deferral struct {
+	n       int
+	firstMS int64
+}
+
+// Ready reports whether recovery's first pass is done: every session whose
+// owner was dead at start-up has been taken over and handed to a driver.
+func (rt *Runtime) Ready() bool { return rt.ready.Load() }
+
+// Recovery returns recovery's counters.
+func (rt *Runtime) Recovery() *RecoveryStats { return &rt.recStats }
+
+// startRecovery runs the first pass at once and then one every
+// RecoveryInterval, and the watchdog every WatchdogInterval.
+func (rt *Runtime) startRecovery() {
+	rt.goTracked(func() {
+		if _, err := rt.RecoverNow(rt.life); err != nil && rt.life.Err() == nil {
+			rt.log.Error("recovery pass failed; it runs again on the next interval", "err", err)
+		} else {
+			rt.ready.Store(true)
+		}
+		rt.armRecovery()
+	})
+	rt.armWatchdog()
+}
+
+func (rt *Runtime) armRecovery() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.stopped {
+		return
+	}
+	rt.recoveryTimer = rt.clock.AfterFunc(rt.opts.RecoveryInterval, func() {
+		rt.goTracked(func() {
+			if _, err := rt.RecoverNow(rt.life); err != nil && rt.life.Err() == nil {
+				rt.log.Error("recovery pass failed", "err", err)
+			} else {
+				rt.ready.Store(true)
+			}
+			rt.armRecovery()
+		})
+	})
+}
+
+func (rt *Runtime) armWatchdog() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.stopped {
+		return
+	}
+	rt.watchdogTimer = rt.clock.AfterFunc(rt.opts.WatchdogInterval, func() {
+		rt.goTracked(func() {
+			rt.WatchdogScan(rt.life)
+			rt.armWatchdog()
+		})
+	})
+}
+
+// RecoverNow runs one recovery pass: it takes over every session whose
+// owner incarnation is dead and hands it to a driver, which re-drives its
+// Runs and sends its executing effects through attach. It returns the
+// number of sessions taken over.
+func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
+	rt.recStats.Passes.Add(1)
+	orphans, err := rt.store.OrphanedSessions(ctx, rt.nowMS())
+	if err != nil {
+		return 0, fmt.Errorf("runtime: recovery scan: %w", err)
+	}
+	taken := 0
+	for _, o := range orphans {
+		if _, ok := rt.opts.Tenants.Tenant(o.Tenant); !ok {
+			rt.log.Warn("recovery: session of an unknown tenant left alone; configure the tenant to recover it",
+				"tenant", o.Tenant, "session", o.Session)
+			continue
+		}
+		// A session this node had claimed under an earlier epoch must be
+		// claimed again: forget the cached claim.
+		rt.mu.Lock()
+		if s := rt.sessions[sessionKey(o.Tenant, o.Session)]; s != nil && s.claimed && o.Owner != rt.nodeID {
+			s.claimed = false
+		}
+		rt.mu.Unlock()
+		epoch, err := rt.claim(ctx, o.Tenant, o.Session)
+		if err != nil {
+			if errors.Is(err, ErrSessionOwned) {
+				continue // another live incarnation took it first
+			}
+			return taken, fmt.Errorf("runtime: recovery: take over %s/%s: %w", o.Tenant, o.Session, err)
+		}
+		taken++
+		rt.recStats.SessionsTaken.Add(1)
+		rt.log.Info("recovery: session taken over", "tenant", o.Tenant, "session", o.Session,
+			"dead_owner", o.Owner, "epoch", epoch)
+		rt.kick(o.Tenant, o.Session)
+	}
+	return taken, nil
+}
+
+// recoverEffect asks the executor of an orphaned attempt to attach, plans
+// with recovery.Plan and carries the command out. The caller has begun a
+// call for key (beginCall).
+func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key string) {
+	ctx, cancel := rt.callCtx()
+	defer cancel()
+	st := recovery.AttachState{Kind: recovery.AttachUnavailable}
+	if exec := t.executorFor(e.Kind, e.Tool); exec == nil {
+		st.Reason = fmt.Sprintf("no executor for %s %q", e.Kind, e.Tool)
+	} else if call, err := rt.effectCall(ctx, run, e, nil); err != nil {
+		st.Reason = err.Error()
+	} else {
+		rt.stats.ExecutorCalls.Add(1)
+		reply, err := exec.Attach(ctx, call)
+		switch {
+		case err != nil && rt.life.Err() != nil:
+			rt.abandon(run, key)
+			return
+		case err != nil:
+			st.Reason = err.Error()
+		default:
+			st = attachState(e.Kind, reply)
+		}
+	}
+	rt.mu.Lock()
+	d := rt.deferred[key]
+	rt.mu.Unlock()
+	p := recovery.Policy{Missing: policyOf(run, e), MaxDeferMS: rt.opts.MaxDefer.Milliseconds(),
+		DeferBackoffMS: rt.opts.PollMin.Milliseconds(), MaxDeferBackoffMS: rt.opts.PollMax.Milliseconds()}
+	now := rt.nowMS()
+	cmd := recovery.Plan(recovery.Record{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID,
+		Kind: e.Kind, Attempt: e.Attempt, Handle: e.Handle, Deferrals: d.n, FirstDeferredMS: d.firstMS}, st, p, now)
+	rt.recStats.count(cmd.Decision)
+	rt.log.Info("recovery decision", "assignment_key", key, "decision", cmd.Decision, "command_id", cmd.CommandID, "reason", cmd.Reason)
+	switch cmd.Decision {
+	case recovery.Reattach:
+		rt.forgetDeferral(key)
+		rt.pending(run, e, key, abi.EffectReply{State: abi.StatePending, Handle: cmd.Handle, PollAfterMS: cmd.PollAfterMS})
+	case recovery.Defer:
+		rt.mu.Lock()
+		if d.n == 0 {
+			d.firstMS = now
+		}
+		d.n++
+		rt.deferred[key] = d
+		if tr := rt.tracked[key]; tr != nil {
+			tr.calling, tr.polling = false, true
+		}
+		rt.mu.Unlock()
+		rt.releaseBusy(run)
+		ok := rt.watcher.Schedule(WatchItem{Key: "attach/" + key, Kind: WatchAttach, At: time.UnixMilli(cmd.RetryAtMS),
+			Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID, Attempt: e.Attempt})
+		if !ok {
+			rt.untrack(key)
+		}
+	default:
+		rt.forgetDeferral(key)
+		rt.settle(run, e, key, *cmd.Settlement.Outcome)
+	}
+}
+
+func (rt *Runtime) forgetDeferral(key string) {
+	rt.mu.Lock()
+	delete(rt.deferred, key)
+	rt.mu.Unlock()
+}
+
+func (rt *Runtime) releaseBusy(run loop.Run) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rk := runKey(run.Tenant, run.ID)
+	if rt.busy[rk]--; rt.busy[rk] <= 0 {
+		delete(rt.busy, rk)
+	}
+}
+
+// attachState maps an attach reply to recovery's terms.
+func attachState(kind abi.EffectKind, r abi.EffectReply) recovery.AttachState {
+	switch r.State {
+	case abi.StatePending:
+		return recovery.AttachState{Kind: recovery.AttachPending, Handle: r.Handle, PollAfterMS: r.PollAfterMS}
+	case abi.StateDone:
+		o := doneOutcome(kind, r.Outcome)
+		if o.State == loop.OutcomeFailed {
+			return recovery.AttachState{Kind: recovery.AttachFailed, Outcome: o}
+		}
+		return recovery.AttachState{Kind: recovery.AttachDone, Outcome: o}
+	case abi.StateFailed:
+		msg, retriable := "the executor reported failure", false
+		if r.Error != nil {
+			msg, retriable = r.Error.Message, r.Error.Retriable
+		}
+		return recovery.AttachState{Kind: recovery.AttachFailed, Outcome: failedOutcome(abi.ClassPluginFailed, msg, retriable)}
+	}
+	return recovery.AttachState{Kind: recovery.AttachUnknown}
+}
+
+// policyOf is the missing-effect policy of an effect of run.
+func policyOf(run loop.Run, e loop.Effect) loop.Policy {
+	if e.Kind == abi.KindModel {
+		return run.ModelPolicy
+	}
+	t, _ := run.ToolSpec(e.Tool)
+	return t.Policy
+}
+
+// WatchdogScan looks at the head Run of every session this node drives and
+// reports, by log and by the WatchdogReports counter, any that is
+// non-terminal with nothing in flight, nothing awaited and no timer, in two
+// scans in a row at the same version. It kicks the session of each, so the
+// report is also a repair. It returns the number reported.
+func (rt *Runtime) WatchdogScan(ctx context.Context) int {
+	rt.mu.Lock()
+	var owned []*sessionState
+	for _, s := range rt.sessions {
+		if s.claimed {
+			owned = append(owned, s)
+		}
+	}
+	rt.mu.Unlock()
+	reported := 0
+	seen := map[string]bool{}
+	for _, s := range owned {
+		runs, err := rt.store.ActiveRuns(ctx, s.tenant, s.session)
+		if err != nil || len(runs) == 0 {
+			continue
+		}
+		head := runs[0]
+		rk := runKey(head.Tenant, head.ID)
+		seen[rk] = true
+		if !rt.stuck(head) {
+			rt.forgetSuspect(rk)
+			continue
+		}
+		rt.mu.Lock()
+		prev, suspected := rt.suspects[rk]
+		rt.suspects[rk] = head.Seq
+		rt.mu.Unlock()
+		if !suspected || prev != head.Seq {
+			rt.recStats.WatchdogSuspects.Add(1)
+			continue
+		}
+		reported++
+		rt.recStats.WatchdogReports.Add(1)
+		rt.log.Error("watchdog: run is stuck: not terminal, nothing in flight, nothing awaited, no timer; driving it again",
+			"tenant", head.Tenant, "session", head.Session, "run", head.ID, "status", head.Status, "seq", head.Seq)
+		rt.kick(head.Tenant, head.Session)
+	}
+	rt.mu.Lock()
+	for k := range rt.suspects {
+		if !seen[k] {
+			delete(rt.suspects, k)
+		}
+	}
+	rt.mu.Unlock()
+	return reported
+}
+
+func (rt *Runtime) forgetSuspect(rk string) {
+	rt.mu.Lock()
+	delete(rt.suspects, rk)
+	rt.mu.Unlock()
+}
+
+// stuck reports whether nothing will move a head Run on: no effect this
+// process calls, polls or waits to attach again, no person awaited, no
+// effect timer, and no advance running or holding its lock.
+func (rt *Runtime) stuck(run loop.Run) bool {
+	if run.Status.Terminal() {
+		return false
+	}
+	rk := runKey(run.Tenant, run.ID)
+	rt.mu.Lock()
+	_, locked := rt.runLocks[rk]
+	busy := rt.busy[rk]
+	handled := 0
+	for _, e := range run.Executing() {
+		if tr := rt.tracked[assignment(run, e.ID, e.Attempt)]; tr != nil && !tr.done {
+			handled++
+		}
+	}
+	rt.mu.Unlock()
+	if locked || busy > 0 || handled > 0 {
+		return false
+	}
+	for _, a := range loop.Decide(run) {
+		switch a.Type {
+		case loop.ActionAwaitApproval, loop.ActionAwaitInput:
+			return false
+		case loop.ActionWakeAt:
+			if a.EffectID != "" { // a backoff or an effect timeout; the deadline alone does not count
+				return false
+			}
+		}
+	}
+	return true
+}
