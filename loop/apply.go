@@ -43,6 +43,8 @@ func Apply(run Run, ev Event) (Run, error) {
 		err = r.applyCancel(ev)
 	case EventTimerFired:
 		err = r.applyTimer(ev)
+	case EventStepFailed:
+		err = r.applyStepFailed(ev)
 	case EventRunCompleted, EventRunFailed, EventRunCancelled:
 		err = r.applyFinish(ev)
 	default:
@@ -51,12 +53,27 @@ func Apply(run Run, ev Event) (Run, error) {
 	if err != nil {
 		return run, err
 	}
+	if ev.Type != EventTimerFired && !r.Status.Terminal() {
+		// The deadline holds whatever event brings the news that it passed.
+		r.checkDeadline(ev.At)
+	}
 	r.Seq++
 	if ev.At > r.UpdatedAt {
 		r.UpdatedAt = ev.At
 	}
 	r.refreshStatus()
 	return r, nil
+}
+
+// checkDeadline ends the Run as deadline_exceeded once now is past its
+// deadline, and reports whether it did.
+func (r *Run) checkDeadline(now int64) bool {
+	if r.Verdict != nil || r.Limits.DeadlineMS <= 0 || now < r.Limits.DeadlineMS {
+		return false
+	}
+	r.beginEnd(Verdict{Status: StatusFailed, Failure: &Failure{Class: abi.ClassDeadlineExceeded,
+		Message: fmt.Sprintf("the run's deadline (%d ms) passed at %d ms", r.Limits.DeadlineMS, now)}})
+	return true
 }
 
 func applyCreated(run Run, ev Event) (Run, error) {
@@ -193,7 +210,7 @@ func (r *Run) currentAttempt(ev Event) (*Effect, error) {
 	}
 	switch {
 	case ev.Attempt < 1 || ev.Attempt > e.Attempt:
-		return nil, fmt.Errorf("%w: %s#%d (current attempt %d)", ErrStaleAttempt, e.ID, ev.Attempt, e.Attempt)
+		return nil, fmt.Errorf("%w: %s#%d was never dispatched (current attempt %d)", ErrStaleAttempt, e.ID, ev.Attempt, e.Attempt)
 	case ev.Attempt < e.Attempt:
 		return nil, fmt.Errorf("%w: %s#%d (current attempt %d)", ErrStaleAttempt, e.ID, ev.Attempt, e.Attempt)
 	case e.State == EffectSettled, e.State == EffectBackoff:
@@ -525,12 +542,7 @@ func (r *Run) beginEnd(v Verdict) {
 
 func (r *Run) applyTimer(ev Event) error {
 	now := ev.At
-	changed := false
-	if r.Verdict == nil && r.Limits.DeadlineMS > 0 && now >= r.Limits.DeadlineMS {
-		r.beginEnd(Verdict{Status: StatusFailed, Failure: &Failure{Class: abi.ClassDeadlineExceeded,
-			Message: fmt.Sprintf("the run's deadline (%d ms) passed at %d ms", r.Limits.DeadlineMS, now)}})
-		changed = true
-	}
+	changed := r.checkDeadline(now)
 	for i := range r.Effects {
 		e := &r.Effects[i]
 		switch {
@@ -551,6 +563,19 @@ func (r *Run) applyTimer(ev Event) error {
 	if !changed {
 		return fmt.Errorf("%w: nothing due at %d", ErrNoChange, now)
 	}
+	return nil
+}
+
+func (r *Run) applyStepFailed(ev Event) error {
+	if !r.needsModelStep() {
+		return fmt.Errorf("%w: step_failed while the run does not need a model step", ErrInvalidEvent)
+	}
+	if ev.Failure == nil || !ev.Failure.Class.Valid() {
+		return fmt.Errorf("%w: step_failed needs a failure with a known class", ErrInvalidEvent)
+	}
+	f := *ev.Failure
+	f.Message = fmt.Sprintf("planning model step %d failed (%s): %s", r.Step+1, f.Class, f.Message)
+	r.beginEnd(Verdict{Status: StatusFailed, Failure: &f})
 	return nil
 }
 

@@ -21,9 +21,12 @@ const (
 	EventInputProvided    EventType = "input_provided"
 	EventCancelRequested  EventType = "cancel_requested"
 	EventTimerFired       EventType = "timer_fired"
-	EventRunCompleted     EventType = "run_completed"
-	EventRunFailed        EventType = "run_failed"
-	EventRunCancelled     EventType = "run_cancelled"
+	// EventStepFailed: the builder could not plan the next model step
+	// (Failure says why); the Run ends failed.
+	EventStepFailed   EventType = "step_failed"
+	EventRunCompleted EventType = "run_completed"
+	EventRunFailed    EventType = "run_failed"
+	EventRunCancelled EventType = "run_cancelled"
 )
 
 // Event is one fact about a Run. Only the fields of its Type are set. Every
@@ -48,7 +51,7 @@ type Event struct {
 	Input     string                 `json:"input,omitempty"`     // InputProvided
 	Reason    string                 `json:"reason,omitempty"`    // CancelRequested
 	Result    string                 `json:"result,omitempty"`    // RunCompleted
-	Failure   *Failure               `json:"failure,omitempty"`   // RunFailed, RunCancelled
+	Failure   *Failure               `json:"failure,omitempty"`   // StepFailed, RunFailed, RunCancelled
 }
 
 // RunCreated makes the event that creates a Run.

@@ -146,12 +146,12 @@ type Outcome struct {
 
 // Effect is one model step or tool call of the current step.
 type Effect struct {
-	ID         string         `json:"id"`
-	Kind       abi.EffectKind `json:"kind"`
-	Step       int            `json:"step"`
-	Index      int            `json:"index,omitempty"`
-	ToolCallID string         `json:"tool_call_id,omitempty"`
-	Tool       string         `json:"tool,omitempty"`
+	ID         string          `json:"id"`
+	Kind       abi.EffectKind  `json:"kind"`
+	Step       int             `json:"step"`
+	Index      int             `json:"index,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	Tool       string          `json:"tool,omitempty"`
 	Arguments  json.RawMessage `json:"arguments,omitempty"`
 	// RequestSeq is, for a model effect, the position in the event log of
 	// the ModelStepPlanned event that holds its request.

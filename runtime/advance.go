@@ -1,0 +1,334 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// advanceReq asks for one advance of a Run: apply pre (if any), then fold
+// every action that needs no outside answer into the same commit.
+type advanceReq struct {
+	tenant, session, runID string
+	// epoch is the session epoch to fence with; 0 means claim it.
+	epoch uint64
+	// pre is the event that prompted the advance: a settlement, an
+	// approval, an input, a timer. Its At is set when it is applied.
+	pre *loop.Event
+	// commandID derives the commit's command ID from the snapshot it
+	// applies to; nil means "advance/<run>@<seq>".
+	commandID func(loop.Run) string
+	// mayStart lets the advance start a pending Run: only the session
+	// driver, which knows the Run is the session's head, sets it.
+	mayStart bool
+	// release names the assignment key of the synchronous call this advance
+	// concludes; its tracking and busy count are released at the end.
+	release string
+}
+
+// sideEffects are what a commit obliges the runtime to do once it is
+// durable.
+type sideEffects struct {
+	dispatched []dispatchedEffect
+	cancels    []loop.Action
+	wakes      []loop.Action
+}
+
+type dispatchedEffect struct {
+	effect  loop.Effect
+	request json.RawMessage // the model request when it was built in this advance
+}
+
+// errAdvanceGaveUp means an advance met version conflicts too many times in a
+// row; something else is committing to the Run in a tight loop.
+var errAdvanceGaveUp = errors.New("runtime: too many version conflicts")
+
+// advance reloads a Run, applies req.pre, folds the internal actions
+// (start, plan, dispatch, finish) into one commit, and then performs what
+// the commit obliges: executor calls for the dispatched effects, cancels,
+// and Watcher wake-ups. It returns the authoritative snapshot after the
+// commit.
+//
+// An outcome the Loop refuses as stale or repeated is dropped and logged;
+// other refusals of pre (a bad approval, input the Run is not waiting for)
+// are returned to the caller with nothing written.
+func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, err error) {
+	rk := runKey(req.tenant, req.runID)
+	defer func() {
+		if req.release != "" {
+			rt.mu.Lock()
+			rt.busy[rk]--
+			if rt.busy[rk] <= 0 {
+				delete(rt.busy, rk)
+			}
+			rt.mu.Unlock()
+		}
+		if err == nil {
+			rt.afterAdvance(req, cur)
+		}
+	}()
+	tenant, ok := rt.opts.Tenants.Tenant(req.tenant)
+	if !ok {
+		return loop.Run{}, fmt.Errorf("runtime: unknown tenant %q", req.tenant)
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt >= 64 {
+			return loop.Run{}, fmt.Errorf("%w: run %s", errAdvanceGaveUp, req.runID)
+		}
+		run, err := rt.store.LoadRun(ctx, req.tenant, req.runID)
+		if err != nil {
+			return loop.Run{}, err
+		}
+		if req.session == "" {
+			req.session = run.Session
+		}
+		if run.Status.Terminal() {
+			if req.pre != nil {
+				rt.dropOutcome(req, fmt.Errorf("%w: run %s is %s", loop.ErrTerminal, run.ID, run.Status))
+			}
+			return run, nil
+		}
+		epoch := req.epoch
+		if epoch == 0 {
+			if epoch, err = rt.claim(ctx, req.tenant, req.session); err != nil {
+				if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired) {
+					rt.boundary(req.tenant, req.session, err)
+				}
+				return loop.Run{}, err
+			}
+		}
+		batch, next, fx, err := rt.plan(ctx, tenant, run, req, epoch)
+		if err != nil {
+			if errors.Is(err, loop.ErrStaleAttempt) || errors.Is(err, loop.ErrAlreadySettled) || errors.Is(err, loop.ErrTerminal) {
+				rt.dropOutcome(req, err)
+				return run, nil
+			}
+			return run, err
+		}
+		if len(batch) == 0 {
+			rt.perform(tenant, next, epoch, fx)
+			return next, nil
+		}
+		cmd := fmt.Sprintf("advance/%s@%d", run.ID, run.Seq)
+		if req.commandID != nil {
+			cmd = req.commandID(run)
+		}
+		if !rt.reserveDispatches(next, fx) {
+			return run, fmt.Errorf("runtime: advance of %s: %w", run.ID, ErrClosed)
+		}
+		cctx, cancel := rt.commitCtx()
+		res, err := rt.store.Commit(cctx, Commit{
+			Tenant: req.tenant, Session: req.session, RunID: req.runID, CommandID: cmd,
+			ExpectedSeq: run.Seq, Epoch: epoch, Events: batch, Run: next,
+		})
+		cancel()
+		if err != nil || res.Duplicate {
+			rt.unreserveDispatches(next, fx)
+		}
+		switch {
+		case errors.Is(err, ErrVersionConflict):
+			rt.stats.Conflicts.Add(1)
+			continue
+		case errors.Is(err, ErrFenced):
+			rt.boundary(req.tenant, req.session, err)
+			return loop.Run{}, err
+		case err != nil:
+			return loop.Run{}, fmt.Errorf("runtime: commit %s: %w", cmd, err)
+		case res.Duplicate:
+			// The command was applied before (a retry after a lost
+			// acknowledgement, or another settler of the same attempt).
+			// Its follow-ups are on record; decide again from there.
+			rt.stats.DuplicateCommits.Add(1)
+			if req.pre != nil && req.pre.Type == loop.EventEffectSettled {
+				rt.dropOutcome(req, fmt.Errorf("%w: command %s applied before", loop.ErrAlreadySettled, cmd))
+			}
+			req.pre, req.commandID = nil, nil
+			continue
+		}
+		rt.stats.Commits.Add(1)
+		rt.countTerminal(run, next)
+		rt.perform(tenant, next, epoch, fx)
+		return next, nil
+	}
+}
+
+// plan applies req.pre to run and folds the actions that need no outside
+// answer into a batch of events.
+func (rt *Runtime) plan(ctx context.Context, t *Tenant, run loop.Run, req advanceReq, epoch uint64) ([]loop.Event, loop.Run, sideEffects, error) {
+	var (
+		batch []loop.Event
+		fx    sideEffects
+		cur   = run
+		now   = rt.nowMS()
+	)
+	apply := func(ev loop.Event) error {
+		if ev.At == 0 {
+			ev.At = now
+		}
+		ev.Seq = cur.Seq + 1
+		next, err := loop.Apply(cur, ev)
+		if err != nil {
+			return err
+		}
+		batch, cur = append(batch, ev), next
+		return nil
+	}
+	if req.pre != nil {
+		if err := apply(*req.pre); err != nil && !errors.Is(err, loop.ErrNoChange) {
+			return nil, run, fx, err
+		}
+	}
+	requests := map[string]json.RawMessage{}
+	for guard := 0; guard < 1000; guard++ {
+		acts := loop.Decide(cur)
+		fx.cancels, fx.wakes = nil, nil
+		progressed := false
+	actions:
+		for _, a := range acts {
+			var err error
+			switch a.Type {
+			case loop.ActionStart:
+				if !req.mayStart {
+					continue
+				}
+				err = apply(loop.Event{Type: loop.EventRunStarted})
+				progressed = true
+			case loop.ActionPlanModelStep:
+				var raw json.RawMessage
+				raw, err = rt.build(ctx, t, cur)
+				if err != nil {
+					err = apply(loop.Event{Type: loop.EventStepFailed, Failure: failureOf(err)})
+				} else if err = apply(loop.Event{Type: loop.EventModelStepPlanned, Step: a.Step, Request: raw}); err == nil {
+					requests[loop.ModelEffectID(cur.ID, a.Step)] = raw
+				}
+				progressed = true
+			case loop.ActionDispatch:
+				if err = apply(loop.Event{Type: loop.EventEffectDispatched, EffectID: a.EffectID, Attempt: a.Attempt, Epoch: epoch}); err == nil {
+					fx.dispatched = append(fx.dispatched, dispatchedEffect{effect: *cur.Effect(a.EffectID), request: requests[a.EffectID]})
+				}
+				progressed = true
+				continue
+			case loop.ActionComplete:
+				err = apply(loop.Event{Type: loop.EventRunCompleted, Result: a.Result})
+				progressed = true
+			case loop.ActionFail:
+				err = apply(loop.Event{Type: loop.EventRunFailed, Failure: a.Failure})
+				progressed = true
+			case loop.ActionFinishCancelled:
+				err = apply(loop.Event{Type: loop.EventRunCancelled, Failure: a.Failure})
+				progressed = true
+			case loop.ActionCancelEffect:
+				fx.cancels = append(fx.cancels, a)
+				continue
+			case loop.ActionWakeAt:
+				fx.wakes = append(fx.wakes, a)
+				continue
+			default: // AwaitApproval, AwaitInput: a person moves the Run on.
+				continue
+			}
+			if err != nil {
+				return nil, run, fx, fmt.Errorf("runtime: run %s: the loop refused its own decision %s: %w", cur.ID, a.Type, err)
+			}
+			break actions // the decision set changed: decide again
+		}
+		if !progressed {
+			return batch, cur, fx, nil
+		}
+	}
+	return nil, run, fx, fmt.Errorf("runtime: run %s: decisions did not settle", run.ID)
+}
+
+// build calls the tenant's builder for the next model step of run.
+func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.RawMessage, error) {
+	if t.Builder == nil {
+		return nil, &PluginError{Class: abi.ClassExecutorUnavailable, Plugin: "builder", Export: abi.ExportBuild, Err: errors.New("the tenant has no builder configured")}
+	}
+	history, err := rt.history(ctx, run)
+	if err != nil {
+		return nil, &PluginError{Class: abi.ClassExecutorUnavailable, Plugin: "builder", Export: abi.ExportBuild, Err: fmt.Errorf("read session history: %w", err)}
+	}
+	in := abi.BuildInput{
+		ABI:        abi.Version,
+		Run:        abi.RunView{ID: run.ID, Tenant: run.Tenant, Session: run.Session, Step: run.Step + 1, Input: run.Input, Metadata: run.Metadata},
+		History:    history,
+		Transcript: run.Transcript,
+		Tools:      make([]abi.Tool, 0, len(t.Tools)),
+	}
+	for _, tl := range t.Tools {
+		in.Tools = append(in.Tools, tl.Descriptor)
+	}
+	cctx, cancel := context.WithTimeout(ctx, rt.opts.CallTimeout)
+	defer cancel()
+	out, err := t.Builder.Build(cctx, t.ID, in)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(out.Request)
+}
+
+// history returns the transcripts of the session's completed Runs before
+// run, oldest first, at most the tenant's HistoryRuns of them.
+func (rt *Runtime) history(ctx context.Context, run loop.Run) ([]abi.Message, error) {
+	t, _ := rt.opts.Tenants.Tenant(run.Tenant)
+	limit := DefaultHistoryRuns
+	if t != nil && t.HistoryRuns > 0 {
+		limit = t.HistoryRuns
+	}
+	runs, err := rt.store.SessionRuns(ctx, run.Tenant, run.Session, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	var earlier []loop.Run
+	for _, sr := range runs {
+		if sr.Run.ID == run.ID {
+			break
+		}
+		if sr.Run.Status == loop.StatusCompleted {
+			earlier = append(earlier, sr.Run)
+		}
+	}
+	if len(earlier) > limit {
+		earlier = earlier[len(earlier)-limit:]
+	}
+	msgs := []abi.Message{}
+	for _, r := range earlier {
+		msgs = append(msgs, r.Transcript...)
+	}
+	return msgs, nil
+}
+
+// failureOf classifies an error from a plugin call.
+func failureOf(err error) *loop.Failure {
+	var pe *PluginError
+	if errors.As(err, &pe) && pe.Class.Valid() {
+		return &loop.Failure{Class: pe.Class, Message: pe.Error(), Retriable: pe.Class.Retriable()}
+	}
+	return &loop.Failure{Class: abi.ClassExecutorUnavailable, Message: err.Error(), Retriable: true}
+}
+
+func (rt *Runtime) dropOutcome(req advanceReq, why error) {
+	rt.stats.DroppedOutcomes.Add(1)
+	key := req.release
+	if key == "" && req.pre != nil {
+		key = loop.AssignmentKey{Tenant: req.tenant, Session: req.session, EffectID: req.pre.EffectID, Attempt: req.pre.Attempt}.String()
+	}
+	rt.log.Info("outcome dropped", "assignment_key", key, "reason", why)
+}
+
+func (rt *Runtime) countTerminal(before, after loop.Run) {
+	if before.Status.Terminal() || !after.Status.Terminal() {
+		return
+	}
+	switch after.Status {
+	case loop.StatusCompleted:
+		rt.stats.RunsCompleted.Add(1)
+	case loop.StatusFailed:
+		rt.stats.RunsFailed.Add(1)
+	case loop.StatusCancelled:
+		rt.stats.RunsCancelled.Add(1)
+	}
+}

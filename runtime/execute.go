@@ -1,0 +1,231 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// Request submits a Run.
+type Request struct {
+	Tenant  string
+	Session string
+	// RunID is optional: a fresh one is made when empty.
+	RunID    string
+	Input    string
+	Metadata json.RawMessage
+	// IdempotencyKey, when set, makes the submission idempotent within the
+	// tenant: a second submission with the same key returns the first Run.
+	IdempotencyKey string
+}
+
+// ResultKind is how Execute came back.
+type ResultKind string
+
+// Execute's three results.
+const (
+	// ResultTerminal: the Run completed, failed or was cancelled.
+	ResultTerminal ResultKind = "terminal"
+	// ResultWaiting: a quiescent wait; the Run goes on by itself when what
+	// it waits for arrives (see Waiting).
+	ResultWaiting ResultKind = "waiting"
+	// ResultBoundary: this runtime stopped driving the Run's session (its
+	// ownership was lost, or the runtime is stopping); Err says why.
+	ResultBoundary ResultKind = "boundary"
+)
+
+// Result is what Execute returns.
+type Result struct {
+	Kind    ResultKind
+	Run     loop.Run
+	Waiting *Waiting
+	Err     error
+}
+
+// Waiting says what a quiescent Run waits for.
+type Waiting struct {
+	// Approvals lists the tool call IDs that wait for a person.
+	Approvals []string
+	// Input is set when the model asked the user a question.
+	Input *abi.AwaitInput
+	// Pending lists the effects an executor is still working on.
+	Pending []string
+	// WakeAtMS is the earliest timer of the Run (Unix ms), or 0.
+	WakeAtMS int64
+	// Queued is true while an earlier Run of the session is unfinished.
+	Queued bool
+}
+
+// WaitingFor describes what a non-terminal Run waits for, from its
+// snapshot alone.
+func WaitingFor(run loop.Run) *Waiting {
+	w := &Waiting{Queued: run.Status == loop.StatusPending && run.Verdict == nil}
+	for _, a := range loop.Decide(run) {
+		switch a.Type {
+		case loop.ActionAwaitApproval:
+			w.Approvals = append(w.Approvals, a.ToolCallIDs...)
+		case loop.ActionAwaitInput:
+			w.Input = &abi.AwaitInput{Prompt: a.Prompt}
+		case loop.ActionWakeAt:
+			if w.WakeAtMS == 0 || a.At < w.WakeAtMS {
+				w.WakeAtMS = a.At
+			}
+		}
+	}
+	for _, e := range run.Executing() {
+		w.Pending = append(w.Pending, e.ID)
+	}
+	return w
+}
+
+// Submit creates a Run and hands it to its session's driver; it does not
+// wait. The returned bool is true when IdempotencyKey matched an earlier
+// submission (the Run returned is that one).
+func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, error) {
+	t, ok := rt.opts.Tenants.Tenant(req.Tenant)
+	if !ok {
+		return loop.Run{}, false, fmt.Errorf("runtime: unknown tenant %q", req.Tenant)
+	}
+	if req.RunID == "" {
+		req.RunID = NewRunID(rt.clock.Now())
+	}
+	if err := checkIDs("tenant", req.Tenant, "session", req.Session, "run", req.RunID); err != nil {
+		return loop.Run{}, false, err
+	}
+	rt.mu.Lock()
+	stopped := rt.stopped
+	rt.mu.Unlock()
+	if stopped {
+		return loop.Run{}, false, fmt.Errorf("runtime: submit: %w", ErrClosed)
+	}
+	now := rt.nowMS()
+	ev := loop.RunCreated(t.spec(req.Session, req.RunID, req.Input, req.Metadata, now), now)
+	ev.Seq = 1
+	run, err := loop.Apply(loop.Run{}, ev)
+	if err != nil {
+		return loop.Run{}, false, err
+	}
+	res, err := rt.store.CreateRun(ctx, CreateRun{Run: run, Event: ev, CommandID: req.IdempotencyKey})
+	if err != nil {
+		return loop.Run{}, false, err
+	}
+	rt.kick(req.Tenant, req.Session)
+	return res.Run, res.Duplicate, nil
+}
+
+// Execute submits a Run and drives it until it is terminal, in a quiescent
+// wait, or at an ownership boundary, and says which. Cancelling ctx stops
+// the waiting, not the Run: accepted effects are still settled, and the Run
+// goes on in the background.
+func (rt *Runtime) Execute(ctx context.Context, req Request) (Result, error) {
+	if req.RunID == "" {
+		req.RunID = NewRunID(rt.clock.Now())
+	}
+	w := rt.addWaiter(req.Tenant, req.Session, req.RunID)
+	run, _, err := rt.Submit(ctx, req)
+	if err != nil {
+		rt.removeWaiter(req.Tenant, req.RunID, w)
+		return Result{}, err
+	}
+	if run.ID != req.RunID { // an idempotent resubmission answered with the first Run
+		rt.removeWaiter(req.Tenant, req.RunID, w)
+		return rt.Wait(ctx, req.Tenant, run.ID)
+	}
+	return rt.await(ctx, req.Tenant, run.ID, w)
+}
+
+// Wait waits until the Run is terminal, quiescent, or at a boundary.
+func (rt *Runtime) Wait(ctx context.Context, tenant, runID string) (Result, error) {
+	run, err := rt.store.LoadRun(ctx, tenant, runID)
+	if err != nil {
+		return Result{}, err
+	}
+	w := rt.addWaiter(tenant, run.Session, runID)
+	if run, err = rt.store.LoadRun(ctx, tenant, runID); err != nil {
+		rt.removeWaiter(tenant, runID, w)
+		return Result{}, err
+	}
+	if run.Status.Terminal() {
+		rt.removeWaiter(tenant, runID, w)
+		return Result{Kind: ResultTerminal, Run: run}, nil
+	}
+	// A driver pass always ends with a notification, so kicking the session
+	// guarantees one even if the Run is quiescent already.
+	rt.kick(tenant, run.Session)
+	return rt.await(ctx, tenant, runID, w)
+}
+
+func (rt *Runtime) await(ctx context.Context, tenant, runID string, w chan Result) (Result, error) {
+	select {
+	case r := <-w:
+		return r, nil
+	case <-ctx.Done():
+		rt.removeWaiter(tenant, runID, w)
+		return Result{}, ctx.Err()
+	}
+}
+
+// Cancel asks for a Run to be cancelled. The effects in flight receive
+// cancel; the Run ends cancelled when none is left.
+func (rt *Runtime) Cancel(ctx context.Context, tenant, runID, reason string) (loop.Run, error) {
+	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventCancelRequested, Reason: reason}, "cancel")
+}
+
+// Approve records approvals and denials of gated tool calls, addressed by
+// tool call ID.
+func (rt *Runtime) Approve(ctx context.Context, tenant, runID string, approvals []abi.ApprovalDecision) (loop.Run, error) {
+	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventApprovalRecorded, Approvals: approvals}, "approve")
+}
+
+// ProvideInput answers a Run that waits for the user's input.
+func (rt *Runtime) ProvideInput(ctx context.Context, tenant, runID, text string) (loop.Run, error) {
+	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventInputProvided, Input: text}, "input")
+}
+
+// input applies an event from outside (a person, an API client) to a Run.
+// The Loop's refusals (ErrNotAwaiting, ErrUnknownToolCall, ErrTerminal …)
+// come back unchanged and nothing is written.
+func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Event, what string) (loop.Run, error) {
+	if err := checkIDs("tenant", tenant, "run", runID); err != nil {
+		return loop.Run{}, err
+	}
+	if _, ok := rt.opts.Tenants.Tenant(tenant); !ok {
+		return loop.Run{}, fmt.Errorf("runtime: unknown tenant %q", tenant)
+	}
+	run, err := rt.store.LoadRun(ctx, tenant, runID)
+	if err != nil {
+		return loop.Run{}, err
+	}
+	if run.Status.Terminal() {
+		return run, fmt.Errorf("%w: run %s is %s; %s refused", loop.ErrTerminal, runID, run.Status, what)
+	}
+	cur, err := rt.advanceInput(ctx, run, ev, what)
+	if err != nil {
+		return cur, err
+	}
+	rt.kick(tenant, run.Session)
+	return cur, nil
+}
+
+func (rt *Runtime) advanceInput(ctx context.Context, run loop.Run, ev loop.Event, what string) (loop.Run, error) {
+	// Refusals are checked on the loaded snapshot first so that a bad
+	// request gets the Loop's error rather than a silent drop.
+	probe := ev
+	probe.At = rt.nowMS()
+	if _, err := loop.Apply(run, probe); err != nil && !errors.Is(err, loop.ErrNoChange) {
+		return run, err
+	}
+	return rt.advance(ctx, advanceReq{
+		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev,
+		commandID: func(r loop.Run) string { return fmt.Sprintf("%s/%s@%d", what, r.ID, r.Seq) },
+	})
+}
+
+// LoadRun returns a Run's snapshot.
+func (rt *Runtime) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
+	return rt.store.LoadRun(ctx, tenant, runID)
+}

@@ -1,0 +1,427 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agenthost/agenthost/loop"
+)
+
+// Options configure a Runtime. Store, Tenants and Clock are required.
+type Options struct {
+	Store   Store
+	Tenants Tenants
+	Clock   Clock
+	Logger  *slog.Logger
+	// NodeID names this incarnation; a fresh random one when empty. It must
+	// never be reused across processes.
+	NodeID string
+	// LeaseTTL is how long the node's lease lasts between renewals
+	// (default 15s); it is renewed every LeaseTTL/3 with one write.
+	LeaseTTL time.Duration
+	// CallTimeout bounds one executor or builder call made by the runtime
+	// (default 2m). The plugin host enforces its own, shorter, call limit.
+	CallTimeout time.Duration
+	// CommitTimeout bounds one settlement commit, which runs detached from
+	// the caller's context (default 30s).
+	CommitTimeout time.Duration
+	// PollMin and PollMax bound the Watcher's poll backoff (defaults 200ms
+	// and 30s).
+	PollMin, PollMax time.Duration
+	// MaxConcurrentCalls bounds the goroutines that carry out due Watcher
+	// items (default 64).
+	MaxConcurrentCalls int
+}
+
+// Runtime drives Runs: it composes the Loop, the executors and session
+// ownership into one execution service. It never holds Run state between
+// steps: every advance reloads the authoritative snapshot from the Store,
+// decides, and commits.
+//
+// Runtime is safe for concurrent use.
+type Runtime struct {
+	opts    Options
+	store   Store
+	clock   Clock
+	log     *slog.Logger
+	nodeID  string
+	watcher *Watcher
+
+	life     context.Context
+	stopLife context.CancelFunc
+	wg       sync.WaitGroup
+	slots    chan struct{} // bounds watcher-fired work
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	expired  bool
+	sessions map[string]*sessionState // by tenant/session
+	tracked  map[string]*tracking     // by assignment key
+	waiters  map[string][]waiter      // by tenant/run
+	busy     map[string]int           // synchronous calls in flight, by tenant/run
+	renew    Timer
+
+	stats Stats
+}
+
+type sessionState struct {
+	tenant, session string
+	epoch           uint64
+	claimed         bool
+	driving         bool
+	dirty           bool
+}
+
+// tracking records what this process is doing about one effect attempt,
+// so that nothing is called twice and nothing executing is forgotten.
+type tracking struct {
+	calling    bool // a start, poll or attach call is running
+	polling    bool // registered with the Watcher
+	cancelling bool // a cancel call is running or done
+}
+
+// Stats are counters tests and metrics read. All fields are atomic.
+type Stats struct {
+	Commits           atomic.Int64 // commits that wrote
+	DuplicateCommits  atomic.Int64 // commits answered from a command ID
+	Conflicts         atomic.Int64 // version conflicts retried
+	DroppedOutcomes   atomic.Int64 // stale or repeated outcomes dropped
+	Boundaries        atomic.Int64 // sessions given up on lost ownership
+	ExecutorCalls     atomic.Int64
+	EffectsSettled    atomic.Int64
+	RunsCompleted     atomic.Int64
+	RunsFailed        atomic.Int64
+	RunsCancelled     atomic.Int64
+	UnavailableErrors atomic.Int64
+}
+
+// New returns a Runtime; call Start before using it.
+func New(opts Options) (*Runtime, error) {
+	if opts.Store == nil || opts.Tenants == nil || opts.Clock == nil {
+		return nil, errors.New("runtime: Options need Store, Tenants and Clock")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.NodeID == "" {
+		opts.NodeID = "node-" + randomID(10)
+	}
+	setDefault(&opts.LeaseTTL, 15*time.Second)
+	setDefault(&opts.CallTimeout, 2*time.Minute)
+	setDefault(&opts.CommitTimeout, 30*time.Second)
+	setDefault(&opts.PollMin, 200*time.Millisecond)
+	setDefault(&opts.PollMax, 30*time.Second)
+	if opts.MaxConcurrentCalls <= 0 {
+		opts.MaxConcurrentCalls = 64
+	}
+	rt := &Runtime{
+		opts:     opts,
+		store:    opts.Store,
+		clock:    opts.Clock,
+		log:      opts.Logger.With("node", opts.NodeID),
+		nodeID:   opts.NodeID,
+		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
+		sessions: map[string]*sessionState{},
+		tracked:  map[string]*tracking{},
+		waiters:  map[string][]waiter{},
+		busy:     map[string]int{},
+	}
+	rt.life, rt.stopLife = context.WithCancel(context.Background())
+	rt.watcher = NewWatcher(opts.Clock, rt.onWatcherFire)
+	return rt, nil
+}
+
+func setDefault(d *time.Duration, v time.Duration) {
+	if *d <= 0 {
+		*d = v
+	}
+}
+
+// NodeID returns this incarnation's ID.
+func (rt *Runtime) NodeID() string { return rt.nodeID }
+
+// Stats returns the runtime's counters.
+func (rt *Runtime) Stats() *Stats { return &rt.stats }
+
+// Watcher returns the runtime's scheduler (for its queue depth).
+func (rt *Runtime) Watcher() *Watcher { return rt.watcher }
+
+// Start registers the node incarnation and arms its lease renewal.
+func (rt *Runtime) Start(ctx context.Context) error {
+	rt.mu.Lock()
+	if rt.started {
+		rt.mu.Unlock()
+		return errors.New("runtime: already started")
+	}
+	rt.started = true
+	rt.mu.Unlock()
+	if err := rt.store.RegisterNode(ctx, rt.nodeID, rt.nowMS()+rt.opts.LeaseTTL.Milliseconds()); err != nil {
+		return fmt.Errorf("runtime: register node %s: %w", rt.nodeID, err)
+	}
+	rt.armRenewal()
+	rt.log.Info("runtime started", "lease_ttl", rt.opts.LeaseTTL)
+	return nil
+}
+
+func (rt *Runtime) armRenewal() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.stopped || rt.expired {
+		return
+	}
+	rt.renew = rt.clock.AfterFunc(rt.opts.LeaseTTL/3, rt.renewLease)
+}
+
+func (rt *Runtime) renewLease() {
+	ctx, cancel := context.WithTimeout(rt.life, rt.opts.LeaseTTL/3)
+	defer cancel()
+	err := rt.store.RenewNode(ctx, rt.nodeID, rt.nowMS()+rt.opts.LeaseTTL.Milliseconds())
+	switch {
+	case errors.Is(err, ErrNodeExpired):
+		rt.log.Error("node lease expired: this runtime gives up every session", "err", err)
+		rt.mu.Lock()
+		rt.expired = true
+		sessions := rt.sessions
+		rt.sessions = map[string]*sessionState{}
+		rt.mu.Unlock()
+		for _, s := range sessions {
+			rt.boundary(s.tenant, s.session, err)
+		}
+		return
+	case err != nil && rt.life.Err() == nil:
+		rt.log.Warn("node lease renewal failed; retrying", "err", err)
+	}
+	rt.armRenewal()
+}
+
+// Stop stops intake and the Watcher, waits for the work in progress
+// (commits and calls) until ctx ends, then cancels what is left and
+// releases the sessions this node owns. Effects still executing are left
+// on record for recovery. Stop is safe to call more than once.
+func (rt *Runtime) Stop(ctx context.Context) error {
+	rt.mu.Lock()
+	if rt.stopped {
+		rt.mu.Unlock()
+		return nil
+	}
+	rt.stopped = true
+	if rt.renew != nil {
+		rt.renew.Stop()
+	}
+	rt.mu.Unlock()
+	rt.watcher.Stop()
+	done := make(chan struct{})
+	go func() { rt.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		rt.stopLife()
+		<-done
+	}
+	rt.stopLife()
+	rt.mu.Lock()
+	sessions := rt.sessions
+	rt.sessions = map[string]*sessionState{}
+	waiters := rt.waiters
+	rt.waiters = map[string][]waiter{}
+	rt.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range sessions {
+		if s.claimed {
+			if err := rt.store.ReleaseSession(rctx, s.tenant, s.session, rt.nodeID); err != nil {
+				rt.log.Warn("release session", "tenant", s.tenant, "session", s.session, "err", err)
+			}
+		}
+	}
+	for _, ws := range waiters {
+		for _, w := range ws {
+			select {
+			case w.ch <- Result{Kind: ResultBoundary, Err: ErrClosed}:
+			default:
+			}
+		}
+	}
+	rt.log.Info("runtime stopped")
+	return nil
+}
+
+func (rt *Runtime) nowMS() int64 { return UnixMS(rt.clock.Now()) }
+
+// go runs f as tracked runtime work, unless the runtime is stopping.
+func (rt *Runtime) goTracked(f func()) bool {
+	rt.mu.Lock()
+	if rt.stopped {
+		rt.mu.Unlock()
+		return false
+	}
+	rt.wg.Add(1)
+	rt.mu.Unlock()
+	go func() {
+		defer rt.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// commitCtx is the detached context of a commit: it outlives the caller
+// (and a cancelled Execute) but is bounded by CommitTimeout.
+func (rt *Runtime) commitCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(rt.life), rt.opts.CommitTimeout)
+}
+
+// callCtx is the context of one executor or builder call: bounded by
+// CallTimeout and by the runtime's lifetime.
+func (rt *Runtime) callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(rt.life, rt.opts.CallTimeout)
+}
+
+func sessionKey(tenant, session string) string { return tenant + "/" + session }
+func runKey(tenant, run string) string         { return tenant + "/" + run }
+
+// claim returns the epoch this node holds for a session, claiming it the
+// first time.
+func (rt *Runtime) claim(ctx context.Context, tenant, session string) (uint64, error) {
+	rt.mu.Lock()
+	s := rt.sessionLocked(tenant, session)
+	if s.claimed {
+		e := s.epoch
+		rt.mu.Unlock()
+		return e, nil
+	}
+	expired := rt.expired
+	rt.mu.Unlock()
+	if expired {
+		return 0, ErrNodeExpired
+	}
+	epoch, err := rt.store.ClaimSession(ctx, tenant, session, rt.nodeID, rt.nowMS())
+	if err != nil {
+		return 0, err
+	}
+	rt.mu.Lock()
+	s = rt.sessionLocked(tenant, session)
+	s.epoch, s.claimed = epoch, true
+	rt.mu.Unlock()
+	rt.log.Debug("session claimed", "tenant", tenant, "session", session, "epoch", epoch)
+	return epoch, nil
+}
+
+func (rt *Runtime) sessionLocked(tenant, session string) *sessionState {
+	k := sessionKey(tenant, session)
+	s, ok := rt.sessions[k]
+	if !ok {
+		s = &sessionState{tenant: tenant, session: session}
+		rt.sessions[k] = s
+	}
+	return s
+}
+
+// boundary gives a session up: this node no longer owns it. Waiters of its
+// Runs get a boundary result.
+func (rt *Runtime) boundary(tenant, session string, cause error) {
+	rt.stats.Boundaries.Add(1)
+	rt.mu.Lock()
+	delete(rt.sessions, sessionKey(tenant, session))
+	rt.mu.Unlock()
+	rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
+	rt.notifySession(tenant, session, Result{Kind: ResultBoundary, Err: cause})
+}
+
+// kick makes sure the session is being driven: it starts a driver
+// goroutine, or tells the running one to look again.
+func (rt *Runtime) kick(tenant, session string) {
+	rt.mu.Lock()
+	if rt.stopped {
+		rt.mu.Unlock()
+		return
+	}
+	s := rt.sessionLocked(tenant, session)
+	if s.driving {
+		s.dirty = true
+		rt.mu.Unlock()
+		return
+	}
+	s.driving = true
+	rt.wg.Add(1)
+	rt.mu.Unlock()
+	go func() {
+		defer rt.wg.Done()
+		for {
+			rt.driveSession(tenant, session)
+			rt.mu.Lock()
+			if !s.dirty || rt.stopped {
+				s.driving = false
+				rt.mu.Unlock()
+				return
+			}
+			s.dirty = false
+			rt.mu.Unlock()
+		}
+	}()
+}
+
+// driveSession advances the head Run of a session until it is terminal (then
+// the next one starts) or quiescent.
+func (rt *Runtime) driveSession(tenant, session string) {
+	ctx := rt.life
+	for i := 0; ctx.Err() == nil; i++ {
+		epoch, err := rt.claim(ctx, tenant, session)
+		if err != nil {
+			if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired) {
+				rt.boundary(tenant, session, err)
+			} else if ctx.Err() == nil {
+				rt.log.Error("claim session", "tenant", tenant, "session", session, "err", err)
+			}
+			return
+		}
+		runs, err := rt.store.ActiveRuns(ctx, tenant, session)
+		if err != nil {
+			if ctx.Err() == nil {
+				rt.log.Error("list active runs", "tenant", tenant, "session", session, "err", err)
+			}
+			return
+		}
+		if len(runs) == 0 {
+			return
+		}
+		for _, queued := range runs[1:] {
+			rt.notifyRun(tenant, queued.ID, Result{Kind: ResultWaiting, Run: queued, Waiting: &Waiting{Queued: true}})
+		}
+		head, err := rt.advance(ctx, advanceReq{tenant: tenant, session: session, runID: runs[0].ID, epoch: epoch, mayStart: true})
+		if err != nil || !head.Status.Terminal() {
+			return
+		}
+	}
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+// NewRunID returns a fresh Run ID: time-ordered, random, within the ID
+// grammar.
+func NewRunID(now time.Time) string {
+	return "run_" + strconv.FormatInt(now.UnixMilli(), 36) + randomID(8)
+}
+
+// checkIDs validates the IDs of a request.
+func checkIDs(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := loop.CheckID(pairs[i], pairs[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
