@@ -1,0 +1,253 @@
+package badgerstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// nodeRecord is a node incarnation's lease.
+type nodeRecord struct {
+	ExpiresMS int64 `json:"expires_ms"`
+	// Generation is the open generation the node registered under. A node
+	// of an earlier generation is dead: its process no longer holds the
+	// directory lock.
+	Generation uint64 `json:"generation"`
+}
+
+// ownerRecord is who owns a session, and its fencing epoch.
+type ownerRecord struct {
+	Owner string `json:"owner,omitempty"`
+	Epoch uint64 `json:"epoch"`
+}
+
+func readJSON(txn *badger.Txn, k key, v any) (bool, error) {
+	item, err := txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, item.Value(func(b []byte) error { return json.Unmarshal(b, v) })
+}
+
+func writeJSON(txn *badger.Txn, k key, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return txn.Set(k, b)
+}
+
+func readEpoch(txn *badger.Txn, tenant, session string) (uint64, error) {
+	var o ownerRecord
+	_, err := readJSON(txn, ownerKey(tenant, session), &o)
+	return o.Epoch, err
+}
+
+// alive reports whether node is a live incarnation at nowMS.
+func (s *Store) alive(txn *badger.Txn, node string, nowMS int64) (bool, error) {
+	var n nodeRecord
+	found, err := readJSON(txn, nodeKey(node), &n)
+	if err != nil || !found {
+		return false, err
+	}
+	return n.Generation == s.generation && nowMS < n.ExpiresMS, nil
+}
+
+// RegisterNode implements runtime.Ownership: one write. Registering an ID
+// again while it lives extends its lease; an ID whose incarnation is dead
+// gives ErrNodeExpired.
+func (s *Store) RegisterNode(ctx context.Context, nodeID string, expiresMS int64) error {
+	return s.putNode(ctx, "register", nodeID, expiresMS, false)
+}
+
+// RenewNode implements runtime.Ownership: one write.
+func (s *Store) RenewNode(ctx context.Context, nodeID string, expiresMS int64) error {
+	return s.putNode(ctx, "renew", nodeID, expiresMS, true)
+}
+
+func (s *Store) putNode(ctx context.Context, verb, nodeID string, expiresMS int64, mustExist bool) error {
+	if err := runtime.CheckName("node id", nodeID); err != nil {
+		return fmt.Errorf("badgerstore: %s node: %w", verb, err)
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	now := runtime.UnixMS(s.opts.Clock.Now())
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		var n nodeRecord
+		found, err := readJSON(txn, nodeKey(nodeID), &n)
+		if err != nil {
+			return err
+		}
+		live := found && n.Generation == s.generation && now < n.ExpiresMS
+		if (found || mustExist) && !live {
+			return fmt.Errorf("badgerstore: %s node %s: %w; stop driving its sessions and register a fresh node id", verb, nodeID, runtime.ErrNodeExpired)
+		}
+		if found && expiresMS < n.ExpiresMS {
+			expiresMS = n.ExpiresMS // a lease never shrinks
+		}
+		return writeJSON(txn, nodeKey(nodeID), nodeRecord{ExpiresMS: expiresMS, Generation: s.generation})
+	})
+	if err != nil {
+		return wrapErr(verb+" node "+nodeID, err)
+	}
+	return nil
+}
+
+// ClaimSession implements runtime.Ownership.
+func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string, nowMS int64) (uint64, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return 0, fmt.Errorf("badgerstore: claim session: %w", err)
+	}
+	if err := runtime.CheckName("node id", nodeID); err != nil {
+		return 0, fmt.Errorf("badgerstore: claim session: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	var epoch uint64
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		self, err := s.alive(txn, nodeID, nowMS)
+		if err != nil {
+			return err
+		}
+		if !self {
+			return fmt.Errorf("badgerstore: claim session %s/%s by %s: %w", tenant, session, nodeID, runtime.ErrNodeExpired)
+		}
+		var o ownerRecord
+		if _, err := readJSON(txn, ownerKey(tenant, session), &o); err != nil {
+			return err
+		}
+		if o.Owner == nodeID {
+			epoch = o.Epoch
+			return nil
+		}
+		if o.Owner != "" {
+			live, err := s.alive(txn, o.Owner, nowMS)
+			if err != nil {
+				return err
+			}
+			if live {
+				return fmt.Errorf("badgerstore: claim session %s/%s by %s: %w (owner %s)", tenant, session, nodeID, runtime.ErrSessionOwned, o.Owner)
+			}
+		}
+		epoch = o.Epoch + 1
+		return writeJSON(txn, ownerKey(tenant, session), ownerRecord{Owner: nodeID, Epoch: epoch})
+	})
+	if err != nil {
+		return 0, wrapErr("claim session "+tenant+"/"+session, err)
+	}
+	return epoch, nil
+}
+
+// ReleaseSession implements runtime.Ownership.
+func (s *Store) ReleaseSession(ctx context.Context, tenant, session, nodeID string) error {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return fmt.Errorf("badgerstore: release session: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		var o ownerRecord
+		if _, err := readJSON(txn, ownerKey(tenant, session), &o); err != nil {
+			return err
+		}
+		if o.Owner != nodeID {
+			return nil
+		}
+		return writeJSON(txn, ownerKey(tenant, session), ownerRecord{Epoch: o.Epoch})
+	})
+	if err != nil {
+		return wrapErr("release session "+tenant+"/"+session, err)
+	}
+	return nil
+}
+
+// OrphanedSessions implements runtime.Ownership. It is cross-tenant: it
+// reads the sessions that hold a non-terminal Run (tLive), and the owner of
+// each, never a Run.
+func (s *Store) OrphanedSessions(ctx context.Context, nowMS int64) ([]runtime.SessionOwner, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []runtime.SessionOwner
+	err := s.db.View(func(txn *badger.Txn) error {
+		out = nil
+		liveNodes := map[string]bool{}
+		prefix := newKey(tLive)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.ValidForPrefix(prefix); it.Next() {
+			kr := readKey(it.Item().Key(), tLive)
+			tenant, session := kr.str(), kr.str()
+			if kr.err != nil {
+				return kr.err
+			}
+			var o ownerRecord
+			if _, err := readJSON(txn, ownerKey(tenant, session), &o); err != nil {
+				return err
+			}
+			if o.Owner != "" {
+				live, seen := liveNodes[o.Owner]
+				if !seen {
+					var err error
+					if live, err = s.alive(txn, o.Owner, nowMS); err != nil {
+						return err
+					}
+					liveNodes[o.Owner] = live
+				}
+				if live {
+					continue
+				}
+			}
+			out = append(out, runtime.SessionOwner{Tenant: tenant, Session: session, Owner: o.Owner, Epoch: o.Epoch})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("orphaned sessions", err)
+	}
+	return out, nil
+}
+
+// ExecutingEffects implements runtime.Ownership, from the executing index.
+func (s *Store) ExecutingEffects(ctx context.Context, tenant, session string) ([]runtime.EffectRecord, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return nil, fmt.Errorf("badgerstore: executing effects: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []runtime.EffectRecord
+	err := s.db.View(func(txn *badger.Txn) error {
+		prefix := executingPrefix(tenant, session)
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.ValidForPrefix(prefix); it.Next() {
+			var e runtime.EffectRecord
+			if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &e) }); err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("executing effects of "+tenant+"/"+session, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,592 @@
+package badgerstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// runHeader is the part of a run record the indexes are derived from, so
+// that a Commit updates them without decoding the previous snapshot.
+type runHeader struct {
+	Ordinal   int64                  `json:"ordinal"`
+	Session   string                 `json:"session"`
+	Status    loop.Status            `json:"status"`
+	Seq       int64                  `json:"seq"`
+	UpdatedAt int64                  `json:"updated_at"`
+	CreateCmd string                 `json:"create_cmd,omitempty"`
+	Executing []runtime.EffectRecord `json:"executing,omitempty"`
+}
+
+func headerOf(r loop.Run, ordinal int64, createCmd string) runHeader {
+	return runHeader{Ordinal: ordinal, Session: r.Session, Status: r.Status, Seq: r.Seq, UpdatedAt: r.UpdatedAt,
+		CreateCmd: createCmd, Executing: runtime.ExecutingRecords(r)}
+}
+
+// encodeRecord frames a run record: uvarint(len(header)), the header JSON,
+// then the snapshot JSON.
+func encodeRecord(h runHeader, r loop.Run) ([]byte, error) {
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	rb, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	out := binary.AppendUvarint(make([]byte, 0, len(hb)+len(rb)+binary.MaxVarintLen64), uint64(len(hb)))
+	out = append(out, hb...)
+	return append(out, rb...), nil
+}
+
+func splitRecord(b []byte) (header, snapshot []byte, err error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || uint64(len(b)-w) < n {
+		return nil, nil, errors.New("badgerstore: malformed run record")
+	}
+	return b[w : w+int(n)], b[w+int(n):], nil
+}
+
+func decodeHeader(b []byte) (runHeader, error) {
+	hb, _, err := splitRecord(b)
+	if err != nil {
+		return runHeader{}, err
+	}
+	var h runHeader
+	if err := json.Unmarshal(hb, &h); err != nil {
+		return runHeader{}, fmt.Errorf("badgerstore: run record header: %w", err)
+	}
+	return h, nil
+}
+
+func decodeRecord(b []byte) (runHeader, loop.Run, error) {
+	h, err := decodeHeader(b)
+	if err != nil {
+		return h, loop.Run{}, err
+	}
+	_, rb, _ := splitRecord(b)
+	var r loop.Run
+	if err := json.Unmarshal(rb, &r); err != nil {
+		return h, r, fmt.Errorf("badgerstore: run snapshot: %w", err)
+	}
+	return h, r, nil
+}
+
+// getRecord reads the raw record of a run; ok is false when there is none.
+func getRecord(txn *badger.Txn, tenant, runID string) (b []byte, ok bool, err error) {
+	item, err := txn.Get(runKey(tenant, runID))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	b, err = item.ValueCopy(nil)
+	return b, err == nil, err
+}
+
+func getU64(txn *badger.Txn, k key) (uint64, error) {
+	item, err := txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var v uint64
+	err = item.Value(func(b []byte) error {
+		var err error
+		v, err = readBE64(b)
+		return err
+	})
+	return v, err
+}
+
+// addLive adds delta to a session's count of non-terminal Runs, deleting
+// the key at zero, so that OrphanedSessions reads only sessions with work.
+func addLive(txn *badger.Txn, tenant, session string, delta int64) error {
+	k := liveKey(tenant, session)
+	n, err := getU64(txn, k)
+	if err != nil {
+		return err
+	}
+	next := int64(n) + delta
+	if next <= 0 {
+		return txn.Delete(k)
+	}
+	return txn.Set(k, be64(uint64(next)))
+}
+
+// writeIndexes moves a Run's index entries from what old says to what now
+// says, in the caller's transaction. old is nil for a new Run.
+func writeIndexes(txn *badger.Txn, tenant, runID string, old *runHeader, now runHeader) error {
+	ord := uint64(now.Ordinal)
+	if old == nil || old.Status != now.Status {
+		if old != nil {
+			if err := txn.Delete(statusPrefix(tenant, string(old.Status)).raw(runID)); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(statusPrefix(tenant, string(now.Status)).raw(runID), nil); err != nil {
+			return err
+		}
+	}
+	wasLive := old == nil || !old.Status.Terminal()
+	switch {
+	case old == nil && !now.Status.Terminal():
+		if err := txn.Set(activePrefix(tenant, now.Session).u64(ord), []byte(runID)); err != nil {
+			return err
+		}
+		if err := addLive(txn, tenant, now.Session, 1); err != nil {
+			return err
+		}
+	case wasLive && now.Status.Terminal():
+		if old != nil {
+			if err := txn.Delete(activePrefix(tenant, now.Session).u64(ord)); err != nil {
+				return err
+			}
+			if err := addLive(txn, tenant, now.Session, -1); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(terminalKey(now.UpdatedAt, tenant, runID), nil); err != nil {
+			return err
+		}
+	}
+	prev := map[string]runtime.EffectRecord{}
+	if old != nil {
+		for _, e := range old.Executing {
+			prev[e.EffectID] = e
+		}
+	}
+	for _, e := range now.Executing {
+		p, had := prev[e.EffectID]
+		delete(prev, e.EffectID)
+		if had && p == e {
+			continue
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if err := txn.Set(executingPrefix(tenant, now.Session).u64(ord).str(e.EffectID), b); err != nil {
+			return err
+		}
+	}
+	for id := range prev {
+		if err := txn.Delete(executingPrefix(tenant, now.Session).u64(ord).str(id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreateRun implements runtime.Store.
+func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
+	if err := c.Check(); err != nil {
+		return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run: %w", err)
+	}
+	ev := c.Event
+	ev.Seq = 1
+	evb, err := json.Marshal(ev)
+	if err != nil {
+		return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: encode event: %w", c.Run.ID, err)
+	}
+	if err := s.enter(); err != nil {
+		return runtime.CreateResult{}, err
+	}
+	defer s.leave()
+	t, id, session := c.Run.Tenant, c.Run.ID, c.Run.Session
+	var res runtime.CreateResult
+	err = s.update(ctx, func(txn *badger.Txn) error {
+		res = runtime.CreateResult{}
+		if c.CommandID != "" {
+			item, err := txn.Get(createCmdKey(t, c.CommandID))
+			switch {
+			case err == nil:
+				first, err := item.ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				b, ok, err := getRecord(txn, t, string(first))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("badgerstore: command %q names run %s/%s, which has no record: the store is inconsistent", c.CommandID, t, first)
+				}
+				h, r, err := decodeRecord(b)
+				if err != nil {
+					return err
+				}
+				res = runtime.CreateResult{Run: r, Ordinal: h.Ordinal, Duplicate: true}
+				return nil
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return err
+			}
+		}
+		if _, exists, err := getRecord(txn, t, id); err != nil {
+			return err
+		} else if exists {
+			return fmt.Errorf("badgerstore: create run %s/%s: %w", t, id, runtime.ErrRunExists)
+		}
+		last, err := getU64(txn, ordinalKey(t, session))
+		if err != nil {
+			return err
+		}
+		ord := int64(last) + 1
+		h := headerOf(c.Run, ord, c.CommandID)
+		rec, err := encodeRecord(h, c.Run)
+		if err != nil {
+			return err
+		}
+		sets := []struct {
+			k key
+			v []byte
+		}{
+			{ordinalKey(t, session), be64(uint64(ord))},
+			{runKey(t, id), rec},
+			{eventKey(t, id, 1), evb},
+			{orderPrefix(t, session).u64(uint64(ord)), []byte(id)},
+		}
+		if c.CommandID != "" {
+			sets = append(sets, struct {
+				k key
+				v []byte
+			}{createCmdKey(t, c.CommandID), []byte(id)})
+		}
+		for _, kv := range sets {
+			if err := txn.Set(kv.k, kv.v); err != nil {
+				return err
+			}
+		}
+		if err := writeIndexes(txn, t, id, nil, h); err != nil {
+			return err
+		}
+		res = runtime.CreateResult{Run: c.Run, Ordinal: ord}
+		return nil
+	})
+	if err != nil {
+		return runtime.CreateResult{}, wrapErr("create run "+t+"/"+id, err)
+	}
+	if !res.Duplicate {
+		// Hand back a copy that went through the same encoding as the
+		// stored one, and shares nothing with the caller's argument.
+		rb, _ := json.Marshal(res.Run)
+		var r loop.Run
+		if err := json.Unmarshal(rb, &r); err != nil {
+			return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: %w", id, err)
+		}
+		res.Run = r
+	}
+	return res, nil
+}
+
+// wrapErr gives an error from inside a transaction its context, unless it
+// already starts with the package name.
+func wrapErr(what string, err error) error {
+	if strings.HasPrefix(err.Error(), "badgerstore:") {
+		return err
+	}
+	return fmt.Errorf("badgerstore: %s: %w", what, err)
+}
+
+// LoadRun implements runtime.Store.
+func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
+	if err := checkIDs("tenant", tenant, "run", runID); err != nil {
+		return loop.Run{}, fmt.Errorf("badgerstore: load run: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return loop.Run{}, err
+	}
+	defer s.leave()
+	var r loop.Run
+	err := s.db.View(func(txn *badger.Txn) error {
+		b, ok, err := getRecord(txn, tenant, runID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("badgerstore: load run %s/%s: %w", tenant, runID, runtime.ErrRunNotFound)
+		}
+		_, r, err = decodeRecord(b)
+		return err
+	})
+	if err != nil {
+		return loop.Run{}, wrapErr("load run "+tenant+"/"+runID, err)
+	}
+	return r, nil
+}
+
+// Commit implements runtime.Store, in the order the port gives: the
+// command-ID lookup, the Seq check, the epoch check, then one transaction.
+// A Badger conflict with a concurrent transaction runs it again from the
+// lookup.
+func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitResult, error) {
+	if err := c.CheckIDs(); err != nil {
+		return runtime.CommitResult{}, fmt.Errorf("badgerstore: commit: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return runtime.CommitResult{}, err
+	}
+	defer s.leave()
+	t, id := c.Tenant, c.RunID
+	var (
+		encoded   bool
+		payloadOK error
+		evbs      [][]byte
+		newHeader runHeader
+		res       runtime.CommitResult
+	)
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		res = runtime.CommitResult{}
+		if c.CommandID != "" {
+			seq, err := getU64(txn, commandKey(t, id, c.CommandID))
+			if err != nil {
+				return err
+			}
+			if seq > 0 {
+				res = runtime.CommitResult{Seq: int64(seq), Duplicate: true}
+				return nil
+			}
+		}
+		b, ok, err := getRecord(txn, t, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("badgerstore: commit to run %s/%s: %w", t, id, runtime.ErrRunNotFound)
+		}
+		if !encoded {
+			encoded = true
+			payloadOK = c.Check()
+			if payloadOK == nil {
+				evbs = make([][]byte, len(c.Events))
+				for i, ev := range c.Events {
+					if evbs[i], payloadOK = json.Marshal(ev); payloadOK != nil {
+						break
+					}
+				}
+			}
+		}
+		if payloadOK != nil {
+			return fmt.Errorf("badgerstore: commit: %w", payloadOK)
+		}
+		old, err := decodeHeader(b)
+		if err != nil {
+			return err
+		}
+		if old.Session != c.Session {
+			return fmt.Errorf("badgerstore: commit to run %s: %w: it belongs to session %s, not %s", id, runtime.ErrInvalidRequest, old.Session, c.Session)
+		}
+		if old.Seq != c.ExpectedSeq {
+			return fmt.Errorf("badgerstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)", t, id, c.ExpectedSeq, runtime.ErrVersionConflict, old.Seq)
+		}
+		epoch, err := readEpoch(txn, t, c.Session)
+		if err != nil {
+			return err
+		}
+		if epoch != c.Epoch {
+			return fmt.Errorf("badgerstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
+		}
+		newHeader = headerOf(c.Run, old.Ordinal, old.CreateCmd)
+		rec, err := encodeRecord(newHeader, c.Run)
+		if err != nil {
+			return err
+		}
+		for i, ev := range c.Events {
+			if err := txn.Set(eventKey(t, id, ev.Seq), evbs[i]); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(runKey(t, id), rec); err != nil {
+			return err
+		}
+		if err := writeIndexes(txn, t, id, &old, newHeader); err != nil {
+			return err
+		}
+		if c.CommandID != "" {
+			if err := txn.Set(commandKey(t, id, c.CommandID), be64(uint64(c.Run.Seq))); err != nil {
+				return err
+			}
+		}
+		res = runtime.CommitResult{Seq: c.Run.Seq}
+		return nil
+	})
+	if err != nil {
+		return runtime.CommitResult{}, wrapErr("commit to run "+t+"/"+id, err)
+	}
+	return res, nil
+}
+
+// Events implements runtime.Store.
+func (s *Store) Events(ctx context.Context, tenant, runID string, fromSeq int64, limit int) ([]loop.Event, error) {
+	if err := checkIDs("tenant", tenant, "run", runID); err != nil {
+		return nil, fmt.Errorf("badgerstore: events: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if fromSeq < 1 {
+		fromSeq = 1
+	}
+	var out []loop.Event
+	err := s.db.View(func(txn *badger.Txn) error {
+		if _, ok, err := getRecord(txn, tenant, runID); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("badgerstore: events of run %s/%s: %w", tenant, runID, runtime.ErrRunNotFound)
+		}
+		prefix := eventPrefix(tenant, runID)
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: prefetch(limit), Prefix: prefix})
+		defer it.Close()
+		for it.Seek(eventKey(tenant, runID, fromSeq)); it.ValidForPrefix(prefix); it.Next() {
+			if limit > 0 && len(out) == limit {
+				break
+			}
+			var ev loop.Event
+			if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &ev) }); err != nil {
+				return fmt.Errorf("badgerstore: events of run %s/%s: decode: %w", tenant, runID, err)
+			}
+			out = append(out, ev)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("events of run "+tenant+"/"+runID, err)
+	}
+	return out, nil
+}
+
+func prefetch(limit int) int {
+	if limit > 0 && limit < 100 {
+		return limit
+	}
+	return 100
+}
+
+// runsAt loads the Runs an ordinal-keyed index (tOrder or tActive) lists
+// under prefix, from ordinal from on.
+func runsAt(txn *badger.Txn, tenant string, prefix key, from uint64, limit int) ([]runtime.SessionRun, error) {
+	var out []runtime.SessionRun
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: prefetch(limit), Prefix: prefix})
+	defer it.Close()
+	for it.Seek(append(prefix[:len(prefix):len(prefix)], be64(from)...)); it.ValidForPrefix(prefix); it.Next() {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		id, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		b, ok, err := getRecord(txn, tenant, string(id))
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("badgerstore: an index lists run %s/%s, which has no record: the store is inconsistent", tenant, id)
+		}
+		h, r, err := decodeRecord(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, runtime.SessionRun{Ordinal: h.Ordinal, Run: r})
+	}
+	return out, nil
+}
+
+// SessionRuns implements runtime.Store.
+func (s *Store) SessionRuns(ctx context.Context, tenant, session string, after int64, limit int) ([]runtime.SessionRun, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return nil, fmt.Errorf("badgerstore: session runs: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if after < 0 {
+		after = 0
+	}
+	var out []runtime.SessionRun
+	err := s.db.View(func(txn *badger.Txn) (err error) {
+		out, err = runsAt(txn, tenant, orderPrefix(tenant, session), uint64(after)+1, limit)
+		return err
+	})
+	if err != nil {
+		return nil, wrapErr("session runs of "+tenant+"/"+session, err)
+	}
+	return out, nil
+}
+
+// ActiveRuns implements runtime.Store. It reads the active index, never a
+// terminal Run.
+func (s *Store) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.Run, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return nil, fmt.Errorf("badgerstore: active runs: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []loop.Run
+	err := s.db.View(func(txn *badger.Txn) error {
+		runs, err := runsAt(txn, tenant, activePrefix(tenant, session), 0, 0)
+		for _, sr := range runs {
+			out = append(out, sr.Run)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, wrapErr("active runs of "+tenant+"/"+session, err)
+	}
+	return out, nil
+}
+
+// RunsByStatus implements runtime.Store. The status index ends with the
+// raw run ID, so its keys sort in ID order.
+func (s *Store) RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error) {
+	if err := loop.CheckID("tenant", tenant); err != nil {
+		return nil, fmt.Errorf("badgerstore: runs by status: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []string
+	err := s.db.View(func(txn *badger.Txn) error {
+		prefix := statusPrefix(tenant, string(status))
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(prefix.raw(after)); it.ValidForPrefix(prefix); it.Next() {
+			id := string(it.Item().Key()[len(prefix):])
+			if id == after {
+				continue
+			}
+			if limit > 0 && len(out) == limit {
+				break
+			}
+			out = append(out, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("runs of "+tenant+" by status", err)
+	}
+	return out, nil
+}
+
+func checkIDs(what1, id1, what2, id2 string) error {
+	if err := loop.CheckID(what1, id1); err != nil {
+		return err
+	}
+	return loop.CheckID(what2, id2)
+}
