@@ -3,6 +3,7 @@ package conformance
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agenthost/agenthost/runtime"
@@ -14,10 +15,11 @@ import (
 //
 // For tests; not a stable API. Safe for concurrent use.
 type FakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	seq    uint64
-	timers map[uint64]*fakeTimer
+	mu      sync.Mutex
+	now     time.Time
+	seq     uint64
+	timers  map[uint64]*fakeTimer
+	running atomic.Int64 // callbacks started and not yet returned
 }
 
 var _ runtime.Clock = (*FakeClock)(nil)
@@ -55,7 +57,7 @@ func (c *FakeClock) AfterFunc(d time.Duration, f func()) runtime.Timer {
 	if d <= 0 {
 		t.ran = true
 		c.mu.Unlock()
-		go f()
+		c.run(f)
 		return t
 	}
 	c.timers[t.id] = t
@@ -108,9 +110,20 @@ func (c *FakeClock) Set(t time.Time) {
 		return due[i].id < due[j].id
 	})
 	for _, tm := range due {
-		go tm.fn()
+		c.run(tm.fn)
 	}
 }
+
+func (c *FakeClock) run(f func()) {
+	c.running.Add(1)
+	go func() {
+		defer c.running.Add(-1)
+		f()
+	}()
+}
+
+// Running returns the number of callbacks started and not yet returned.
+func (c *FakeClock) Running() int { return int(c.running.Load()) }
 
 // Pending returns the number of armed timers. Tests wait for it to reach a
 // value before they advance time, instead of sleeping.

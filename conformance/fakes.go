@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agenthost/agenthost/conformance/script"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -142,6 +143,9 @@ type ScriptedTools struct {
 	// SlowPolls is the number of polls after which a slow job is done
 	// (default 1).
 	SlowPolls int
+	// ForgetOnAttach makes attach answer unknown for every job, like an
+	// executor that keeps nothing across a restart.
+	ForgetOnAttach bool
 
 	mu      sync.Mutex
 	jobs    map[string]*slowJob // by effect id + attempt
@@ -244,6 +248,9 @@ func (s *ScriptedTools) Poll(_ context.Context, c runtime.EffectCall) (abi.Effec
 // Attach implements runtime.Executor.
 func (s *ScriptedTools) Attach(_ context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
 	s.count(abi.ExportAttach, c)
+	if s.ForgetOnAttach {
+		return abi.EffectReply{State: abi.StateUnknown}, nil
+	}
 	return s.jobState(c, false), nil
 }
 
@@ -315,4 +322,53 @@ func (c *CountingExecutor) Attach(ctx context.Context, call runtime.EffectCall) 
 func (c *CountingExecutor) Cancel(ctx context.Context, call runtime.EffectCall) (abi.CancelReply, error) {
 	c.count(abi.ExportCancel, call)
 	return c.Next.Cancel(ctx, call)
+}
+
+// GateExecutor passes calls through to Next while open; while Closed is
+// set it answers every call with runtime.ErrExecutorUnavailable, like a
+// plugin that is missing or fails to load. For tests; not a stable API.
+type GateExecutor struct {
+	Next   runtime.Executor
+	Closed atomic.Bool
+}
+
+var _ runtime.Executor = (*GateExecutor)(nil)
+
+func (g *GateExecutor) shut() error {
+	if g.Closed.Load() {
+		return fmt.Errorf("conformance: gate closed: %w", runtime.ErrExecutorUnavailable)
+	}
+	return nil
+}
+
+// Start implements runtime.Executor.
+func (g *GateExecutor) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	if err := g.shut(); err != nil {
+		return abi.EffectReply{}, err
+	}
+	return g.Next.Start(ctx, c)
+}
+
+// Poll implements runtime.Executor.
+func (g *GateExecutor) Poll(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	if err := g.shut(); err != nil {
+		return abi.EffectReply{}, err
+	}
+	return g.Next.Poll(ctx, c)
+}
+
+// Attach implements runtime.Executor.
+func (g *GateExecutor) Attach(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	if err := g.shut(); err != nil {
+		return abi.EffectReply{}, err
+	}
+	return g.Next.Attach(ctx, c)
+}
+
+// Cancel implements runtime.Executor.
+func (g *GateExecutor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.CancelReply, error) {
+	if err := g.shut(); err != nil {
+		return abi.CancelReply{}, err
+	}
+	return g.Next.Cancel(ctx, c)
 }

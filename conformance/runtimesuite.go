@@ -55,6 +55,11 @@ func RuntimeSuite(t *testing.T, h RuntimeHarness) {
 		{"a runtime that loses ownership stops at the boundary", testFencedAfterTakeover},
 		{"usage is summed on the run and the session history reaches the builder", testUsageAndHistory},
 		{"every settlement commit is a no-op the second time", testSettleOnce},
+		{"recovery re-attaches a pending effect instead of running it again", testRecoveryReattaches},
+		{"recovery retries an attempt the executor does not know", testRecoveryRetriesUnknown},
+		{"recovery defers an unavailable executor without blocking other runs", testRecoveryDefers},
+		{"recovery applies the policy once max_defer has passed", testRecoveryMaxDefer},
+		{"the watchdog reports a stuck run and drives it again", testWatchdog},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.run(t, NewRuntimeEnv(t, h, nil))
@@ -72,6 +77,9 @@ type RuntimeEnv struct {
 	Tenant  *runtime.Tenant
 	Model   *CountingExecutor
 	Tools   *CountingExecutor
+	// Gate sits between Tools and the plugins' tool executor: closing it
+	// makes the tools unavailable.
+	Gate    *GateExecutor
 	Plugins RuntimePlugins
 	h       RuntimeHarness
 }
@@ -88,8 +96,9 @@ func NewRuntimeEnv(t *testing.T, h RuntimeHarness, mutate func(*runtime.Tenant))
 	} else {
 		p = RuntimePlugins{Builder: &EchoBuilder{}, Model: &ScriptedModel{}, Tools: &ScriptedTools{SlowPolls: 1}}
 	}
-	e := &RuntimeEnv{T: t, Clock: clock, Store: store, Plugins: p, h: h,
-		Model: &CountingExecutor{Next: p.Model}, Tools: &CountingExecutor{Next: p.Tools}}
+	gate := &GateExecutor{Next: p.Tools}
+	e := &RuntimeEnv{T: t, Clock: clock, Store: store, Plugins: p, h: h, Gate: gate,
+		Model: &CountingExecutor{Next: p.Model}, Tools: &CountingExecutor{Next: gate}}
 	e.Tenant = &runtime.Tenant{
 		ID: "acme", Builder: p.Builder, Model: e.Model,
 		Limits:      loop.Limits{MaxSteps: 8, MaxToolCallsPerStep: 8, MaxParallelToolCalls: 4},
@@ -116,7 +125,8 @@ func NewRuntimeEnv(t *testing.T, h RuntimeHarness, mutate func(*runtime.Tenant))
 func (e *RuntimeEnv) NewRuntime(nodeID string) *runtime.Runtime {
 	e.T.Helper()
 	rt, err := runtime.New(runtime.Options{Store: e.Store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
-		NodeID: nodeID, PollMin: 100 * time.Millisecond, PollMax: time.Second, LeaseTTL: time.Minute})
+		NodeID: nodeID, PollMin: 100 * time.Millisecond, PollMax: time.Second, LeaseTTL: time.Minute,
+		MaxDefer: 30 * time.Second, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour})
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -147,6 +157,10 @@ func (e *RuntimeEnv) Execute(session, input string) runtime.Result {
 	return res
 }
 
+// maxJump bounds one move of the fake clock in UntilTerminal; it is well
+// under the suite's lease renewal period (LeaseTTL/3 = 20s).
+const maxJump = 5 * time.Second
+
 // UntilTerminal waits for a Run to end, moving the fake clock to the Run's
 // next timer (or by step) whenever it is quiescent.
 func (e *RuntimeEnv) UntilTerminal(rt *runtime.Runtime, runID string, step time.Duration) loop.Run {
@@ -162,7 +176,10 @@ func (e *RuntimeEnv) UntilTerminal(rt *runtime.Runtime, runID string, step time.
 		if err == nil && res.Kind == runtime.ResultBoundary {
 			e.T.Fatalf("run %s hit an ownership boundary: %v", runID, res.Err)
 		}
-		if next, ok := e.Clock.NextAt(); ok && next.After(e.Clock.Now()) {
+		// Jump to the next timer, but never by more than maxJump: a far
+		// timer (the recovery interval) must not carry time past a lease
+		// whose renewal is being re-armed.
+		if next, ok := e.Clock.NextAt(); ok && next.After(e.Clock.Now()) && next.Sub(e.Clock.Now()) <= maxJump {
 			e.Clock.Set(next)
 		} else {
 			e.Clock.Advance(step)
@@ -468,5 +485,136 @@ func testSettleOnce(t *testing.T, e *RuntimeEnv) {
 		CommandID: loop.SettleCommandID(run.ID+".t1.0", 1), ExpectedSeq: 0, Epoch: 0, Run: run})
 	if err != nil || !cr.Duplicate {
 		t.Fatalf("repeated settlement: %+v %v", cr, err)
+	}
+}
+
+// Crash halts rt as a crash would and moves time past its lease, so that
+// another incarnation may take its sessions over.
+func (e *RuntimeEnv) Crash(rt *runtime.Runtime) {
+	rt.Halt()
+	e.Clock.Advance(2 * time.Minute)
+}
+
+// Recover starts a new incarnation and waits for its first recovery pass.
+func (e *RuntimeEnv) Recover(nodeID string) *runtime.Runtime {
+	e.T.Helper()
+	rt := e.NewRuntime(nodeID)
+	Eventually(e.T, nodeID+" to be ready", rt.Ready)
+	return rt
+}
+
+func testRecoveryReattaches(t *testing.T, e *RuntimeEnv) {
+	res := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
+	if res.Kind != runtime.ResultWaiting {
+		t.Fatalf("result %s", res.Kind)
+	}
+	e.Crash(e.Runtime)
+	b := e.Recover("node-b")
+	run := e.UntilTerminal(b, res.Run.ID, 100*time.Millisecond)
+	wantStatus(t, run, loop.StatusCompleted)
+	key := loop.AssignmentKey{Tenant: "acme", Session: "s1", EffectID: run.ID + ".t1.0", Attempt: 1}.String()
+	if n := e.Tools.CallsFor(abi.ExportStart, key); n != 1 {
+		t.Fatalf("the slow job was started %d times; recovery must re-attach, not re-execute", n)
+	}
+	if e.Tools.CallsFor(abi.ExportAttach, key) != 1 || b.Recovery().Reattach.Load() != 1 || b.Recovery().SessionsTaken.Load() != 1 {
+		t.Fatalf("attach %d, reattach decisions %d, sessions taken %d", e.Tools.CallsFor(abi.ExportAttach, key),
+			b.Recovery().Reattach.Load(), b.Recovery().SessionsTaken.Load())
+	}
+	if run.Result != "slow:x" {
+		t.Fatalf("result %q", run.Result)
+	}
+}
+
+func testRecoveryRetriesUnknown(t *testing.T, e *RuntimeEnv) {
+	for i := range e.Tenant.Tools {
+		if e.Tenant.Tools[i].Spec.Name == "block" {
+			e.Tenant.Tools[i].Spec.Policy = loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 2, BackoffMS: 1000}
+		}
+	}
+	runID := runtime.NewRunID(e.Clock.Now())
+	go func() {
+		_, _ = e.Runtime.Execute(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", RunID: runID, Input: `call:block()|answer:$results`})
+	}()
+	Eventually(t, "the block tool to start", func() bool { return e.Tools.Calls(abi.ExportStart) == 1 })
+	e.Crash(e.Runtime)
+	b := e.Recover("node-b")
+	Eventually(t, "attempt 2 to start", func() bool {
+		if e.Tools.Calls(abi.ExportStart) < 2 {
+			e.Clock.Advance(500 * time.Millisecond)
+			return false
+		}
+		return true
+	})
+	if tools, ok := e.Plugins.Tools.(*ScriptedTools); ok {
+		tools.Release()
+	}
+	run := e.UntilTerminal(b, runID, 100*time.Millisecond)
+	wantStatus(t, run, loop.StatusCompleted)
+	if run.Result != "unblocked" || b.Recovery().Retry.Load() != 1 {
+		t.Fatalf("result %q, retry decisions %d", run.Result, b.Recovery().Retry.Load())
+	}
+}
+
+func testRecoveryDefers(t *testing.T, e *RuntimeEnv) {
+	res := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
+	e.Crash(e.Runtime)
+	e.Gate.Closed.Store(true)
+	b := e.Recover("node-b")
+	Eventually(t, "a deferral", func() bool { return b.Recovery().Defer.Load() >= 1 })
+	// The deferred record blocks no one: another session runs to the end.
+	other, err := b.Execute(e.ctx(), runtime.Request{Tenant: "acme", Session: "s2", Input: "answer:free"})
+	if err != nil || other.Kind != runtime.ResultTerminal || other.Run.Result != "free" {
+		t.Fatalf("another session was held up: %v %s %q", err, other.Kind, other.Run.Result)
+	}
+	run, _ := e.Store.LoadRun(context.Background(), "acme", res.Run.ID)
+	wantStatus(t, run, loop.StatusRunning)
+	e.Gate.Closed.Store(false)
+	run = e.UntilTerminal(b, res.Run.ID, 100*time.Millisecond)
+	wantStatus(t, run, loop.StatusCompleted)
+	if run.Result != "slow:x" || b.Recovery().Reattach.Load() != 1 {
+		t.Fatalf("result %q, reattach %d", run.Result, b.Recovery().Reattach.Load())
+	}
+}
+
+func testRecoveryMaxDefer(t *testing.T, e *RuntimeEnv) {
+	res := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
+	e.Crash(e.Runtime)
+	e.Gate.Closed.Store(true)
+	b := e.Recover("node-b")
+	Eventually(t, "a deferral", func() bool { return b.Recovery().Defer.Load() >= 1 })
+	e.Clock.Advance(31 * time.Second) // past max_defer (30s in this suite)
+	run := e.UntilTerminal(b, res.Run.ID, time.Second)
+	wantStatus(t, run, loop.StatusCompleted)
+	if !strings.HasPrefix(run.Result, "error (executor_unavailable)") || b.Recovery().Fail.Load() != 1 {
+		t.Fatalf("result %q, fail decisions %d", run.Result, b.Recovery().Fail.Load())
+	}
+}
+
+func testWatchdog(t *testing.T, e *RuntimeEnv) {
+	first := e.Execute("s1", "answer:one")
+	wantStatus(t, first.Run, loop.StatusCompleted)
+	// Once the runtime is idle, a Run written behind its back: on record,
+	// but no driver knows of it.
+	Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() && e.Clock.Running() == 0 })
+	ev := loop.RunCreated(loop.Spec{Tenant: "acme", Session: "s1", ID: "run_orphan", Input: "answer:two",
+		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2}, ModelPolicy: loop.DefaultModelPolicy}, runtime.UnixMS(e.Clock.Now()))
+	ev.Seq = 1
+	run, err := loop.Apply(loop.Run{}, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Store.CreateRun(context.Background(), runtime.CreateRun{Run: run, Event: ev}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Runtime.WatchdogScan(context.Background()); n != 0 {
+		t.Fatalf("first scan reported %d; a run is only reported when seen stuck twice", n)
+	}
+	if n := e.Runtime.WatchdogScan(context.Background()); n != 1 || e.Runtime.Recovery().WatchdogReports.Load() != 1 {
+		t.Fatalf("second scan reported %d", n)
+	}
+	done := e.UntilTerminal(e.Runtime, "run_orphan", 100*time.Millisecond)
+	wantStatus(t, done, loop.StatusCompleted)
+	if n := e.Runtime.WatchdogScan(context.Background()); n != 0 {
+		t.Fatalf("a finished run was reported: %d", n)
 	}
 }

@@ -86,6 +86,7 @@ type Runtime struct {
 
 	ready    atomic.Bool
 	halted   atomic.Bool
+	active   atomic.Int64 // goroutines doing runtime work
 	stats    Stats
 	recStats RecoveryStats
 }
@@ -309,7 +310,7 @@ func (rt *Runtime) Halt() {
 
 func (rt *Runtime) nowMS() int64 { return UnixMS(rt.clock.Now()) }
 
-// go runs f as tracked runtime work, unless the runtime is stopping.
+// goTracked runs f as tracked runtime work, unless the runtime is stopping.
 func (rt *Runtime) goTracked(f func()) bool {
 	rt.mu.Lock()
 	if rt.stopped {
@@ -317,13 +318,21 @@ func (rt *Runtime) goTracked(f func()) bool {
 		return false
 	}
 	rt.wg.Add(1)
+	rt.active.Add(1)
 	rt.mu.Unlock()
 	go func() {
 		defer rt.wg.Done()
+		defer rt.active.Add(-1)
 		f()
 	}()
 	return true
 }
+
+// Idle reports whether no goroutine of the runtime is working: no session
+// driver, no executor call, no Watcher batch. Together with a clock that
+// has no callback running, it marks a quiescent point (tests use it to
+// check invariants between steps without sleeping).
+func (rt *Runtime) Idle() bool { return rt.active.Load() == 0 }
 
 // commitCtx is the detached context of a commit: it outlives the caller
 // (and a cancelled Execute) but is bounded by CommitTimeout.
@@ -439,9 +448,11 @@ func (rt *Runtime) kick(tenant, session string) {
 	}
 	s.driving = true
 	rt.wg.Add(1)
+	rt.active.Add(1)
 	rt.mu.Unlock()
 	go func() {
 		defer rt.wg.Done()
+		defer rt.active.Add(-1)
 		for {
 			rt.driveSession(tenant, session)
 			rt.mu.Lock()

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/agenthost/agenthost/conformance"
@@ -16,3 +17,5 @@ func TestRuntimeSuiteOnMemStore(t *testing.T) {
 		},
 	})
 }
+
+var quiet = slog.New(slog.DiscardHandler)

@@ -207,9 +207,9 @@ func TestTenThousandPendingEffectsAddNoGoroutines(t *testing.T) {
 	if raceEnabled {
 		runs = 125
 	}
-	store := conformance.NewMemStore(nil, conformance.KVLimits{})
-	defer store.Close()
 	clock := conformance.NewFakeClock(time.Time{})
+	store := conformance.NewMemStore(clock, conformance.KVLimits{})
+	defer store.Close()
 	tools := &conformance.ScriptedTools{SlowPolls: 1}
 	tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
 		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 8, MaxParallelToolCalls: 8}}
