@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -57,6 +58,9 @@ func parseHostRules(entries []string) ([]hostRule, error) {
 		}
 		r := hostRule{host: e}
 		if h, p, err := net.SplitHostPort(e); err == nil {
+			if _, perr := strconv.ParseUint(p, 10, 16); perr != nil {
+				return nil, fmt.Errorf("allowed host %q: port %q is not a number", e, p)
+			}
 			r.host, r.port = h, p
 		}
 		if strings.HasPrefix(r.host, "*.") {

@@ -49,7 +49,7 @@ func inspectModule(cm wazero.CompiledModule, role abi.Role) (moduleInfo, error) 
 	for _, name := range requiredExports[role] {
 		def, ok := exports[name]
 		if !ok {
-			return info, fmt.Errorf("%w: a %s must export %q (() -> i32); this module does not: rebuild it with every %s export of docs/ABI.md",
+			return info, fmt.Errorf("%w: a plugin loaded as %s must export %q (() -> i32); this module does not: rebuild it with every %s export of docs/ABI.md",
 				ErrExportMissing, role, name, role)
 		}
 		if got := signature(def.ParamTypes(), def.ResultTypes()); got != "() -> i32" {

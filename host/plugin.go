@@ -155,7 +155,7 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 			t := clock.Now()
 			return t.Unix(), int32(t.Nanosecond())
 		}, sys.ClockResolution(1)).
-		WithNanotime(func() int64 { return clock.Now().UnixNano() }, sys.ClockResolution(1))
+		WithNanotime((&monotonic{clock: clock}).nanotime, sys.ClockResolution(1))
 	for k, v := range p.spec.Sandbox.Env {
 		mc = mc.WithEnv(k, v)
 	}
@@ -178,6 +178,30 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 			in.mem.allocated(), want, runtime.ErrExecutorUnavailable)
 	}
 	return in, nil
+}
+
+// monotonic is an instance's WASI monotonic clock: the host clock, except
+// that a reading never repeats. While the clock stands still (a fake clock
+// in a test), each reading moves 1 ms ahead, as wazero's own fake clock
+// does: a guest runtime that waits for time to pass (Go's scheduler and
+// GC do) would otherwise spin until the call timeout.
+type monotonic struct {
+	clock runtime.Clock
+	mu    sync.Mutex
+	last  int64
+	skew  int64
+}
+
+func (m *monotonic) nanotime() int64 {
+	raw := m.clock.Now().UnixNano()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if raw <= m.last {
+		m.skew += int64(time.Millisecond)
+	} else {
+		m.last = raw
+	}
+	return raw + m.skew
 }
 
 // deniedFS is the root a plugin sees when no path is granted: every open

@@ -19,7 +19,7 @@ func validateDescribe(d abi.Describe, role abi.Role, version int) error {
 		return fmt.Errorf("describe has no name")
 	}
 	if d.Role != role {
-		return fmt.Errorf("describe says role %q, but it was loaded as a %s", d.Role, role)
+		return fmt.Errorf("describe says role %q, but it was loaded as %q", d.Role, role)
 	}
 	if role == abi.RoleExecutor {
 		if len(d.Effects) == 0 {

@@ -10,7 +10,7 @@
 // counts the request's messages as input tokens and 1 as output.
 //
 // The tools: echo{text} returns text; add{a, b} returns a+b; clock returns
-// agenthost_now_ms; kv_roundtrip writes, reads back and deletes a key.
+// agenthost_now_ms; abi returns the input's abi field; kv_roundtrip writes, reads back and deletes a key.
 // Every call emits one progress event. The export "empty" does nothing; it
 // is the floor of the host's per-call benchmarks.
 package main
@@ -43,6 +43,7 @@ func describe() int32 {
 			{Name: "echo", Description: "Return the text argument", InputSchema: obj, Idempotent: true, Approval: abi.ApprovalNever},
 			{Name: "add", Description: "Add a and b", InputSchema: obj, Idempotent: true, Approval: abi.ApprovalNever},
 			{Name: "clock", Description: "The host clock in Unix ms", InputSchema: obj, Idempotent: true, Approval: abi.ApprovalNever},
+			{Name: "abi", Description: "The abi field of the input", InputSchema: obj, Idempotent: true, Approval: abi.ApprovalNever},
 			{Name: "kv_roundtrip", Description: "Write, read and delete a KV key", InputSchema: obj, Approval: abi.ApprovalNever},
 		},
 	})
@@ -104,6 +105,8 @@ func tool(in abi.EffectInput) int32 {
 		return kit.Done(strconv.FormatFloat(args.A+args.B, 'f', -1, 64))
 	case "clock":
 		return kit.Done(strconv.FormatInt(kit.NowMS(), 10))
+	case "abi":
+		return kit.Done(strconv.Itoa(in.ABI))
 	case "kv_roundtrip":
 		key := "rt/" + in.Effect.ID
 		if st := kit.KVSet(key, []byte(args.Text)); st != abi.StatusOK {

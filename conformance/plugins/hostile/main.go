@@ -87,11 +87,7 @@ func start() int32 {
 		return kit.Done(fmt.Sprint(n))
 	case "oom":
 		for {
-			b := make([]byte, 1<<20)
-			for i := range b {
-				b[i] = byte(i)
-			}
-			sink = append(sink, b)
+			sink = append(sink, make([]byte, 1<<20))
 		}
 	case "trap":
 		var m map[string]int
