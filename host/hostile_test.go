@@ -51,7 +51,7 @@ func TestHostileContained(t *testing.T) {
 	web := newHTTPFixture(t)
 	e := newEnv(t, Config{})
 	hostile := e.executor(t, conformance.PluginHostile, func(s *PluginSpec) {
-		s.Limits.CallTimeout = 2 * time.Second
+		s.Limits.CallTimeout = 3 * time.Second
 		s.Limits.MemoryPages = 1024 // 64 MiB
 		s.Sandbox.AllowedHosts = []string{"localhost"}
 		s.Sandbox.MaxHTTPResponseBytes = 1 << 20
@@ -66,7 +66,7 @@ func TestHostileContained(t *testing.T) {
 		discard bool     // the instance must be thrown away
 		want    []string // fragments of the error
 	}{
-		{"loop", nil, abi.ClassPluginTimeout, true, []string{"timeout of 2s"}},
+		{"loop", nil, abi.ClassPluginTimeout, true, []string{"timeout of 3s"}},
 		{"oom", nil, abi.ClassPluginOOM, true, []string{"out of memory", "1024 pages"}},
 		{"trap", nil, abi.ClassPluginTrap, true, []string{"nil map"}},
 		{"huge_output", nil, abi.ClassPluginOutputTooBig, true, []string{"max_output_bytes of 1048576"}},

@@ -166,11 +166,11 @@ func TestLoadCloseDoesNotLeak(t *testing.T) {
 		goruntime.ReadMemStats(&ms)
 		return goruntime.NumGoroutine(), ms.HeapInuse
 	}
-	for i := 0; i < 3; i++ { // warm up caches and pools of the runtime
+	for i := 0; i < 2; i++ { // warm up caches and pools of the runtime
 		cycle()
 	}
 	g0, h0 := measure()
-	const n = 25
+	const n = 12
 	for i := 0; i < n; i++ {
 		cycle()
 	}

@@ -6,7 +6,7 @@
 //	loop         spins forever (only the call timeout stops it)
 //	oom          allocates until memory runs out
 //	trap         panics
-//	huge_output  replies with 8 MiB of output
+//	huge_output  replies with 2 MiB of output
 //	not_json     replies with bytes that are not JSON
 //	bad_schema   replies with JSON whose state is not an ABI state
 //	nonzero      returns a non-zero status with error_set
@@ -94,7 +94,7 @@ func start() int32 {
 		m["boom"] = 1 // a write to a nil map panics
 		return kit.Done("unreachable")
 	case "huge_output":
-		pdk.OutputString(`{"state":"done","outcome":{"content":"` + strings.Repeat("x", 8<<20) + `"}}`)
+		pdk.OutputString(`{"state":"done","outcome":{"content":"` + strings.Repeat("x", 2<<20) + `"}}`)
 		return 0
 	case "not_json":
 		pdk.OutputString("this is not JSON")
