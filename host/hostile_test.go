@@ -51,8 +51,8 @@ func TestHostileContained(t *testing.T) {
 	web := newHTTPFixture(t)
 	e := newEnv(t, Config{})
 	hostile := e.executor(t, conformance.PluginHostile, func(s *PluginSpec) {
-		s.Limits.CallTimeout = 3 * time.Second
-		s.Limits.MemoryPages = 1024 // 64 MiB
+		s.Limits.CallTimeout = 5 * time.Second
+		s.Limits.MemoryPages = 512 // 32 MiB
 		s.Sandbox.AllowedHosts = []string{"localhost"}
 		s.Sandbox.MaxHTTPResponseBytes = 1 << 20
 	})
@@ -66,8 +66,8 @@ func TestHostileContained(t *testing.T) {
 		discard bool     // the instance must be thrown away
 		want    []string // fragments of the error
 	}{
-		{"loop", nil, abi.ClassPluginTimeout, true, []string{"timeout of 3s"}},
-		{"oom", nil, abi.ClassPluginOOM, true, []string{"out of memory", "1024 pages"}},
+		{"loop", nil, abi.ClassPluginTimeout, true, []string{"timeout of 5s"}},
+		{"oom", nil, abi.ClassPluginOOM, true, []string{"out of memory", "512 pages"}},
 		{"trap", nil, abi.ClassPluginTrap, true, []string{"nil map"}},
 		{"huge_output", nil, abi.ClassPluginOutputTooBig, true, []string{"max_output_bytes of 1048576"}},
 		{"not_json", nil, abi.ClassPluginProtocol, false, []string{"not JSON"}},
@@ -113,7 +113,7 @@ func TestHostileContained(t *testing.T) {
 	if n := web.secrets.Load(); n != 0 {
 		t.Fatalf("the non-allowed host was reached %d times", n)
 	}
-	if peak := int64(1024) * 65536; e.h.MemoryInUse() > 4*peak {
+	if peak := int64(512) * 65536; e.h.MemoryInUse() > 4*peak {
 		t.Errorf("memory in use %d after the cases", e.h.MemoryInUse())
 	}
 }
