@@ -130,7 +130,7 @@ func (p *Plugin) Stats(tenant string) PoolStats {
 type instance struct {
 	ext      *extism.Plugin
 	mem      *instanceMemory
-	stderr   *tailBuffer
+	stderr   *headBuffer
 	scope    atomic.Pointer[callScope] // the call in progress, for the denying FS
 	lastUsed time.Time
 }
@@ -147,7 +147,7 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("the host-wide instance memory cap (%d B) is reached, with %d B in use and nothing idle to evict: raise max_instance_memory or lower pool sizes: %w",
 			p.h.budget.limit, p.h.budget.used.Load(), runtime.ErrExecutorUnavailable)
 	}
-	in := &instance{mem: &instanceMemory{budget: p.h.budget, limit: limit}, stderr: &tailBuffer{max: 4096}}
+	in := &instance{mem: &instanceMemory{budget: p.h.budget, limit: limit}, stderr: &headBuffer{max: 4096}}
 	clock := p.h.clock
 	mc := wazero.NewModuleConfig().
 		WithStderr(in.stderr).
@@ -221,15 +221,15 @@ func (d deniedFS) Open(name string) (fs.File, error) {
 // emptyDir is an empty directory: the zero embed.FS.
 var emptyDir embed.FS
 
-// tailBuffer keeps the first max bytes a guest writes to stderr, for the
+// headBuffer keeps the first max bytes a guest writes to stderr, for the
 // error of a trap (a Go plugin prints its panic there).
-type tailBuffer struct {
+type headBuffer struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
 }
 
-func (t *tailBuffer) Write(b []byte) (int, error) {
+func (t *headBuffer) Write(b []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if room := t.max - len(t.buf); room > 0 {
@@ -238,7 +238,7 @@ func (t *tailBuffer) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (t *tailBuffer) take() string {
+func (t *headBuffer) take() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := string(t.buf)
