@@ -1,7 +1,8 @@
 # agenthost — build, test, lint and benchmark.
 #
 #   make build   compile every package and the agenthost binary into bin/
-#   make test    lint, then every test (race-enabled), fuzz seed corpora included
+#   make test    lint, warm the test cache, then every test (race-enabled), fuzz seed corpora included
+#   make warm-cache  build the conformance plugins and fill the wazero cache, without -race
 #   make lint    gofmt -l and go vet; fails on any finding
 #   make bench   the go test benchmarks (figures in docs/BENCHMARKS.md)
 
@@ -12,7 +13,7 @@ BIN      := bin
 export AGENTHOST_TEST_CACHE ?= $(CURDIR)/.cache/test
 TESTFLAGS ?=
 
-.PHONY: build test lint bench clean
+.PHONY: build test lint bench clean warm-cache
 
 build:
 	$(GO) build ./...
@@ -23,7 +24,13 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: lint
+# Compiling Wasm under -race is about 11x slower (DESIGN §9): build the
+# conformance plugins and compile them into the shared on-disk wazero cache
+# once, without -race, so the race-enabled tests only read the cache.
+warm-cache:
+	$(GO) test -count=1 -run '^TestWarmPluginCache$$' ./host/
+
+test: lint warm-cache
 	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...
 	# At full scale without -race: 10,000 pending effects add no goroutines.
 	$(GO) test -count=1 -run '^TestTenThousandPendingEffectsAddNoGoroutines$$' ./runtime

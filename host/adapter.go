@@ -1,0 +1,169 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Executor makes an executor plugin a runtime.Executor. Each call runs on
+// an instance of the call's tenant, with KV, emit and limits scoped to
+// (tenant, plugin, Run, effect).
+type Executor struct{ p *Plugin }
+
+// Builder makes a builder plugin a runtime.Builder.
+type Builder struct{ p *Plugin }
+
+var (
+	_ runtime.Executor = (*Executor)(nil)
+	_ runtime.Builder  = (*Builder)(nil)
+)
+
+// Executor returns the plugin as a runtime.Executor; it fails unless the
+// plugin was loaded as an executor.
+func (p *Plugin) Executor() (*Executor, error) {
+	if p.spec.Role != abi.RoleExecutor {
+		return nil, fmt.Errorf("host: plugin[%s] export[-]: loaded as a %s, not an executor", p.name, p.spec.Role)
+	}
+	return &Executor{p: p}, nil
+}
+
+// Builder returns the plugin as a runtime.Builder; it fails unless the
+// plugin was loaded as a builder.
+func (p *Plugin) Builder() (*Builder, error) {
+	if p.spec.Role != abi.RoleBuilder {
+		return nil, fmt.Errorf("host: plugin[%s] export[-]: loaded as a %s, not a builder", p.name, p.spec.Role)
+	}
+	return &Builder{p: p}, nil
+}
+
+// Plugin is the plugin behind the adapter.
+func (e *Executor) Plugin() *Plugin { return e.p }
+
+// Plugin is the plugin behind the adapter.
+func (b *Builder) Plugin() *Plugin { return b.p }
+
+// Start implements runtime.Executor.
+func (e *Executor) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	return e.effect(ctx, abi.ExportStart, c)
+}
+
+// Poll implements runtime.Executor.
+func (e *Executor) Poll(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	return e.effect(ctx, abi.ExportPoll, c)
+}
+
+// Attach implements runtime.Executor.
+func (e *Executor) Attach(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	return e.effect(ctx, abi.ExportAttach, c)
+}
+
+// Cancel implements runtime.Executor.
+func (e *Executor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.CancelReply, error) {
+	_, out, err := e.invoke(ctx, abi.ExportCancel, c)
+	if err != nil {
+		return abi.CancelReply{}, err
+	}
+	var r abi.CancelReply
+	if err := json.Unmarshal(out, &r); err != nil {
+		return abi.CancelReply{}, e.p.pluginErr(abi.ExportCancel, abi.ClassPluginProtocol, fmt.Errorf("the reply is not JSON: %w", err))
+	}
+	if err := validateCancelReply(r); err != nil {
+		return abi.CancelReply{}, e.p.pluginErr(abi.ExportCancel, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+	}
+	return r, nil
+}
+
+func (e *Executor) invoke(ctx context.Context, export string, c runtime.EffectCall) (*callScope, []byte, error) {
+	if c.Tenant == "" {
+		return nil, nil, fmt.Errorf("host: plugin[%s] export[%s]: the call has no tenant", e.p.name, export)
+	}
+	in := c.Input
+	in.ABI = e.p.info.abiVersion
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, nil, fmt.Errorf("host: plugin[%s] export[%s]: encoding the input: %w", e.p.name, export, err)
+	}
+	s := &callScope{plugin: e.p, export: export, tenant: c.Tenant, session: c.Session, runID: c.RunID, effectID: in.Effect.ID}
+	out, err := e.p.call(ctx, s, b)
+	return s, out, err
+}
+
+func (e *Executor) effect(ctx context.Context, export string, c runtime.EffectCall) (abi.EffectReply, error) {
+	s, out, err := e.invoke(ctx, export, c)
+	if err != nil {
+		return abi.EffectReply{}, err
+	}
+	var r abi.EffectReply
+	if err := json.Unmarshal(out, &r); err != nil {
+		return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginProtocol, fmt.Errorf("the reply is not JSON: %w", err))
+	}
+	if err := validateEffectReply(export, r); err != nil {
+		return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+	}
+	if r.State == abi.StateFailed {
+		if why := s.deniedReason(); why != "" {
+			return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginDenied, fmt.Errorf("the sandbox refused %s; the plugin then failed: %s", why, r.Error.Message))
+		}
+	}
+	return r, nil
+}
+
+// Build implements runtime.Builder.
+func (b *Builder) Build(ctx context.Context, tenant string, in abi.BuildInput) (abi.BuildOutput, error) {
+	p := b.p
+	if tenant == "" {
+		return abi.BuildOutput{}, fmt.Errorf("host: plugin[%s] export[%s]: the call has no tenant", p.name, abi.ExportBuild)
+	}
+	in.ABI = p.info.abiVersion
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return abi.BuildOutput{}, fmt.Errorf("host: plugin[%s] export[%s]: encoding the input: %w", p.name, abi.ExportBuild, err)
+	}
+	s := &callScope{plugin: p, export: abi.ExportBuild, tenant: tenant, session: in.Run.Session, runID: in.Run.ID}
+	out, err := p.call(ctx, s, raw)
+	if err != nil {
+		return abi.BuildOutput{}, err
+	}
+	var o abi.BuildOutput
+	if err := json.Unmarshal(out, &o); err != nil {
+		return abi.BuildOutput{}, p.pluginErr(abi.ExportBuild, abi.ClassPluginProtocol, fmt.Errorf("the reply is not JSON: %w", err))
+	}
+	if err := validateBuildOutput(o); err != nil {
+		return abi.BuildOutput{}, p.pluginErr(abi.ExportBuild, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+	}
+	return o, nil
+}
+
+// describe calls describe on a throwaway instance, outside every tenant
+// (no KV, no emit), and checks the reply against the expected role.
+func (p *Plugin) describe(ctx context.Context) (abi.Describe, error) {
+	in, err := p.newInstance(ctx)
+	if err != nil {
+		return abi.Describe{}, fmt.Errorf("host: plugin[%s] export[%s]: %w", p.name, abi.ExportDescribe, err)
+	}
+	defer in.close(context.WithoutCancel(ctx))
+	raw, _ := json.Marshal(abi.DescribeInput{ABI: p.info.abiVersion})
+	s := &callScope{plugin: p, export: abi.ExportDescribe}
+	out, _, err := p.run(ctx, in, s, raw)
+	if err != nil {
+		var pe *runtime.PluginError
+		if errors.As(err, &pe) {
+			pe.Err = fmt.Errorf("%w: %w", ErrDescribe, pe.Err)
+			return abi.Describe{}, pe
+		}
+		return abi.Describe{}, fmt.Errorf("host: plugin[%s] export[%s]: %w: %w", p.name, abi.ExportDescribe, ErrDescribe, err)
+	}
+	var d abi.Describe
+	if err := json.Unmarshal(out, &d); err != nil {
+		return abi.Describe{}, p.pluginErr(abi.ExportDescribe, abi.ClassPluginProtocol, fmt.Errorf("%w: the reply is not JSON: %w", ErrDescribe, err))
+	}
+	if err := validateDescribe(d, p.spec.Role, p.info.abiVersion); err != nil {
+		return abi.Describe{}, p.pluginErr(abi.ExportDescribe, abi.ClassPluginProtocol, fmt.Errorf("%w: %w: load it with the role it reports, or fix the plugin", ErrDescribe, err))
+	}
+	return d, nil
+}

@@ -1,0 +1,161 @@
+package host
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// BenchmarkCallEmpty measures one call of the executor plugin's empty
+// export three ways, in one run: a raw wazero call (the floor), a direct
+// extism Plugin.Call, and the host's call path (pool, scope, timeout,
+// classification). docs/BENCHMARKS.md reports the ratios.
+func BenchmarkCallEmpty(b *testing.B) {
+	ctx := context.Background()
+	path := pluginPath(b, conformance.PluginExecutor)
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	b.Run("wazero", func(b *testing.B) {
+		cache, err := wazero.NewCompilationCacheWithDir(conformance.WazeroCacheDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cache.Close(ctx)
+		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache).WithCloseOnContextDone(true))
+		defer rt.Close(ctx)
+		wasi_snapshot_preview1.MustInstantiate(ctx, rt)
+		cm, err := rt.CompileModule(ctx, wasm)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The plugin's extism imports, stubbed: the empty export calls none.
+		builders := map[string]wazero.HostModuleBuilder{}
+		for _, def := range cm.ImportedFunctions() {
+			mod, name, _ := def.Import()
+			if mod == "wasi_snapshot_preview1" {
+				continue
+			}
+			hb, ok := builders[mod]
+			if !ok {
+				hb = rt.NewHostModuleBuilder(mod)
+				builders[mod] = hb
+			}
+			hb.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(context.Context, api.Module, []uint64) {
+				panic("stub " + name)
+			}), def.ParamTypes(), def.ResultTypes()).Export(name)
+		}
+		for _, hb := range builders {
+			if _, err := hb.Instantiate(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mod, err := rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		f := mod.ExportedFunction("empty")
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := f.Call(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
+	b.Run("extism", func(b *testing.B) {
+		cache, err := wazero.NewCompilationCacheWithDir(conformance.WazeroCacheDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cache.Close(ctx)
+		e := newEnv(b, Config{})
+		compiled, err := extism.NewCompiledPlugin(ctx, extism.Manifest{
+			Wasm:    []extism.Wasm{extism.WasmData{Data: wasm}},
+			Memory:  &extism.ManifestMemory{MaxVarBytes: 64 << 10},
+			Timeout: 10000,
+		}, extism.PluginConfig{RuntimeConfig: wazero.NewRuntimeConfig().WithCompilationCache(cache), EnableWasi: true}, e.h.hostFunctions())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer compiled.Close(ctx)
+		inst, err := compiled.Instance(ctx, extism.PluginInstanceConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rc, _, err := inst.Call("empty", nil); err != nil || rc != 0 { // runs _initialize
+			b.Fatal(rc, err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if rc, _, err := inst.Call("empty", nil); err != nil || rc != 0 {
+				b.Fatal(rc, err)
+			}
+		}
+	})
+
+	b.Run("host", func(b *testing.B) {
+		e := newEnv(b, Config{})
+		p := e.load(b, conformance.PluginExecutor, abi.RoleExecutor, nil)
+		call := func() {
+			s := &callScope{plugin: p, export: "empty", tenant: "acme"}
+			if _, err := p.call(ctx, s, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		call() // instance and guest runtime init
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			call()
+		}
+	})
+}
+
+// BenchmarkExecutorStart is a whole Executor.Start of the echo tool: JSON
+// in, one emit, JSON out, one decode and validation.
+func BenchmarkExecutorStart(b *testing.B) {
+	e := newEnv(b, Config{})
+	x := e.executor(b, conformance.PluginExecutor, nil)
+	c := toolCall("acme", "r.t1.0", 1, "echo", map[string]string{"text": "hello"})
+	doneIn(b)(x.Start(context.Background(), c))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := x.Start(context.Background(), c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoad is a cold Load of the executor plugin (a new Host each
+// time): with an empty compilation cache, and with the warm on-disk one.
+func BenchmarkLoad(b *testing.B) {
+	path := pluginPath(b, conformance.PluginExecutor)
+	run := func(b *testing.B, dir func() string) {
+		for i := 0; i < b.N; i++ {
+			h, err := New(Config{CacheDir: dir(), KV: newMemKV()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := h.Load(context.Background(), PluginSpec{Name: "x", Path: path, Role: abi.RoleExecutor}); err != nil {
+				b.Fatal(err)
+			}
+			h.Close(context.Background())
+		}
+	}
+	b.Run("uncached", func(b *testing.B) { run(b, func() string { return b.TempDir() }) })
+	b.Run("cached", func(b *testing.B) { run(b, conformance.WazeroCacheDir) })
+}

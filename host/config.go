@@ -1,0 +1,161 @@
+package host
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Defaults of Config and Limits. Every sandbox limit is on unless the
+// operator raises it; nothing is granted unless the operator grants it.
+const (
+	DefaultMemoryPages          = 1024 // 64 MiB of linear memory per instance
+	DefaultCallTimeout          = 10 * time.Second
+	DefaultMaxInputBytes        = 1 << 20
+	DefaultMaxOutputBytes       = 1 << 20
+	DefaultPoolSize             = 4
+	DefaultIdleTimeout          = 5 * time.Minute
+	DefaultHTTPTimeout          = 10 * time.Second
+	DefaultMaxHTTPResponseBytes = 1 << 20
+	DefaultMaxHTTPRedirects     = 5
+	DefaultMaxInstanceMemory    = int64(2) << 30 // 2 GiB across every instance of the host
+)
+
+// Config configures a Host. The zero value of every field but KV is
+// usable: no disk cache, the system clock, no event sink, the default
+// host-wide memory cap.
+type Config struct {
+	// CacheDir, when set, is the wazero compilation cache on disk: a
+	// restart (or a test process) reuses the machine code compiled before
+	// instead of compiling every plugin again.
+	CacheDir string
+	// KV is the durable plugin KV behind agenthost_kv_*; usually the Store.
+	// Without it, the KV host functions answer "store unavailable".
+	KV runtime.PluginKV
+	// Clock is the host clock behind agenthost_now_ms and the WASI clocks,
+	// and it times idle eviction. Default runtime.SystemClock.
+	Clock runtime.Clock
+	// Events receives agenthost_emit events; without it they are dropped.
+	Events runtime.EventSink
+	// MaxInstanceMemory caps the linear memory of every live instance of
+	// the host together, in bytes. A memory.grow that would pass it fails
+	// (the plugin sees out-of-memory), and idle instances are evicted to
+	// make room for new ones. Default DefaultMaxInstanceMemory.
+	MaxInstanceMemory int64
+	// Logger receives the host's own logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Limits are a plugin's sandbox limits. Zero fields take the defaults.
+type Limits struct {
+	// MemoryPages caps each instance's linear memory, in 64 KiB pages. The
+	// Extism kernel's memory, which holds input and output, has the same
+	// cap.
+	MemoryPages uint32
+	// CallTimeout bounds one call. An instance whose call times out is
+	// closed and replaced.
+	CallTimeout time.Duration
+	// MaxInputBytes and MaxOutputBytes bound one call's JSON input and
+	// output, checked by the host (Extism would cut an input that does not
+	// fit without saying so).
+	MaxInputBytes  int
+	MaxOutputBytes int
+	// PoolSize bounds the instances of one (tenant, plugin); a caller
+	// beyond it waits for one, within its context.
+	PoolSize int
+	// IdleTimeout evicts an instance unused for that long, measured on the
+	// host Clock.
+	IdleTimeout time.Duration
+}
+
+// Sandbox grants a plugin what it may reach. The zero value grants
+// nothing: no files, no environment, no network.
+type Sandbox struct {
+	// AllowedPaths maps a host directory to the guest path it is mounted
+	// at. Prefix the host directory with "ro:" to mount it read-only.
+	AllowedPaths map[string]string
+	// Env lists the environment variables the guest sees.
+	Env map[string]string
+	// Config is the Extism config the guest reads with config_get.
+	Config map[string]string
+	// AllowedHosts lists the hosts agenthost_http may reach: a host name
+	// ("api.example.com"), a wildcard ("*.example.com"), an IP literal, any
+	// of them with ":port" to allow one port only. The list is checked on
+	// the first request, on every redirect and on the address dialled.
+	AllowedHosts []string
+	// HTTPTimeout bounds one agenthost_http request, redirects included
+	// (a request's own timeout_ms may only lower it).
+	HTTPTimeout time.Duration
+	// MaxHTTPResponseBytes bounds a response body; a larger one fails with
+	// too_large.
+	MaxHTTPResponseBytes int64
+	// MaxHTTPRedirects bounds the redirects one request follows.
+	MaxHTTPRedirects int
+}
+
+// PluginSpec says what to load and how to sandbox it.
+type PluginSpec struct {
+	// Name identifies the plugin in errors, pools and the KV namespace.
+	Name string
+	// Path is the .wasm file.
+	Path string
+	// SHA256, when set, pins the file's hex sha256; a mismatch is refused.
+	SHA256 string
+	// Role is the role the caller expects; describe must report it.
+	Role    abi.Role
+	Limits  Limits
+	Sandbox Sandbox
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MemoryPages == 0 {
+		l.MemoryPages = DefaultMemoryPages
+	}
+	if l.CallTimeout <= 0 {
+		l.CallTimeout = DefaultCallTimeout
+	}
+	if l.MaxInputBytes <= 0 {
+		l.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if l.MaxOutputBytes <= 0 {
+		l.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if l.PoolSize <= 0 {
+		l.PoolSize = DefaultPoolSize
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	return l
+}
+
+func (s Sandbox) withDefaults() Sandbox {
+	if s.HTTPTimeout <= 0 {
+		s.HTTPTimeout = DefaultHTTPTimeout
+	}
+	if s.MaxHTTPResponseBytes <= 0 {
+		s.MaxHTTPResponseBytes = DefaultMaxHTTPResponseBytes
+	}
+	if s.MaxHTTPRedirects <= 0 {
+		s.MaxHTTPRedirects = DefaultMaxHTTPRedirects
+	}
+	return s
+}
+
+// check refuses limits under which a call could not work: the input and
+// the output both live in the Extism kernel's memory, under the same cap.
+func (l Limits) check() error {
+	const pageBytes = 64 << 10
+	capBytes := int64(l.MemoryPages) * pageBytes
+	if l.MemoryPages > 65536 {
+		return fmt.Errorf("limits: memory_pages %d is over the wasm32 maximum of 65536", l.MemoryPages)
+	}
+	if need := int64(l.MaxInputBytes) + int64(l.MaxOutputBytes) + 2*pageBytes; need > capBytes {
+		return fmt.Errorf("limits: max input (%d B) plus max output (%d B) do not fit in memory_pages %d (%d B): raise memory_pages or lower the byte limits",
+			l.MaxInputBytes, l.MaxOutputBytes, l.MemoryPages, capBytes)
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+
+	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Host loads plugins and runs their calls. It owns one wazero compilation
+// cache (on disk when Config.CacheDir is set), the host-wide memory budget
+// and every plugin it loaded.
+//
+// Host is safe for concurrent use.
+type Host struct {
+	cfg    Config
+	clock  runtime.Clock
+	log    *slog.Logger
+	cache  wazero.CompilationCache
+	budget *memoryBudget
+
+	mu      sync.Mutex
+	plugins map[string]*Plugin
+	closed  bool
+}
+
+// New returns a Host. It creates Config.CacheDir if it is missing.
+func New(cfg Config) (*Host, error) {
+	h := &Host{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, plugins: map[string]*Plugin{}}
+	if h.clock == nil {
+		h.clock = runtime.SystemClock{}
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	limit := cfg.MaxInstanceMemory
+	if limit <= 0 {
+		limit = DefaultMaxInstanceMemory
+	}
+	h.budget = &memoryBudget{limit: limit}
+	if cfg.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("host: compilation cache %s: %w (set a writable cache dir, or none)", cfg.CacheDir, err)
+		}
+		h.cache = c
+	} else {
+		h.cache = wazero.NewCompilationCache()
+	}
+	return h, nil
+}
+
+// runtimeConfig is the one wazero RuntimeConfig of every plugin runtime
+// and of the inspection at load. It must equal what go-sdk ends with, so
+// that both compile to the same cache entry: the shared cache, and
+// CloseOnContextDone, which go-sdk turns on because Manifest.Timeout > 0
+// (and which changes the module's cache key). No memory limit pages: the
+// cap is enforced by the instance memory allocator (memory.go).
+func (h *Host) runtimeConfig() wazero.RuntimeConfig {
+	return wazero.NewRuntimeConfig().WithCompilationCache(h.cache).WithCloseOnContextDone(true)
+}
+
+// Load reads, checks and compiles a plugin, then calls describe on a
+// throwaway instance and checks the reply against spec.Role. Every refusal
+// of the file itself (hash, marker, imports, exports) happens before any
+// instance exists. The plugin is registered under spec.Name; loading a
+// second plugin of that name fails until the first is closed.
+func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
+	fail := func(err error) (*Plugin, error) {
+		return nil, fmt.Errorf("host: plugin[%s] export[-]: load %s: %w", spec.Name, spec.Path, err)
+	}
+	if spec.Name == "" {
+		return fail(errors.New("the plugin has no name: give it one in the config"))
+	}
+	if spec.Role != abi.RoleBuilder && spec.Role != abi.RoleExecutor {
+		return fail(fmt.Errorf("expected role %q is neither %q nor %q", spec.Role, abi.RoleBuilder, abi.RoleExecutor))
+	}
+	spec.Limits = spec.Limits.withDefaults()
+	spec.Sandbox = spec.Sandbox.withDefaults()
+	if err := spec.Limits.check(); err != nil {
+		return fail(err)
+	}
+	gate, err := newHTTPGate(spec.Sandbox)
+	if err != nil {
+		return fail(err)
+	}
+	wasm, err := os.ReadFile(spec.Path)
+	if err != nil {
+		return fail(fmt.Errorf("reading the module: %w", err))
+	}
+	sum := sha256.Sum256(wasm)
+	got := hex.EncodeToString(sum[:])
+	if spec.SHA256 != "" && !strings.EqualFold(strings.TrimSpace(spec.SHA256), got) {
+		return fail(fmt.Errorf("%w: the file's sha256 is %s but the config pins %s: check that this is the build you meant, then update the pin",
+			ErrHashMismatch, got, strings.ToLower(spec.SHA256)))
+	}
+
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return fail(ErrClosed)
+	}
+	if _, dup := h.plugins[spec.Name]; dup {
+		h.mu.Unlock()
+		return fail(fmt.Errorf("a plugin named %q is loaded already: close it first, or load this one under another name", spec.Name))
+	}
+	h.mu.Unlock()
+
+	// Inspect under the same RuntimeConfig go-sdk will use, so the compile
+	// here is the cache entry NewCompiledPlugin finds.
+	rt := wazero.NewRuntimeWithConfig(ctx, h.runtimeConfig())
+	defer rt.Close(context.WithoutCancel(ctx))
+	cm, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return fail(fmt.Errorf("not a valid WebAssembly module: %w", err))
+	}
+	info, err := inspectModule(cm, spec.Role)
+	if err != nil {
+		return fail(err)
+	}
+
+	manifest := extism.Manifest{
+		Wasm: []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
+		// Set explicitly: built in Go, both default to 0, not to extism's
+		// JSON defaults (DESIGN §10). Vars are host memory; extism's own
+		// http_request is never granted, so it may buffer nothing.
+		Memory:       &extism.ManifestMemory{MaxPages: 0, MaxVarBytes: 64 << 10, MaxHttpResponseBytes: 0},
+		Config:       spec.Sandbox.Config,
+		AllowedPaths: spec.Sandbox.AllowedPaths,
+		AllowedHosts: nil, // never: see RATIONALE.md, "Why our own agenthost_http?"
+		Timeout:      uint64(spec.Limits.CallTimeout.Milliseconds()),
+	}
+	if manifest.Timeout == 0 {
+		manifest.Timeout = 1
+	}
+	compiled, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{
+		RuntimeConfig: h.runtimeConfig(),
+		EnableWasi:    true,
+	}, h.hostFunctions())
+	if err != nil {
+		return fail(fmt.Errorf("compiling: %w", err))
+	}
+	p := &Plugin{
+		h: h, name: spec.Name, spec: spec, sha256: got, info: info,
+		compiled: compiled, http: gate, pools: map[string]*pool{},
+	}
+	d, err := p.describe(ctx)
+	if err != nil {
+		p.closeAll(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	p.desc = d
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		p.closeAll(context.WithoutCancel(ctx))
+		return fail(ErrClosed)
+	}
+	if _, dup := h.plugins[spec.Name]; dup {
+		p.closeAll(context.WithoutCancel(ctx))
+		return fail(fmt.Errorf("a plugin named %q was loaded meanwhile: load each name once", spec.Name))
+	}
+	h.plugins[spec.Name] = p
+	return p, nil
+}
+
+// Plugin returns a loaded plugin by name.
+func (h *Host) Plugin(name string) (*Plugin, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, ok := h.plugins[name]
+	return p, ok
+}
+
+// Plugins returns the names of the loaded plugins, sorted.
+func (h *Host) Plugins() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	names := make([]string, 0, len(h.plugins))
+	for n := range h.plugins {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// MemoryInUse is the linear memory of every live instance, in bytes: what
+// counts against Config.MaxInstanceMemory.
+func (h *Host) MemoryInUse() int64 { return h.budget.used.Load() }
+
+// Close closes every plugin, its pools and instances, and the compilation
+// cache. Calls in flight fail. It is safe to call more than once.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	plugins := make([]*Plugin, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		plugins = append(plugins, p)
+	}
+	h.plugins = map[string]*Plugin{}
+	h.mu.Unlock()
+	var errs []error
+	for _, p := range plugins {
+		errs = append(errs, p.closeAll(ctx))
+	}
+	errs = append(errs, h.cache.Close(ctx))
+	return errors.Join(errs...)
+}
+
+// forget drops a closed plugin from the registry.
+func (h *Host) forget(p *Plugin) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.plugins[p.name] == p {
+		delete(h.plugins, p.name)
+	}
+}
+
+// evictIdleFor closes idle instances of every plugin, least recently used
+// first, until need more bytes fit under the host-wide memory cap.
+func (h *Host) evictIdleFor(ctx context.Context, need int64) bool {
+	if h.budget.used.Load()+need <= h.budget.limit {
+		return true
+	}
+	h.mu.Lock()
+	plugins := make([]*Plugin, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		plugins = append(plugins, p)
+	}
+	h.mu.Unlock()
+	var idle []*instance
+	var owners []*pool
+	for _, p := range plugins {
+		for _, pl := range p.poolList() {
+			for _, in := range pl.idleSnapshot() {
+				idle = append(idle, in)
+				owners = append(owners, pl)
+			}
+		}
+	}
+	order := make([]int, len(idle))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return idle[order[a]].lastUsed.Before(idle[order[b]].lastUsed) })
+	for _, i := range order {
+		if h.budget.used.Load()+need <= h.budget.limit {
+			break
+		}
+		owners[i].evict(ctx, idle[i])
+	}
+	return h.budget.used.Load()+need <= h.budget.limit
+}

@@ -1,0 +1,249 @@
+package host
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Plugin is a loaded plugin: one compiled module, and a pool of instances
+// for each tenant that called it. Use Executor or Builder to call it.
+//
+// Plugin is safe for concurrent use.
+type Plugin struct {
+	h        *Host
+	name     string
+	spec     PluginSpec
+	sha256   string
+	info     moduleInfo
+	desc     abi.Describe
+	compiled *extism.CompiledPlugin
+	http     *httpGate
+
+	mu     sync.Mutex
+	pools  map[string]*pool // by tenant
+	closed bool
+}
+
+// Name is the plugin's name in the host.
+func (p *Plugin) Name() string { return p.name }
+
+// SHA256 is the hex sha256 of the loaded file.
+func (p *Plugin) SHA256() string { return p.sha256 }
+
+// ABIVersion is the ABI version the host picked at the handshake; every
+// input carries it as "abi".
+func (p *Plugin) ABIVersion() int { return p.info.abiVersion }
+
+// Describe is the plugin's describe reply, as checked at load.
+func (p *Plugin) Describe() abi.Describe { return p.desc }
+
+// Spec is the spec the plugin was loaded with, defaults filled in.
+func (p *Plugin) Spec() PluginSpec { return p.spec }
+
+// Close closes the plugin's pools and instances and its compiled module,
+// and removes it from the host. Calls in flight fail.
+func (p *Plugin) Close(ctx context.Context) error {
+	p.h.forget(p)
+	return p.closeAll(ctx)
+}
+
+func (p *Plugin) closeAll(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	pools := p.pools
+	p.pools = map[string]*pool{}
+	p.mu.Unlock()
+	for _, pl := range pools {
+		pl.close(ctx)
+	}
+	p.http.close()
+	return p.compiled.Close(ctx)
+}
+
+// pool returns the tenant's pool, creating it on first use.
+func (p *Plugin) pool(tenant string) (*pool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	pl, ok := p.pools[tenant]
+	if !ok {
+		pl = newPool(p, tenant)
+		p.pools[tenant] = pl
+	}
+	return pl, nil
+}
+
+func (p *Plugin) poolList() []*pool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*pool, 0, len(p.pools))
+	for _, pl := range p.pools {
+		out = append(out, pl)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].tenant < out[j].tenant })
+	return out
+}
+
+// PoolStats counts a tenant's instances.
+type PoolStats struct {
+	Idle    int // instances waiting in the pool
+	InUse   int // instances serving a call
+	Created int // instances created since the pool was
+	Evicted int // idle instances closed for idleness or memory
+	Failed  int // instances discarded after a trap, timeout or limit
+}
+
+// Stats returns the pool counters of one tenant (zero when it has none).
+func (p *Plugin) Stats(tenant string) PoolStats {
+	p.mu.Lock()
+	pl, ok := p.pools[tenant]
+	p.mu.Unlock()
+	if !ok {
+		return PoolStats{}
+	}
+	return pl.stats()
+}
+
+// instance is one extism plugin instance with its own capped memory. It
+// serves one call at a time, for one tenant only.
+type instance struct {
+	ext      *extism.Plugin
+	mem      *instanceMemory
+	stderr   *headBuffer
+	scope    atomic.Pointer[callScope] // the call in progress, for the denying FS
+	lastUsed time.Time
+}
+
+func (in *instance) close(ctx context.Context) { _ = in.ext.Close(ctx) }
+
+// newInstance instantiates the compiled plugin in its sandbox: capped
+// memory, the host clock as the WASI clock, no environment and no files
+// unless granted (an ungranted open is recorded as a denial).
+func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
+	limit := uint64(p.spec.Limits.MemoryPages) * 65536
+	// Room for the declared minimums of the guest and of the kernel.
+	if !p.h.evictIdleFor(ctx, 4<<20) {
+		return nil, fmt.Errorf("the host-wide instance memory cap (%d B) is reached, with %d B in use and nothing idle to evict: raise max_instance_memory or lower pool sizes: %w",
+			p.h.budget.limit, p.h.budget.used.Load(), runtime.ErrExecutorUnavailable)
+	}
+	in := &instance{mem: &instanceMemory{budget: p.h.budget, limit: limit}, stderr: &headBuffer{max: 4096}}
+	clock := p.h.clock
+	mc := wazero.NewModuleConfig().
+		WithStderr(in.stderr).
+		WithWalltime(func() (int64, int32) {
+			t := clock.Now()
+			return t.Unix(), int32(t.Nanosecond())
+		}, sys.ClockResolution(1)).
+		WithNanotime((&monotonic{clock: clock}).nanotime, sys.ClockResolution(1))
+	for k, v := range p.spec.Sandbox.Env {
+		mc = mc.WithEnv(k, v)
+	}
+	if len(p.spec.Sandbox.AllowedPaths) == 0 {
+		mc = mc.WithFSConfig(wazero.NewFSConfig().WithFSMount(deniedFS{in: in}, "/"))
+	}
+	ext, err := p.compiled.Instance(experimental.WithMemoryAllocator(ctx, in.mem), extism.PluginInstanceConfig{ModuleConfig: mc})
+	if err != nil {
+		return nil, fmt.Errorf("instantiating: %w: %w", err, runtime.ErrExecutorUnavailable)
+	}
+	in.ext = ext
+	ext.SetLogger(func(level extism.LogLevel, msg string) {
+		p.h.log.Debug("plugin log", "plugin", p.name, "level", level.String(), "message", msg)
+	})
+	// Never run an instance whose memory escaped the cap: the kernel's
+	// memory and every exported guest memory must come from our allocator.
+	if want := 1 + p.info.memoryExports; in.mem.allocated() < want {
+		in.close(ctx)
+		return nil, fmt.Errorf("instance memory is not under the host's allocator (%d of %d memories): refusing to run it uncapped: %w",
+			in.mem.allocated(), want, runtime.ErrExecutorUnavailable)
+	}
+	return in, nil
+}
+
+// monotonic is an instance's WASI monotonic clock: the host clock, except
+// that a reading never repeats. While the clock stands still (a fake clock
+// in a test), each reading moves 1 ms ahead, as wazero's own fake clock
+// does: a guest runtime that waits for time to pass (Go's scheduler and
+// GC do) would otherwise spin until the call timeout.
+type monotonic struct {
+	clock runtime.Clock
+	mu    sync.Mutex
+	last  int64
+	skew  int64
+}
+
+func (m *monotonic) nanotime() int64 {
+	raw := m.clock.Now().UnixNano()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if raw <= m.last {
+		m.skew += int64(time.Millisecond)
+	} else {
+		m.last = raw
+	}
+	return raw + m.skew
+}
+
+// deniedFS is the root a plugin sees when no path is granted: every open
+// fails with a permission error and is recorded as a denial of the call.
+type deniedFS struct{ in *instance }
+
+func (d deniedFS) Open(name string) (fs.File, error) {
+	if name == "." {
+		return emptyDir.Open(".") // the root itself exists, and is empty
+	}
+	if s := d.in.scope.Load(); s != nil {
+		s.deny(fmt.Sprintf("file system: open %q refused: the plugin is granted no paths", "/"+name))
+	}
+	return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+}
+
+// emptyDir is an empty directory: the zero embed.FS.
+var emptyDir embed.FS
+
+// headBuffer keeps the first max bytes a guest writes to stderr, for the
+// error of a trap (a Go plugin prints its panic there).
+type headBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *headBuffer) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max - len(t.buf); room > 0 {
+		t.buf = append(t.buf, b[:min(room, len(b))]...)
+	}
+	return len(b), nil
+}
+
+func (t *headBuffer) take() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := string(t.buf)
+	t.buf = t.buf[:0]
+	return s
+}
+
+var errPoolClosed = errors.New("the plugin is closed")

@@ -1,0 +1,171 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// pool holds the instances of one (tenant, plugin), all from the plugin's
+// one CompiledPlugin. At most Limits.PoolSize exist at once; a caller
+// beyond that waits for one within its context. Idle instances are reused
+// last-in first-out and closed after Limits.IdleTimeout on the host clock.
+// An instance that failed is closed, never put back.
+type pool struct {
+	p      *Plugin
+	tenant string
+	slots  chan struct{} // one token per live instance (idle or in use)
+
+	mu     sync.Mutex
+	idle   []*instance
+	inUse  int
+	closed bool
+	timer  runtime.Timer // the armed idle sweep, if any
+	st     PoolStats
+}
+
+func newPool(p *Plugin, tenant string) *pool {
+	return &pool{p: p, tenant: tenant, slots: make(chan struct{}, p.spec.Limits.PoolSize)}
+}
+
+// acquire returns an instance for the caller's exclusive use.
+func (pl *pool) acquire(ctx context.Context) (*instance, error) {
+	select {
+	case pl.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for one of %d instances of tenant %q: %w", cap(pl.slots), pl.tenant, ctx.Err())
+	}
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		<-pl.slots
+		return nil, errPoolClosed
+	}
+	if n := len(pl.idle); n > 0 {
+		in := pl.idle[n-1]
+		pl.idle = pl.idle[:n-1]
+		pl.inUse++
+		pl.mu.Unlock()
+		return in, nil
+	}
+	pl.inUse++
+	pl.mu.Unlock()
+	in, err := pl.p.newInstance(ctx)
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if err != nil {
+		pl.inUse--
+		<-pl.slots
+		return nil, err
+	}
+	pl.st.Created++
+	return in, nil
+}
+
+// release gives an instance back: to the idle list when keep is set and
+// the pool is open, otherwise it is closed (its memory freed).
+func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
+	pl.mu.Lock()
+	pl.inUse--
+	if !keep {
+		pl.st.Failed++
+	}
+	if keep && !pl.closed {
+		in.lastUsed = pl.p.h.clock.Now()
+		pl.idle = append(pl.idle, in)
+		pl.armSweepLocked()
+		pl.mu.Unlock()
+		<-pl.slots
+		return
+	}
+	pl.mu.Unlock()
+	in.close(ctx)
+	<-pl.slots
+}
+
+// armSweepLocked arms the idle sweep for the oldest idle instance.
+func (pl *pool) armSweepLocked() {
+	if pl.timer != nil || len(pl.idle) == 0 || pl.closed {
+		return
+	}
+	oldest := pl.idle[0].lastUsed
+	for _, in := range pl.idle[1:] {
+		if in.lastUsed.Before(oldest) {
+			oldest = in.lastUsed
+		}
+	}
+	wait := oldest.Add(pl.p.spec.Limits.IdleTimeout).Sub(pl.p.h.clock.Now())
+	pl.timer = pl.p.h.clock.AfterFunc(wait, pl.sweep)
+}
+
+// sweep closes the instances idle for IdleTimeout or longer.
+func (pl *pool) sweep() {
+	now := pl.p.h.clock.Now()
+	pl.mu.Lock()
+	pl.timer = nil
+	var stale []*instance
+	kept := pl.idle[:0]
+	for _, in := range pl.idle {
+		if !now.Before(in.lastUsed.Add(pl.p.spec.Limits.IdleTimeout)) {
+			stale = append(stale, in)
+		} else {
+			kept = append(kept, in)
+		}
+	}
+	clear(pl.idle[len(kept):])
+	pl.idle = kept
+	pl.st.Evicted += len(stale)
+	pl.armSweepLocked()
+	pl.mu.Unlock()
+	for _, in := range stale {
+		in.close(context.Background())
+	}
+}
+
+// idleSnapshot lists the idle instances, for host-wide eviction.
+func (pl *pool) idleSnapshot() []*instance {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return append([]*instance(nil), pl.idle...)
+}
+
+// evict closes one idle instance, if it is still idle.
+func (pl *pool) evict(ctx context.Context, target *instance) {
+	pl.mu.Lock()
+	for i, in := range pl.idle {
+		if in == target {
+			pl.idle = append(pl.idle[:i], pl.idle[i+1:]...)
+			pl.st.Evicted++
+			pl.mu.Unlock()
+			in.close(ctx)
+			return
+		}
+	}
+	pl.mu.Unlock()
+}
+
+func (pl *pool) stats() PoolStats {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	s := pl.st
+	s.Idle, s.InUse = len(pl.idle), pl.inUse
+	return s
+}
+
+// close closes the idle instances now; those in use close on release.
+func (pl *pool) close(ctx context.Context) {
+	pl.mu.Lock()
+	pl.closed = true
+	idle := pl.idle
+	pl.idle = nil
+	if pl.timer != nil {
+		pl.timer.Stop()
+		pl.timer = nil
+	}
+	pl.mu.Unlock()
+	for _, in := range idle {
+		in.close(ctx)
+	}
+}

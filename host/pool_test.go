@@ -1,0 +1,189 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+func TestPoolBoundHonoursContext(t *testing.T) {
+	e := newEnv(t, Config{})
+	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize = 1 })
+	pl, err := x.Plugin().pool("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := pl.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = x.Start(ctx, toolCall("acme", "r.t1.0", 1, "echo", nil))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call beyond the pool bound: %v; want the caller's deadline", err)
+	}
+	var pe *runtime.PluginError
+	if errors.As(err, &pe) {
+		t.Fatalf("waiting for an instance is not the plugin's fault: %v", err)
+	}
+	// Another tenant is not blocked by acme's pool.
+	doneIn(t)(x.Start(context.Background(), toolCall("globex", "r.t1.0", 1, "echo", map[string]string{"text": "x"})))
+	pl.release(context.Background(), held, true)
+	doneIn(t)(x.Start(context.Background(), toolCall("acme", "r.t1.1", 1, "echo", map[string]string{"text": "x"})))
+	if st := x.Plugin().Stats("acme"); st.Created != 1 || st.Idle != 1 {
+		t.Fatalf("the released instance should serve again: %+v", st)
+	}
+}
+
+func TestPoolIdleEviction(t *testing.T) {
+	e := newEnv(t, Config{})
+	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.IdleTimeout = time.Minute })
+	doneIn(t)(x.Start(context.Background(), toolCall("acme", "r.t1.0", 1, "echo", map[string]string{"text": "x"})))
+	if st := x.Plugin().Stats("acme"); st.Idle != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	inUse := e.h.MemoryInUse()
+	waitFor(t, "the idle sweep to be armed", 5*time.Second, func() bool { return e.clock.Pending() == 1 })
+	e.clock.Advance(30 * time.Second)
+	if st := x.Plugin().Stats("acme"); st.Idle != 1 {
+		t.Fatalf("evicted too early: %+v", st)
+	}
+	e.clock.Advance(31 * time.Second)
+	waitFor(t, "the idle instance to be evicted", 5*time.Second, func() bool {
+		st := x.Plugin().Stats("acme")
+		return st.Idle == 0 && st.Evicted == 1
+	})
+	if e.h.MemoryInUse() >= inUse {
+		t.Fatalf("memory in use %d did not drop from %d", e.h.MemoryInUse(), inUse)
+	}
+	doneIn(t)(x.Start(context.Background(), toolCall("acme", "r.t1.1", 1, "echo", map[string]string{"text": "x"})))
+	if st := x.Plugin().Stats("acme"); st.Created != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestHostMemoryCapEvictsIdle(t *testing.T) {
+	probe := newEnv(t, Config{})
+	px := probe.executor(t, conformance.PluginExecutor, nil)
+	doneIn(t)(px.Start(context.Background(), toolCall("acme", "r", 1, "echo", map[string]string{"text": "x"})))
+	one := probe.h.MemoryInUse()
+	if one <= 0 {
+		t.Fatalf("one instance uses %d bytes", one)
+	}
+	// Room for one instance and a half: a second tenant's instance can only
+	// exist once the first tenant's idle one is evicted.
+	e := newEnv(t, Config{MaxInstanceMemory: one + one/2})
+	x := e.executor(t, conformance.PluginExecutor, nil)
+	doneIn(t)(x.Start(context.Background(), toolCall("acme", "r", 1, "echo", map[string]string{"text": "x"})))
+	doneIn(t)(x.Start(context.Background(), toolCall("globex", "r", 1, "echo", map[string]string{"text": "x"})))
+	if a := x.Plugin().Stats("acme"); a.Evicted != 1 || a.Idle != 0 {
+		t.Fatalf("acme's idle instance was not evicted for globex: %+v", a)
+	}
+	if e.h.MemoryInUse() > one+one/2 {
+		t.Fatalf("memory in use %d is over the cap %d", e.h.MemoryInUse(), one+one/2)
+	}
+	// With the only instance busy, a new one cannot be made: the host says
+	// so instead of passing its cap.
+	pl, _ := x.Plugin().pool("globex")
+	held, err := pl.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.Start(context.Background(), toolCall("initech", "r", 1, "echo", nil))
+	if !errors.Is(err, runtime.ErrExecutorUnavailable) {
+		t.Fatalf("over the host cap: %v", err)
+	}
+	pl.release(context.Background(), held, true)
+}
+
+// TestPoolHammer runs concurrent calls of several tenants through small
+// pools, under -race in make test.
+func TestPoolHammer(t *testing.T) {
+	e := newEnv(t, Config{})
+	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize = 2 })
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			tenant := fmt.Sprintf("t%d", w%3)
+			for i := 0; i < 10; i++ {
+				text := fmt.Sprintf("%d-%d", w, i)
+				r, err := x.Start(context.Background(), toolCall(tenant, "r.t1."+text, 1, "echo", map[string]string{"text": text}))
+				if err != nil || r.State != abi.StateDone || toolContent(t, r) != text {
+					errs <- fmt.Errorf("worker %d call %d: %+v %v", w, i, r, err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, tenant := range []string{"t0", "t1", "t2"} {
+		if st := x.Plugin().Stats(tenant); st.Created > 2 || st.InUse != 0 {
+			t.Errorf("%s: %+v (pool size 2)", tenant, st)
+		}
+	}
+}
+
+// TestLoadCloseDoesNotLeak loads, calls and closes a plugin many times and
+// checks that goroutines, the heap and the host's memory count come back.
+func TestLoadCloseDoesNotLeak(t *testing.T) {
+	path := pluginPath(t, conformance.PluginExecutor)
+	cycle := func() {
+		e := newEnv(t, Config{})
+		p, err := e.h.Load(context.Background(), PluginSpec{Name: "x", Path: path, Role: abi.RoleExecutor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, _ := p.Executor()
+		doneIn(t)(x.Start(context.Background(), toolCall("acme", "r", 1, "echo", map[string]string{"text": "x"})))
+		_, _ = x.Start(context.Background(), toolCall("acme", "r", 1, "trap", nil)) // unknown tool: failed reply
+		if err := e.h.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.h.MemoryInUse(); n != 0 {
+			t.Fatalf("memory in use after Close: %d", n)
+		}
+	}
+	measure := func() (int, uint64) {
+		goruntime.GC()
+		goruntime.GC()
+		var ms goruntime.MemStats
+		goruntime.ReadMemStats(&ms)
+		return goruntime.NumGoroutine(), ms.HeapInuse
+	}
+	for i := 0; i < 2; i++ { // warm up caches and pools of the runtime
+		cycle()
+	}
+	g0, h0 := measure()
+	const n = 12
+	for i := 0; i < n; i++ {
+		cycle()
+	}
+	var g1 int
+	var h1 uint64
+	waitFor(t, "goroutines to settle", 5*time.Second, func() bool {
+		g1, h1 = measure()
+		return g1 <= g0+2
+	})
+	// One leaked instance is tens of MiB of linear memory; n cycles that
+	// leaked would add far more than this bound.
+	if h1 > h0+64<<20 {
+		t.Fatalf("heap in use grew from %d to %d over %d load/close cycles", h0, h1, n)
+	}
+	t.Logf("goroutines %d -> %d, heap in use %d -> %d MiB over %d cycles", g0, g1, h0>>20, h1>>20, n)
+}

@@ -1,0 +1,115 @@
+package host
+
+// A tiny WebAssembly binary encoder for the load-refusal tests: wazero has
+// no text-format parser, so the test modules are written as bytes.
+
+const (
+	wI32 = 0x7f
+	wI64 = 0x7e
+)
+
+type wFuncType struct{ params, results []byte }
+
+type wImport struct {
+	module, name string
+	typ          wFuncType
+}
+
+type wExport struct {
+	name string
+	typ  wFuncType // () -> () or () -> i32 bodies are generated
+}
+
+func uleb(n int) []byte {
+	var b []byte
+	for {
+		c := byte(n & 0x7f)
+		n >>= 7
+		if n != 0 {
+			b = append(b, c|0x80)
+			continue
+		}
+		return append(b, c)
+	}
+}
+
+func wName(s string) []byte { return append(uleb(len(s)), s...) }
+
+func wVec(items [][]byte) []byte {
+	out := uleb(len(items))
+	for _, it := range items {
+		out = append(out, it...)
+	}
+	return out
+}
+
+func wSection(id byte, body []byte) []byte {
+	return append(append([]byte{id}, uleb(len(body))...), body...)
+}
+
+// tinyModule encodes a module that imports the given functions and
+// exports one function per export, plus one page of memory exported as
+// "memory". Exported bodies return nothing or i32 0.
+func tinyModule(imports []wImport, exports []wExport) []byte {
+	var types [][]byte
+	typeIndex := func(ft wFuncType) int {
+		enc := append([]byte{0x60}, append(wVec(bytesEach(ft.params)), wVec(bytesEach(ft.results))...)...)
+		for i, t := range types {
+			if string(t) == string(enc) {
+				return i
+			}
+		}
+		types = append(types, enc)
+		return len(types) - 1
+	}
+	var imps, funcs, exps, codes [][]byte
+	for _, im := range imports {
+		imps = append(imps, append(append(wName(im.module), wName(im.name)...), append([]byte{0x00}, uleb(typeIndex(im.typ))...)...))
+	}
+	for i, ex := range exports {
+		funcs = append(funcs, uleb(typeIndex(ex.typ)))
+		exps = append(exps, append(wName(ex.name), append([]byte{0x00}, uleb(len(imports)+i)...)...))
+		body := []byte{0x00} // no locals
+		if len(ex.typ.results) == 1 {
+			body = append(body, 0x41, 0x00) // i32.const 0
+		}
+		body = append(body, 0x0b)
+		codes = append(codes, append(uleb(len(body)), body...))
+	}
+	exps = append(exps, append(wName("memory"), 0x02, 0x00))
+	mod := []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00}
+	mod = append(mod, wSection(1, wVec(types))...)
+	if len(imps) > 0 {
+		mod = append(mod, wSection(2, wVec(imps))...)
+	}
+	mod = append(mod, wSection(3, wVec(funcs))...)
+	mod = append(mod, wSection(5, wVec([][]byte{{0x00, 0x01}}))...) // memory min 1
+	mod = append(mod, wSection(7, wVec(exps))...)
+	mod = append(mod, wSection(10, wVec(codes))...)
+	return mod
+}
+
+func bytesEach(b []byte) [][]byte {
+	out := make([][]byte, len(b))
+	for i, c := range b {
+		out[i] = []byte{c}
+	}
+	return out
+}
+
+var (
+	sigMarker = wFuncType{}
+	sigExport = wFuncType{results: []byte{wI32}}
+)
+
+// executorExports are a complete executor's exports, after the markers.
+func executorExports(markers ...string) []wExport {
+	var ex []wExport
+	for _, m := range markers {
+		ex = append(ex, wExport{m, sigMarker})
+	}
+	for _, n := range []string{"describe", "start", "poll", "attach", "cancel"} {
+		ex = append(ex, wExport{n, sigExport})
+	}
+	return ex
+}
