@@ -68,11 +68,8 @@ func (e *Executor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.Cancel
 	if err != nil {
 		return abi.CancelReply{}, err
 	}
-	var r abi.CancelReply
-	if err := json.Unmarshal(out, &r); err != nil {
-		return abi.CancelReply{}, e.p.pluginErr(abi.ExportCancel, abi.ClassPluginProtocol, fmt.Errorf("the reply is not JSON: %w", err))
-	}
-	if err := validateCancelReply(r); err != nil {
+	r, err := abi.DecodeCancelReply(out, c.Input.Effect.Kind)
+	if err != nil {
 		return abi.CancelReply{}, e.p.pluginErr(abi.ExportCancel, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
 	}
 	return r, nil
@@ -98,11 +95,8 @@ func (e *Executor) effect(ctx context.Context, export string, c runtime.EffectCa
 	if err != nil {
 		return abi.EffectReply{}, err
 	}
-	var r abi.EffectReply
-	if err := json.Unmarshal(out, &r); err != nil {
-		return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginProtocol, fmt.Errorf("the reply is not JSON: %w", err))
-	}
-	if err := validateEffectReply(export, r); err != nil {
+	r, err := abi.DecodeEffectReply(out, c.Input.Effect.Kind, export)
+	if err != nil {
 		return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
 	}
 	if r.State == abi.StateFailed {
@@ -129,11 +123,8 @@ func (b *Builder) Build(ctx context.Context, tenant string, in abi.BuildInput) (
 	if err != nil {
 		return abi.BuildOutput{}, err
 	}
-	var o abi.BuildOutput
-	if err := json.Unmarshal(out, &o); err != nil {
-		return abi.BuildOutput{}, p.pluginErr(abi.ExportBuild, abi.ClassPluginProtocol, fmt.Errorf("the reply is not JSON: %w", err))
-	}
-	if err := validateBuildOutput(o); err != nil {
+	o, err := abi.DecodeBuildOutput(out)
+	if err != nil {
 		return abi.BuildOutput{}, p.pluginErr(abi.ExportBuild, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
 	}
 	return o, nil
@@ -158,11 +149,11 @@ func (p *Plugin) describe(ctx context.Context) (abi.Describe, error) {
 		}
 		return abi.Describe{}, fmt.Errorf("host: plugin[%s] export[%s]: %w: %w", p.name, abi.ExportDescribe, ErrDescribe, err)
 	}
-	var d abi.Describe
-	if err := json.Unmarshal(out, &d); err != nil {
-		return abi.Describe{}, p.pluginErr(abi.ExportDescribe, abi.ClassPluginProtocol, fmt.Errorf("%w: the reply is not JSON: %w", ErrDescribe, err))
+	d, err := abi.DecodeDescribe(out, p.spec.Role)
+	if err == nil && d.ABI != p.info.abiVersion {
+		err = fmt.Errorf("describe says abi %d, but the host chose %d", d.ABI, p.info.abiVersion)
 	}
-	if err := validateDescribe(d, p.spec.Role, p.info.abiVersion); err != nil {
+	if err != nil {
 		return abi.Describe{}, p.pluginErr(abi.ExportDescribe, abi.ClassPluginProtocol, fmt.Errorf("%w: %w: load it with the role it reports, or fix the plugin", ErrDescribe, err))
 	}
 	return d, nil

@@ -70,7 +70,7 @@ func TestHostileContained(t *testing.T) {
 		{"oom", nil, abi.ClassPluginOOM, true, []string{"out of memory", "512 pages"}},
 		{"trap", nil, abi.ClassPluginTrap, true, []string{"nil map"}},
 		{"huge_output", nil, abi.ClassPluginOutputTooBig, true, []string{"max_output_bytes of 1048576"}},
-		{"not_json", nil, abi.ClassPluginProtocol, false, []string{"not JSON"}},
+		{"not_json", nil, abi.ClassPluginProtocol, false, []string{"not valid JSON"}},
 		{"bad_schema", nil, abi.ClassPluginProtocol, false, []string{`"exploded"`}},
 		{"nonzero", nil, abi.ClassPluginProtocol, false, []string{"status 1", "refusing on purpose"}},
 		{"file_read", nil, abi.ClassPluginDenied, false, []string{`open "/etc/passwd" refused`}},

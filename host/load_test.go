@@ -150,13 +150,13 @@ func TestLoadRoleMismatch(t *testing.T) {
 		t.Fatalf("builder loaded as executor: %v; want ErrExportMissing", err)
 	}
 	// The executor has no build export: refused as a builder too. A role
-	// that describe contradicts is checked by validateDescribe.
+	// that describe contradicts is checked by abi.ValidateDescribe.
 	_, err = e.h.Load(context.Background(), PluginSpec{Name: "x", Path: pluginPath(t, conformance.PluginExecutor), Role: abi.RoleBuilder})
 	if !errors.Is(err, ErrExportMissing) || !strings.Contains(err.Error(), `"build"`) {
 		t.Fatalf("executor loaded as builder: %v; want ErrExportMissing naming build", err)
 	}
-	if err := validateDescribe(abi.Describe{ABI: 1, Name: "n", Role: abi.RoleBuilder}, abi.RoleExecutor, 1); err == nil || !strings.Contains(err.Error(), `loaded as "executor"`) {
-		t.Fatalf("validateDescribe: %v", err)
+	if err := abi.ValidateDescribe(abi.Describe{ABI: 1, Name: "n", Role: abi.RoleBuilder}, abi.RoleExecutor); !errors.Is(err, abi.ErrRoleMismatch) {
+		t.Fatalf("ValidateDescribe: %v", err)
 	}
 }
 
