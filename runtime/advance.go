@@ -155,6 +155,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			continue
 		}
 		rt.stats.Commits.Add(1)
+		rt.hub.Publish(Notice{Tenant: req.tenant, RunID: req.runID, Seq: next.Seq})
 		rt.countTerminal(run, next)
 		rt.perform(tenant, next, epoch, fx)
 		return next, nil

@@ -48,6 +48,10 @@ type Options struct {
 	MaxDefer time.Duration
 	// WatchdogInterval is the time between watchdog scans (default 30s).
 	WatchdogInterval time.Duration
+	// Hub receives a notice after every commit; give the same Hub to the
+	// plugin host as its EventSink so emits reach Follow too. Default: a
+	// new Hub.
+	Hub *Hub
 }
 
 // Runtime drives Runs: it composes the Loop, the executors and session
@@ -63,6 +67,7 @@ type Runtime struct {
 	log     *slog.Logger
 	nodeID  string
 	watcher *Watcher
+	hub     *Hub
 
 	life     context.Context
 	stopLife context.CancelFunc
@@ -149,12 +154,16 @@ func New(opts Options) (*Runtime, error) {
 	setDefault(&opts.RecoveryInterval, 10*time.Second)
 	setDefault(&opts.MaxDefer, 5*time.Minute)
 	setDefault(&opts.WatchdogInterval, 30*time.Second)
+	if opts.Hub == nil {
+		opts.Hub = NewHub()
+	}
 	rt := &Runtime{
 		opts:     opts,
 		store:    opts.Store,
 		clock:    opts.Clock,
 		log:      opts.Logger.With("node", opts.NodeID),
 		nodeID:   opts.NodeID,
+		hub:      opts.Hub,
 		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
 		sessions: map[string]*sessionState{},
 		tracked:  map[string]*tracking{},
