@@ -20,6 +20,8 @@ type RuntimePlugins struct {
 	Builder runtime.Builder
 	Model   runtime.Executor
 	Tools   runtime.Executor
+	// Release unblocks every current and future call of the "block" tool.
+	Release func()
 }
 
 // RuntimeHarness tells RuntimeSuite how to build what it tests.
@@ -94,7 +96,8 @@ func NewRuntimeEnv(t *testing.T, h RuntimeHarness, mutate func(*runtime.Tenant))
 	if h.NewPlugins != nil {
 		p = h.NewPlugins(t, store, clock)
 	} else {
-		p = RuntimePlugins{Builder: &EchoBuilder{}, Model: &ScriptedModel{}, Tools: &ScriptedTools{SlowPolls: 1}}
+		tools := &ScriptedTools{SlowPolls: 1}
+		p = RuntimePlugins{Builder: &EchoBuilder{}, Model: &ScriptedModel{}, Tools: tools, Release: tools.Release}
 	}
 	gate := &GateExecutor{Next: p.Tools}
 	e := &RuntimeEnv{T: t, Clock: clock, Store: store, Plugins: p, h: h, Gate: gate,
@@ -377,7 +380,6 @@ func testQueuedRuns(t *testing.T, e *RuntimeEnv) {
 }
 
 func testDetachedSettlement(t *testing.T, e *RuntimeEnv) {
-	tools := e.Plugins.Tools.(*ScriptedTools)
 	ctx, cancel := context.WithCancel(context.Background())
 	runID := runtime.NewRunID(e.Clock.Now())
 	done := make(chan error, 1)
@@ -390,7 +392,7 @@ func testDetachedSettlement(t *testing.T, e *RuntimeEnv) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("execute returned %v, want context.Canceled", err)
 	}
-	tools.Release()
+	e.Plugins.Release()
 	run := e.UntilTerminal(e.Runtime, runID, 100*time.Millisecond)
 	wantStatus(t, run, loop.StatusCompleted)
 	if run.Result != "unblocked" {
@@ -431,10 +433,8 @@ func testFencedAfterTakeover(t *testing.T, e *RuntimeEnv) {
 		t.Fatalf("node-b must attach the orphaned call and settle it by policy: result %q, attaches %d", run.Result, e.Tools.Calls(abi.ExportAttach))
 	}
 	// node-a's call finishes late: its outcome must not settle anything.
-	if tools, ok := e.Plugins.Tools.(*ScriptedTools); ok {
-		tools.Release()
-		Eventually(t, "node-a's late outcome to be dropped", func() bool { return e.Runtime.Stats().DroppedOutcomes.Load()+e.Runtime.Stats().Boundaries.Load() > 1 })
-	}
+	e.Plugins.Release()
+	Eventually(t, "node-a's late outcome to be dropped", func() bool { return e.Runtime.Stats().DroppedOutcomes.Load()+e.Runtime.Stats().Boundaries.Load() > 1 })
 	evs, err := e.Store.Events(context.Background(), "acme", runID, 1, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -545,9 +545,7 @@ func testRecoveryRetriesUnknown(t *testing.T, e *RuntimeEnv) {
 		}
 		return true
 	})
-	if tools, ok := e.Plugins.Tools.(*ScriptedTools); ok {
-		tools.Release()
-	}
+	e.Plugins.Release()
 	run := e.UntilTerminal(b, runID, 100*time.Millisecond)
 	wantStatus(t, run, loop.StatusCompleted)
 	if run.Result != "unblocked" || b.Recovery().Retry.Load() != 1 {

@@ -26,10 +26,12 @@ const (
 	PluginExecutor = "executor"
 	PluginSlowJob  = "slowjob"
 	PluginHostile  = "hostile"
+	// PluginScripted is the Wasm twin of ScriptedModel and ScriptedTools.
+	PluginScripted = "scripted"
 )
 
 // Plugins lists every conformance plugin.
-var Plugins = []string{PluginBuilder, PluginExecutor, PluginSlowJob, PluginHostile}
+var Plugins = []string{PluginBuilder, PluginExecutor, PluginSlowJob, PluginHostile, PluginScripted}
 
 // TestCacheDir returns the test cache directory: $AGENTHOST_TEST_CACHE, or
 // a fixed directory under the system temp dir, so that a plain `go test`
