@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,34 +114,69 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("runtime: recovery scan: %w", err)
 	}
-	taken := 0
-	for _, o := range orphans {
-		if _, ok := rt.opts.Tenants.Tenant(o.Tenant); !ok {
-			rt.log.Warn("recovery: session of an unknown tenant left alone; configure the tenant to recover it",
-				"tenant", o.Tenant, "session", o.Session)
-			continue
-		}
-		// A session this node had claimed under an earlier epoch must be
-		// claimed again: forget the cached claim.
-		rt.mu.Lock()
-		if s := rt.sessions[sessionKey(o.Tenant, o.Session)]; s != nil && s.claimed && o.Owner != rt.nodeID {
-			s.claimed = false
-		}
-		rt.mu.Unlock()
-		epoch, err := rt.claim(ctx, o.Tenant, o.Session)
-		if err != nil {
-			if errors.Is(err, ErrSessionOwned) {
-				continue // another live incarnation took it first
+	// Claims are synced writes: make them concurrently, so the store can
+	// group their syncs (DESIGN §10), with a bounded number of workers.
+	var (
+		taken    atomic.Int64
+		firstErr error
+		errMu    sync.Mutex
+		wg       sync.WaitGroup
+		work     = make(chan SessionOwner)
+	)
+	for w := 0; w < min(len(orphans), recoveryWorkers); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range work {
+				if err := rt.takeOver(ctx, o); err != nil {
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+					continue
+				}
+				taken.Add(1)
 			}
-			return taken, fmt.Errorf("runtime: recovery: take over %s/%s: %w", o.Tenant, o.Session, err)
-		}
-		taken++
-		rt.recStats.SessionsTaken.Add(1)
-		rt.log.Info("recovery: session taken over", "tenant", o.Tenant, "session", o.Session,
-			"dead_owner", o.Owner, "epoch", epoch)
-		rt.kick(o.Tenant, o.Session)
+		}()
 	}
-	return taken, nil
+	for _, o := range orphans {
+		work <- o
+	}
+	close(work)
+	wg.Wait()
+	return int(taken.Load()), firstErr
+}
+
+// recoveryWorkers bounds the sessions a recovery pass takes over at once.
+const recoveryWorkers = 64
+
+// takeOver claims one orphaned session and hands it to a driver.
+func (rt *Runtime) takeOver(ctx context.Context, o SessionOwner) error {
+	if _, ok := rt.opts.Tenants.Tenant(o.Tenant); !ok {
+		rt.log.Warn("recovery: session of an unknown tenant left alone; configure the tenant to recover it",
+			"tenant", o.Tenant, "session", o.Session)
+		return nil
+	}
+	// A session this node had claimed under an earlier epoch must be
+	// claimed again: forget the cached claim.
+	rt.mu.Lock()
+	if s := rt.sessions[sessionKey(o.Tenant, o.Session)]; s != nil && s.claimed && o.Owner != rt.nodeID {
+		s.claimed = false
+	}
+	rt.mu.Unlock()
+	epoch, err := rt.claim(ctx, o.Tenant, o.Session)
+	if err != nil {
+		if errors.Is(err, ErrSessionOwned) {
+			return nil // another live incarnation took it first
+		}
+		return fmt.Errorf("runtime: recovery: take over %s/%s: %w", o.Tenant, o.Session, err)
+	}
+	rt.recStats.SessionsTaken.Add(1)
+	rt.log.Info("recovery: session taken over", "tenant", o.Tenant, "session", o.Session,
+		"dead_owner", o.Owner, "epoch", epoch)
+	rt.kick(o.Tenant, o.Session)
+	return nil
 }
 
 // recoverEffect asks the executor of an orphaned attempt to attach, plans
