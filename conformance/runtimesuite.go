@@ -124,7 +124,8 @@ func NewRuntimeEnv(t *testing.T, h RuntimeHarness, mutate func(*runtime.Tenant))
 	return e
 }
 
-// NewRuntime starts another runtime over the same store, clock and tenant.
+// NewRuntime starts another runtime over the same store, clock and tenant,
+// and waits for its first recovery pass.
 func (e *RuntimeEnv) NewRuntime(nodeID string) *runtime.Runtime {
 	e.T.Helper()
 	rt, err := runtime.New(runtime.Options{Store: e.Store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
@@ -136,6 +137,9 @@ func (e *RuntimeEnv) NewRuntime(nodeID string) *runtime.Runtime {
 	if err := rt.Start(context.Background()); err != nil {
 		e.T.Fatal(err)
 	}
+	// Its first recovery pass takes over every session with a Run and no
+	// live owner; let it finish before the test creates any.
+	Eventually(e.T, nodeID+"'s first recovery pass", rt.Ready)
 	e.T.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

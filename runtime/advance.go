@@ -126,10 +126,12 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			return run, fmt.Errorf("runtime: advance of %s: %w", run.ID, ErrClosed)
 		}
 		cctx, cancel := rt.commitCtx()
+		began := rt.clock.Now()
 		res, err := rt.store.Commit(cctx, Commit{
 			Tenant: req.tenant, Session: req.session, RunID: req.runID, CommandID: cmd,
 			ExpectedSeq: run.Seq, Epoch: epoch, Events: batch, Run: next,
 		})
+		rt.opts.Observer.Committed(rt.clock.Now().Sub(began), err)
 		cancel()
 		if err != nil || res.Duplicate {
 			rt.unreserveDispatches(next, fx)
@@ -155,6 +157,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			continue
 		}
 		rt.stats.Commits.Add(1)
+		rt.observeCommit(run, next, batch)
 		rt.hub.Publish(Notice{Tenant: req.tenant, RunID: req.runID, Seq: next.Seq})
 		rt.countTerminal(run, next)
 		rt.perform(tenant, next, epoch, fx)

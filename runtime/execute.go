@@ -113,6 +113,9 @@ func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, err
 	if err != nil {
 		return loop.Run{}, false, err
 	}
+	if !res.Duplicate {
+		rt.opts.Observer.RunStatus(req.Tenant, "", res.Run.Status)
+	}
 	rt.kick(req.Tenant, req.Session)
 	return res.Run, res.Duplicate, nil
 }

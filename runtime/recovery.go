@@ -212,6 +212,7 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 	cmd := recovery.Plan(recovery.Record{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID,
 		Kind: e.Kind, Attempt: e.Attempt, Handle: e.Handle, Deferrals: d.n, FirstDeferredMS: d.firstMS}, st, p, now)
 	rt.recStats.count(cmd.Decision)
+	rt.opts.Observer.RecoveryDecision(string(cmd.Decision))
 	rt.log.Info("recovery decision", "assignment_key", key, "decision", cmd.Decision, "command_id", cmd.CommandID, "reason", cmd.Reason)
 	switch cmd.Decision {
 	case recovery.Reattach:
@@ -323,6 +324,7 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 		}
 		reported++
 		rt.recStats.WatchdogReports.Add(1)
+		rt.opts.Observer.WatchdogReport(head.Tenant)
 		rt.log.Error("watchdog: run is stuck: not terminal, nothing in flight, nothing awaited, no timer; driving it again",
 			"tenant", head.Tenant, "session", head.Session, "run", head.ID, "status", head.Status, "seq", head.Seq)
 		rt.kick(head.Tenant, head.Session)

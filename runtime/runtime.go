@@ -52,6 +52,9 @@ type Options struct {
 	// plugin host as its EventSink so emits reach Follow too. Default: a
 	// new Hub.
 	Hub *Hub
+	// Observer receives what the runtime does, for metrics. Default:
+	// NopObserver.
+	Observer Observer
 }
 
 // Runtime drives Runs: it composes the Loop, the executors and session
@@ -156,6 +159,9 @@ func New(opts Options) (*Runtime, error) {
 	setDefault(&opts.WatchdogInterval, 30*time.Second)
 	if opts.Hub == nil {
 		opts.Hub = NewHub()
+	}
+	if opts.Observer == nil {
+		opts.Observer = NopObserver{}
 	}
 	rt := &Runtime{
 		opts:     opts,

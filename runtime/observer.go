@@ -1,0 +1,88 @@
+package runtime
+
+import (
+	"time"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// Observer receives what the runtime does, for metrics. cmd implements it
+// with Prometheus; the runtime imports no metrics library. Every method
+// must return quickly and never block: it is called on the commit path.
+type Observer interface {
+	// Committed reports one commit attempt and how long the store took.
+	Committed(d time.Duration, err error)
+	// RunStatus reports a Run's status change (from is "" at creation).
+	RunStatus(tenant string, from, to loop.Status)
+	// EffectSettled reports an effect attempt's outcome; class is empty
+	// unless it failed or was cancelled with a class.
+	EffectSettled(tenant string, kind abi.EffectKind, state loop.OutcomeState, class abi.ErrorClass)
+	// Usage reports the model tokens a commit added to a tenant's Runs.
+	Usage(tenant string, u abi.Usage)
+	// RecoveryDecision reports a decision recovery took for an effect.
+	RecoveryDecision(decision string)
+	// WatchdogReport reports a Run the watchdog found stuck.
+	WatchdogReport(tenant string)
+}
+
+// NopObserver observes nothing.
+type NopObserver struct{}
+
+var _ Observer = NopObserver{}
+
+func (NopObserver) Committed(time.Duration, error)                                          {}
+func (NopObserver) RunStatus(string, loop.Status, loop.Status)                              {}
+func (NopObserver) EffectSettled(string, abi.EffectKind, loop.OutcomeState, abi.ErrorClass) {}
+func (NopObserver) Usage(string, abi.Usage)                                                 {}
+func (NopObserver) RecoveryDecision(string)                                                 {}
+func (NopObserver) WatchdogReport(string)                                                   {}
+
+// observeCommit tells the observer what a commit changed: status and
+// usage by comparing the snapshots before and after it, settlements from
+// the committed EffectSettled events (a closed step leaves the snapshot
+// with its effects), and attempts a timer settled (an effect timeout) by
+// comparing effects present in both.
+func (rt *Runtime) observeCommit(before, after loop.Run, batch []loop.Event) {
+	o := rt.opts.Observer
+	if before.Status != after.Status {
+		o.RunStatus(after.Tenant, before.Status, after.Status)
+	}
+	if d := (abi.Usage{InputTokens: after.Usage.InputTokens - before.Usage.InputTokens,
+		OutputTokens: after.Usage.OutputTokens - before.Usage.OutputTokens}); d.InputTokens != 0 || d.OutputTokens != 0 {
+		o.Usage(after.Tenant, d)
+	}
+	settled := map[string]bool{}
+	timer := false
+	for _, ev := range batch {
+		switch {
+		case ev.Type == loop.EventEffectSettled && ev.Outcome != nil:
+			settled[ev.EffectID] = true
+			kind := abi.KindTool
+			if ref, err := loop.ParseEffectID(ev.EffectID); err == nil && ref.Kind == "model" {
+				kind = abi.KindModel
+			}
+			o.EffectSettled(after.Tenant, kind, ev.Outcome.State, outcomeClass(ev.Outcome))
+		case ev.Type == loop.EventTimerFired:
+			timer = true
+		}
+	}
+	if !timer {
+		return
+	}
+	for _, e := range after.Effects {
+		old := before.Effect(e.ID)
+		if settled[e.ID] || e.Outcome == nil || old == nil || old.State != loop.EffectExecuting ||
+			(e.State != loop.EffectSettled && e.State != loop.EffectBackoff) {
+			continue
+		}
+		o.EffectSettled(after.Tenant, e.Kind, e.Outcome.State, outcomeClass(e.Outcome))
+	}
+}
+
+func outcomeClass(o *loop.Outcome) abi.ErrorClass {
+	if o.Error != nil {
+		return o.Error.Class
+	}
+	return ""
+}
