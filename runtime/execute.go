@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -231,4 +232,20 @@ func (rt *Runtime) advanceInput(ctx context.Context, run loop.Run, ev loop.Event
 // LoadRun returns a Run's snapshot.
 func (rt *Runtime) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
 	return rt.store.LoadRun(ctx, tenant, runID)
+}
+
+// InFlight returns the number of effect attempts of a tenant this runtime
+// is calling, polling or waiting to attach again: the effects in flight,
+// for quotas.
+func (rt *Runtime) InFlight(tenant string) int {
+	prefix := tenant + "/"
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	n := 0
+	for k, tr := range rt.tracked {
+		if !tr.done && strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
 }

@@ -70,3 +70,21 @@ func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
 		t.Fatalf("usage %+v (run %+v), commits %d", obs.usage, res.Run.Usage, obs.commits)
 	}
 }
+
+func TestInFlightCountsATenantsPendingEffects(t *testing.T) {
+	e := conformance.NewRuntimeEnv(t, harnesses()["memstore"], nil)
+	res := e.Execute("s1", `call:slow(),slow()|answer:$results`)
+	if res.Kind != runtime.ResultWaiting {
+		t.Fatalf("result %s", res.Kind)
+	}
+	if n := e.Runtime.InFlight("acme"); n != 2 {
+		t.Fatalf("in flight %d, want 2", n)
+	}
+	if n := e.Runtime.InFlight("other"); n != 0 {
+		t.Fatalf("another tenant has %d in flight", n)
+	}
+	e.UntilTerminal(e.Runtime, res.Run.ID, 100*time.Millisecond)
+	if n := e.Runtime.InFlight("acme"); n != 0 {
+		t.Fatalf("in flight %d after the run ended", n)
+	}
+}
