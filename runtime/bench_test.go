@@ -243,3 +243,92 @@ func recoverOnce(b *testing.B, n int) (ready, reattach, terminal time.Duration) 
 	b.Fatalf("recovery of %d runs did not finish in 5 minutes: completed %d", n, rt2.Stats().RunsCompleted.Load())
 	return 0, 0, 0
 }
+
+// BenchmarkDurableRunsVsBare interleaves rounds of end-to-end Runs (as in
+// BenchmarkDurableRuns) with rounds of bare Badger commits at the same
+// concurrency, so that a noisy machine's drift hits both alike, and
+// reports the goal's ratio: Runs/s divided by (bare commits/s ÷ commits per
+// Run). The goal is a ratio of at least 0.5.
+//
+//	go test -run '^$' -bench DurableRunsVsBare -benchtime 1x ./runtime
+func BenchmarkDurableRunsVsBare(b *testing.B) {
+	for _, c := range benchConcurrency {
+		b.Run(fmt.Sprintf("concurrency=%d", c), func(b *testing.B) {
+			ctx := context.Background()
+			store, err := badgerstore.Open(b.TempDir(), badgerstore.Options{Logger: quiet, GCInterval: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer store.Close()
+			tools := &conformance.ScriptedTools{}
+			tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
+				Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 4}}
+			for _, tl := range tools.Tools() {
+				tenant.Tools = append(tenant.Tools, runtime.Tool{Descriptor: tl, Spec: loop.ToolSpec{Name: tl.Name, Policy: loop.Policy{Mode: loop.PolicyFail}}, Executor: tools})
+			}
+			rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": tenant}, Clock: runtime.SystemClock{}, Logger: quiet, MaxConcurrentCalls: 512})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := rt.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer rt.Stop(ctx)
+			db, err := badger.Open(badger.DefaultOptions(b.TempDir()).WithSyncWrites(true).WithLogger(nil))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			val := make([]byte, 1500)
+			_, _ = rand.Read(val)
+			runsPerRound := max(c, 48)
+			var runTime, bareTime time.Duration
+			var runs, bare int64
+			var session atomic.Int64
+			for round := 0; round < 5*b.N; round++ {
+				t0 := time.Now()
+				parallel(c, runsPerRound, func(int) {
+					res, err := rt.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", session.Add(1)), Input: benchScript})
+					if err != nil || res.Run.Status != loop.StatusCompleted {
+						b.Errorf("run: %v %s", err, res.Run.Status)
+					}
+				})
+				runTime += time.Since(t0)
+				runs += int64(runsPerRound)
+				t0 = time.Now()
+				parallel(c, runsPerRound*6, func(i int) {
+					if err := db.Update(func(txn *badger.Txn) error {
+						return txn.Set([]byte(fmt.Sprintf("k%d-%d", round, i)), val)
+					}); err != nil {
+						b.Error(err)
+					}
+				})
+				bareTime += time.Since(t0)
+				bare += int64(runsPerRound * 6)
+			}
+			commitsPerRun := float64(rt.Stats().Commits.Load()+runs) / float64(runs)
+			runsPerSec := float64(runs) / runTime.Seconds()
+			barePerSec := float64(bare) / bareTime.Seconds()
+			b.ReportMetric(runsPerSec, "runs/s")
+			b.ReportMetric(barePerSec, "bare-commits/s")
+			b.ReportMetric(commitsPerRun, "commits/run")
+			b.ReportMetric(runsPerSec/(barePerSec/commitsPerRun), "ratio")
+		})
+	}
+}
+
+// parallel runs f(0..n-1) on c goroutines.
+func parallel(c, n int, f func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				f(int(i))
+			}
+		}()
+	}
+	wg.Wait()
+}
