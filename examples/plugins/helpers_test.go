@@ -28,6 +28,7 @@ var goExamples = []struct {
 	{"prompt-builder", abi.RoleBuilder},
 	{"scripted-model", abi.RoleExecutor},
 	{"calculator", abi.RoleExecutor},
+	{"slow-job", abi.RoleExecutor},
 }
 
 const calculatorC = "calculator-c"
@@ -41,8 +42,15 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{clock: conformance.NewFakeClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))}
-	e.kv = conformance.NewMemStore(e.clock, conformance.KVLimits{})
+	clock := conformance.NewFakeClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+	return restart(t, clock, conformance.NewMemStore(clock, conformance.KVLimits{}))
+}
+
+// restart starts a host on an existing clock and KV: what a process that
+// restarts on the same store sees.
+func restart(t testing.TB, clock *conformance.FakeClock, kv *conformance.MemStore) *env {
+	t.Helper()
+	e := &env{clock: clock, kv: kv}
 	h, err := host.New(host.Config{CacheDir: conformance.WazeroCacheDir(), KV: e.kv, Clock: e.clock})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package examples_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestScriptedModelTwoSumsInParallel(t *testing.T) {
 	}
 	req.Messages = append(req.Messages, msg)
 	for i, c := range msg.ToolCalls {
-		res := tool(t)(calc.Start(ctx, toolCall("run_1.t1."+string(rune('0'+i)), 1, "calculate", json.RawMessage(c.Arguments))))
+		res := tool(t)(calc.Start(ctx, toolCall(fmt.Sprintf("run_1.t1.%d", i), 1, "calculate", json.RawMessage(c.Arguments))))
 		req.Messages = append(req.Messages, abi.Message{Role: "tool", ToolCallID: c.ID, Content: res.Content})
 	}
 	final := model(t)(m.Start(ctx, modelCall("run_1.m2", req))).Message
