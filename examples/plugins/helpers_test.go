@@ -29,6 +29,7 @@ var goExamples = []struct {
 	{"scripted-model", abi.RoleExecutor},
 	{"calculator", abi.RoleExecutor},
 	{"slow-job", abi.RoleExecutor},
+	{"openai", abi.RoleExecutor},
 }
 
 const calculatorC = "calculator-c"
