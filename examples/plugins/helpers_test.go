@@ -209,4 +209,5 @@ func TestWarmExampleCache(t *testing.T) {
 			t.Errorf("%s: ABI v%d", x.dir, p.ABIVersion())
 		}
 	}
+	e.load(t, calculatorC, abi.RoleExecutor, nil)
 }
