@@ -200,8 +200,12 @@ func classOf(t testing.TB, err error) abi.ErrorClass {
 
 // TestWarmExampleCache builds every example and loads it once, so the
 // wazero cache holds its compiled code. `make warm-cache` runs it without
-// -race before the race-enabled tests (DESIGN §9).
+// -race before the race-enabled tests (DESIGN §9). Under -race it skips:
+// a load costs seconds there, and the other tests load every example.
 func TestWarmExampleCache(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under -race the other tests load every example; make warm-cache runs this one without -race")
+	}
 	e := newEnv(t)
 	for _, x := range goExamples {
 		p := e.load(t, x.dir, x.role, nil)

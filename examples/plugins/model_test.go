@@ -25,13 +25,21 @@ func expressionArg(t *testing.T, c abi.ToolCall) string {
 	return a.Expression
 }
 
-// The scripted model and the calculator together, as make run uses them:
-// the model asks for the call, the calculator answers it, and the model
-// answers with the result.
-func TestScriptedModelArithmetic(t *testing.T) {
+// The scripted model and the calculator together, as make run uses them.
+// One host serves every case: loading a plugin is the slow part under
+// -race.
+func TestScriptedModel(t *testing.T) {
 	e := newEnv(t)
 	m := e.executor(t, "scripted-model", nil)
 	calc := e.executor(t, "calculator", nil)
+	t.Run("arithmetic: one call, then the answer", func(t *testing.T) { testArithmetic(t, m, calc) })
+	t.Run("two sums: two calls in one message", func(t *testing.T) { testTwoSums(t, m, calc) })
+	t.Run("rules and fallback", func(t *testing.T) { testRules(t, m) })
+}
+
+// The model asks for the call, the calculator answers it, and the model
+// answers with the result.
+func testArithmetic(t *testing.T, m, calc *host.Executor) {
 	ctx := context.Background()
 
 	req := abi.ModelRequest{Messages: []abi.Message{
@@ -54,10 +62,7 @@ func TestScriptedModelArithmetic(t *testing.T) {
 	}
 }
 
-func TestScriptedModelTwoSumsInParallel(t *testing.T) {
-	e := newEnv(t)
-	m := e.executor(t, "scripted-model", nil)
-	calc := e.executor(t, "calculator", nil)
+func testTwoSums(t *testing.T, m, calc *host.Executor) {
 	ctx := context.Background()
 
 	req := abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: "What is 2+3 and 4*5?"}}, Tools: []abi.Tool{calculateTool}}
@@ -77,9 +82,7 @@ func TestScriptedModelTwoSumsInParallel(t *testing.T) {
 	}
 }
 
-func TestScriptedModelRulesAndFallback(t *testing.T) {
-	e := newEnv(t)
-	m := e.executor(t, "scripted-model", nil)
+func testRules(t *testing.T, m *host.Executor) {
 	ctx := context.Background()
 	ask := func(text string, tools ...abi.Tool) abi.Message {
 		return model(t)(m.Start(ctx, modelCall("run_1.m1", abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: text}}, Tools: tools}))).Message
@@ -158,13 +161,6 @@ func TestPromptBuilder(t *testing.T) {
 	}
 	if got, want := contents(out), "system:Answer in French. | user:h3 | assistant:h4 | user:What is 2+3?"; got != want {
 		t.Fatalf("window 2:\n got %s\nwant %s", got, want)
-	}
-	out, err = build(map[string]string{"history_window": "0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Request.Messages) != 2 {
-		t.Fatalf("window 0: %s", contents(out))
 	}
 	// A config value that is not a number is an error that names the key.
 	_, err = build(map[string]string{"history_window": "lots"})

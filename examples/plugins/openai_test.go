@@ -15,9 +15,9 @@ import (
 )
 
 // fakeOpenAI is a chat-completions server on 127.0.0.1 that checks the
-// request's shape. Under /v1 it answers a tool call while the
-// conversation has no tool result, then a final answer; under /status/N it
-// answers status N with an OpenAI-style error.
+// request's shape. At /v1/chat/completions it answers a tool call while
+// the conversation has no tool result, then a final answer; to a last
+// message "answer N" it answers status N with an OpenAI-style error.
 type fakeOpenAI struct {
 	t    *testing.T
 	srv  *httptest.Server
@@ -46,17 +46,7 @@ func (f *fakeOpenAI) fail(w http.ResponseWriter, format string, args ...any) {
 
 func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("content-type", "application/json")
-	switch r.URL.Path {
-	case "/status/500/chat/completions":
-		w.WriteHeader(500)
-		io.WriteString(w, `{"error":{"message":"the server is on fire","type":"server_error"}}`)
-		return
-	case "/status/401/chat/completions":
-		w.WriteHeader(401)
-		io.WriteString(w, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)
-		return
-	case "/v1/chat/completions":
-	default:
+	if r.URL.Path != "/v1/chat/completions" {
 		f.fail(w, "path %q, want /v1/chat/completions", r.URL.Path)
 		return
 	}
@@ -77,7 +67,21 @@ func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msgs, _ := body["messages"].([]any)
+	if len(msgs) == 0 {
+		f.fail(w, "no messages")
+		return
+	}
 	last, _ := msgs[len(msgs)-1].(map[string]any)
+	switch last["content"] {
+	case "answer 500":
+		w.WriteHeader(500)
+		io.WriteString(w, `{"error":{"message":"the server is on fire","type":"server_error"}}`)
+		return
+	case "answer 401":
+		w.WriteHeader(401)
+		io.WriteString(w, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)
+		return
+	}
 	if last["role"] == "tool" {
 		io.WriteString(w, `{"id":"chatcmpl-2","object":"chat.completion","choices":[{"index":0,"finish_reason":"stop",
 			"message":{"role":"assistant","content":"(2+3)*4 = 20"}}],"usage":{"prompt_tokens":80,"completion_tokens":9,"total_tokens":89}}`)
@@ -147,11 +151,14 @@ func TestOpenAI(t *testing.T) {
 	}
 
 	// Server errors: 5xx may be retried, 4xx not; both carry the server's message.
-	r, err := load("openai-500", f.srv.URL+"/status/500", "127.0.0.1").Start(ctx, modelCall("run_1.m1", req))
+	ask := func(text string) abi.ModelRequest {
+		return abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: text}}}
+	}
+	r, err := x.Start(ctx, modelCall("run_1.m1", ask("answer 500")))
 	if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || !strings.Contains(r.Error.Message, "the server is on fire") {
 		t.Errorf("500: %+v %v", r, err)
 	}
-	r, err = load("openai-401", f.srv.URL+"/status/401", "127.0.0.1").Start(ctx, modelCall("run_1.m1", req))
+	r, err = x.Start(ctx, modelCall("run_1.m1", ask("answer 401")))
 	if err != nil || r.State != abi.StateFailed || r.Error.Retriable || !strings.Contains(r.Error.Message, "Incorrect API key") {
 		t.Errorf("401: %+v %v", r, err)
 	}
