@@ -29,6 +29,7 @@ lint:
 # once, without -race, so the race-enabled tests only read the cache.
 warm-cache:
 	$(GO) test -count=1 -run '^TestWarmPluginCache$$' ./host/
+	$(GO) test -count=1 -run '^TestWarmExampleCache$$' ./examples/plugins/
 
 test: lint warm-cache
 	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...

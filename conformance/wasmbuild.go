@@ -5,12 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -159,6 +162,204 @@ func sourceHash(root, name string) (string, error) {
 		}
 		rel, _ := filepath.Rel(root, f)
 		fmt.Fprintf(h, "%s %d\n", rel, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+var packageBuildDone = map[string]string{}
+
+// BuildPackage compiles the Go plugin package at relDir (a directory
+// relative to the module root, such as "examples/plugins/calculator") to
+// Wasm, like BuildPlugin, and returns the path of the .wasm file. It builds
+// once per source hash: the hash covers the package's own sources and,
+// transitively, every package of this module it imports (found by parsing
+// the import clauses, whatever the build tags), go.mod, go.sum and the Go
+// version. The file lives in TestCacheDir()/plugins, named after relDir and
+// the hash. It is for tests, not a stable API.
+func BuildPackage(relDir string) (string, error) {
+	relDir = filepath.ToSlash(filepath.Clean(relDir))
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := packageBuildDone[relDir]; ok {
+		return p, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(filepath.Join(root, relDir)); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("conformance: package %q: no source directory under %s", relDir, root)
+	}
+	dirs, err := localImportClosure(root, relDir)
+	if err != nil {
+		return "", fmt.Errorf("conformance: package %q: %w", relDir, err)
+	}
+	sum, err := hashDirs(root, dirs)
+	if err != nil {
+		return "", fmt.Errorf("conformance: package %q: hashing sources: %w", relDir, err)
+	}
+	name := strings.ReplaceAll(relDir, "/", "_")
+	out, err := buildCached(root, name, sum, "./"+relDir)
+	if err != nil {
+		return "", fmt.Errorf("conformance: package %q: %w", relDir, err)
+	}
+	packageBuildDone[relDir] = out
+	return out, nil
+}
+
+// buildCached runs go build for pkg into the cache as NAME-HASH.wasm,
+// unless that file is already there.
+func buildCached(root, name, sum, pkg string) (string, error) {
+	dir := filepath.Join(TestCacheDir(), "plugins")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("cache dir: %w (set %s to a writable directory)", err, TestCacheEnv)
+	}
+	out := filepath.Join(dir, name+"-"+sum[:16]+".wasm")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	tmp, err := os.CreateTemp(dir, name+"-*.wasm.tmp")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command(goTool(), "build", "-buildmode=c-shared", "-o", tmp.Name(), pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build failed: %w\n%s", err, b)
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// localImportClosure returns relDir and every directory of this module that
+// it imports, directly or not, sorted. It reads only import clauses, of
+// every .go file that is not a test, so build tags cannot hide a
+// dependency.
+func localImportClosure(root, relDir string) ([]string, error) {
+	modPath, err := modulePath(root)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	queue := []string{relDir}
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		entries, err := os.ReadDir(filepath.Join(root, d))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, d, e.Name()), nil, parser.ImportsOnly)
+			if err != nil {
+				return nil, err
+			}
+			for _, imp := range f.Imports {
+				p, err := strconv.Unquote(imp.Path.Value)
+				if err != nil {
+					return nil, err
+				}
+				if rest, ok := strings.CutPrefix(p, modPath+"/"); ok {
+					queue = append(queue, rest)
+				}
+			}
+		}
+	}
+	dirs := make([]string, 0, len(seen))
+	for d := range seen {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	return dirs, nil
+}
+
+// modulePath reads the module path from go.mod.
+func modulePath(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`), nil
+		}
+	}
+	return "", errors.New("go.mod has no module line")
+}
+
+// hashDirs hashes the Go sources (tests aside) directly in each directory,
+// go.mod, go.sum and the Go version.
+func hashDirs(root string, dirs []string) (string, error) {
+	var files []string
+	for _, d := range dirs {
+		entries, err := os.ReadDir(filepath.Join(root, d))
+		if err != nil {
+			return "", err
+		}
+		for _, e := range entries {
+			if !e.IsDir() && strings.HasSuffix(e.Name(), ".go") && !strings.HasSuffix(e.Name(), "_test.go") {
+				files = append(files, filepath.Join(root, d, e.Name()))
+			}
+		}
+	}
+	sort.Strings(files)
+	files = append(files, filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"))
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", goruntime.Version())
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		rel, _ := filepath.Rel(root, f)
+		fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(rel), len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// HashFiles hashes every regular file under each of dirs (relative to
+// base), names and contents, in a fixed order. A test that builds a
+// plugin with another toolchain (the C example's build.sh) names its cache
+// file after it. It is for tests, not a stable API.
+func HashFiles(base string, dirs ...string) (string, error) {
+	var files []string
+	for _, d := range dirs {
+		err := filepath.WalkDir(filepath.Join(base, d), func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if e.Type().IsRegular() {
+				files = append(files, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		rel, _ := filepath.Rel(base, f)
+		fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(rel), len(b))
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -1,0 +1,217 @@
+package examples_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// The example plugins, by directory under examples/plugins, with the role
+// each is loaded as.
+var goExamples = []struct {
+	dir  string
+	role abi.Role
+}{
+	{"prompt-builder", abi.RoleBuilder},
+	{"scripted-model", abi.RoleExecutor},
+	{"calculator", abi.RoleExecutor},
+	{"slow-job", abi.RoleExecutor},
+	{"openai", abi.RoleExecutor},
+}
+
+const calculatorC = "calculator-c"
+
+// env is one test's host with a fake clock and an in-memory KV.
+type env struct {
+	h     *host.Host
+	kv    *conformance.MemStore
+	clock *conformance.FakeClock
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	clock := conformance.NewFakeClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+	return restart(t, clock, conformance.NewMemStore(clock, conformance.KVLimits{}))
+}
+
+// restart starts a host on an existing clock and KV: what a process that
+// restarts on the same store sees.
+func restart(t testing.TB, clock *conformance.FakeClock, kv *conformance.MemStore) *env {
+	t.Helper()
+	e := &env{clock: clock, kv: kv}
+	h, err := host.New(host.Config{CacheDir: conformance.WazeroCacheDir(), KV: e.kv, Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h = h
+	t.Cleanup(func() { h.Close(context.Background()) })
+	return e
+}
+
+// wasmPath builds an example once per source hash and returns its file.
+func wasmPath(t testing.TB, dir string) string {
+	t.Helper()
+	if dir == calculatorC {
+		return buildC(t)
+	}
+	p, err := conformance.BuildPackage("examples/plugins/" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// buildC builds calculator-c with its build.sh into the test cache, once
+// per hash of its sources. A missing toolchain fails the test, naming the
+// packages to install: the C example is part of what make test checks.
+func buildC(t testing.TB) string {
+	t.Helper()
+	if _, err := exec.LookPath("clang"); err != nil {
+		t.Fatalf("clang is not installed; the C example needs it: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32")
+	}
+	files, err := conformance.HashFiles(".", "calculator-c", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, _ := exec.Command("clang", "--version").Output()
+	h := sha256.Sum256([]byte(files + "\n" + string(version)))
+	sum := hex.EncodeToString(h[:])
+	dir := filepath.Join(conformance.TestCacheDir(), "plugins")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "calculator-c-"+sum[:16]+".wasm")
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
+	defer os.Remove(tmp)
+	cmd := exec.Command("./calculator-c/build.sh", tmp)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("calculator-c/build.sh failed: %v\n%s\n(the C toolchain: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32)", err, b)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (e *env) load(t testing.TB, dir string, role abi.Role, mod func(*host.PluginSpec)) *host.Plugin {
+	t.Helper()
+	spec := host.PluginSpec{Name: dir, Path: wasmPath(t, dir), Role: role}
+	if mod != nil {
+		mod(&spec)
+	}
+	p, err := e.h.Load(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (e *env) executor(t testing.TB, dir string, mod func(*host.PluginSpec)) *host.Executor {
+	t.Helper()
+	x, err := e.load(t, dir, abi.RoleExecutor, mod).Executor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func withConfig(kv map[string]string) func(*host.PluginSpec) {
+	return func(s *host.PluginSpec) { s.Sandbox.Config = kv }
+}
+
+func toolCall(effect string, attempt int, tool string, args any) runtime.EffectCall {
+	a, _ := json.Marshal(args)
+	req, _ := json.Marshal(abi.ToolRequest{Arguments: a})
+	return runtime.EffectCall{Tenant: "acme", Session: "s1", RunID: "run_1", Input: abi.EffectInput{
+		Effect: abi.Effect{ID: effect, AssignmentKey: fmt.Sprintf("acme/s1/%s#%d", effect, attempt), Attempt: attempt, Kind: abi.KindTool, Tool: tool, Request: req},
+	}}
+}
+
+func modelCall(effect string, req abi.ModelRequest) runtime.EffectCall {
+	b, _ := json.Marshal(req)
+	return runtime.EffectCall{Tenant: "acme", Session: "s1", RunID: "run_1", Input: abi.EffectInput{
+		Effect: abi.Effect{ID: effect, AssignmentKey: "acme/s1/" + effect + "#1", Attempt: 1, Kind: abi.KindModel, Request: b},
+	}}
+}
+
+// tool returns a check that asserts a done reply and returns its tool
+// outcome: tool(t)(x.Start(ctx, c)).
+func tool(t testing.TB) func(abi.EffectReply, error) abi.ToolOutcome {
+	return func(r abi.EffectReply, err error) abi.ToolOutcome {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("call failed: %v", err)
+		}
+		if r.State != abi.StateDone {
+			t.Fatalf("state %q, want done (reply %+v)", r.State, r)
+		}
+		var o abi.ToolOutcome
+		if err := json.Unmarshal(r.Outcome, &o); err != nil {
+			t.Fatalf("outcome %s: %v", r.Outcome, err)
+		}
+		return o
+	}
+}
+
+// model returns a check that asserts a done reply and returns its model
+// outcome: model(t)(x.Start(ctx, c)).
+func model(t testing.TB) func(abi.EffectReply, error) abi.ModelOutcome {
+	return func(r abi.EffectReply, err error) abi.ModelOutcome {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("call failed: %v", err)
+		}
+		if r.State != abi.StateDone {
+			t.Fatalf("state %q, want done (reply %+v)", r.State, r)
+		}
+		var o abi.ModelOutcome
+		if err := json.Unmarshal(r.Outcome, &o); err != nil {
+			t.Fatalf("outcome %s: %v", r.Outcome, err)
+		}
+		return o
+	}
+}
+
+// classOf returns the error class of a plugin error.
+func classOf(t testing.TB, err error) abi.ErrorClass {
+	t.Helper()
+	var pe *runtime.PluginError
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T) is not a *runtime.PluginError", err, err)
+	}
+	return pe.Class
+}
+
+// TestWarmExampleCache builds every example and loads it once, so the
+// wazero cache holds its compiled code. `make warm-cache` runs it without
+// -race before the race-enabled tests (DESIGN §9). Under -race it skips:
+// a load costs seconds there, and the other tests load every example.
+func TestWarmExampleCache(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under -race the other tests load every example; make warm-cache runs this one without -race")
+	}
+	e := newEnv(t)
+	for _, x := range goExamples {
+		p := e.load(t, x.dir, x.role, nil)
+		if p.ABIVersion() != abi.Version {
+			t.Errorf("%s: ABI v%d", x.dir, p.ABIVersion())
+		}
+	}
+	e.load(t, calculatorC, abi.RoleExecutor, nil)
+}

@@ -1,0 +1,145 @@
+//go:build wasip1
+
+// Package guest is the plugin side of ABI v1 that the example plugins
+// share: the Extism input and output, the plugin's config, and typed
+// wrappers over the agenthost host functions (module extism:host/user).
+// Each wrapper is a few lines over go-pdk; copy them into your own plugin
+// freely (docs/ABI.md, "Writing a plugin", shows them in full).
+//
+// It builds only for GOOS=wasip1, like every plugin source.
+package guest
+
+import (
+	"encoding/json"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/extism/go-pdk"
+)
+
+//go:wasmimport extism:host/user agenthost_kv_get
+func hostKVGet(key uint64) uint64
+
+//go:wasmimport extism:host/user agenthost_kv_set
+func hostKVSet(key, value uint64) uint64
+
+//go:wasmimport extism:host/user agenthost_now_ms
+func hostNowMS() uint64
+
+//go:wasmimport extism:host/user agenthost_emit
+func hostEmit(event uint64) uint64
+
+//go:wasmimport extism:host/user agenthost_http
+func hostHTTP(request uint64) uint64
+
+// Input decodes the call's JSON input into v.
+func Input(v any) error { return pdk.InputJSON(v) }
+
+// Reply writes v as the call's JSON output and returns 0, the ok status.
+func Reply(v any) int32 {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Fail("cannot encode the reply: " + err.Error())
+	}
+	pdk.Output(b)
+	return 0
+}
+
+// Fail reports a protocol error through error_set and returns 1: the host
+// fails the call with class plugin_protocol and this message.
+func Fail(msg string) int32 {
+	pdk.SetErrorString(msg)
+	return 1
+}
+
+// Config reads the plugin's config value for key (lower case: the
+// operator's YAML loader lowercases keys); ok is false when it is unset.
+func Config(key string) (string, bool) { return pdk.GetConfig(key) }
+
+// Describe answers describe with d, stamped with ABI v1.
+func Describe(d abi.Describe) int32 {
+	var in abi.DescribeInput
+	if err := Input(&in); err != nil {
+		return Fail("describe: the input is not JSON: " + err.Error())
+	}
+	d.ABI = abi.Version
+	return Reply(d)
+}
+
+// EffectInput decodes the input of start, poll, attach or cancel, and
+// checks that it names an effect attempt. On a bad input it returns the
+// protocol-error status to return, and false.
+func EffectInput() (abi.EffectInput, int32, bool) {
+	var in abi.EffectInput
+	if err := Input(&in); err != nil {
+		return in, Fail("the input is not an effect input: " + err.Error()), false
+	}
+	if in.Effect.ID == "" || in.Effect.Attempt < 1 {
+		return in, Fail("the input names no effect attempt: effect.id and effect.attempt (from 1) are required"), false
+	}
+	return in, 0, true
+}
+
+// KV is the plugin's durable key-value space in the host
+// (agenthost_kv_get/set), scoped to the tenant and the plugin.
+type KV struct{}
+
+// Get reads key; ok is false when it is missing. When the store fails, the
+// host aborts the call instead of answering: a missing key is really
+// missing.
+func (KV) Get(key string) ([]byte, bool) {
+	k := pdk.AllocateString(key)
+	defer k.Free()
+	off := hostKVGet(k.Offset())
+	if off == 0 {
+		return nil, false
+	}
+	m := pdk.FindMemory(off)
+	defer m.Free()
+	return m.ReadBytes(), true
+}
+
+// Set writes key durably before it returns; an empty value deletes it.
+func (KV) Set(key string, value []byte) abi.Status {
+	k := pdk.AllocateString(key)
+	defer k.Free()
+	v := pdk.AllocateBytes(value)
+	defer v.Free()
+	return abi.Status(hostKVSet(k.Offset(), v.Offset()))
+}
+
+// NowMS is the host clock in Unix milliseconds (fake under test).
+func NowMS() int64 { return int64(hostNowMS()) }
+
+// Progress puts a progress event on the Run's event stream. It is for
+// people watching; a failure to emit changes nothing.
+func Progress(message string) abi.Status {
+	b, err := json.Marshal(abi.EmitEvent{Type: "progress", Message: message})
+	if err != nil {
+		return abi.StatusRefused
+	}
+	m := pdk.AllocateBytes(b)
+	defer m.Free()
+	return abi.Status(hostEmit(m.Offset()))
+}
+
+// HTTP sends req through agenthost_http, to the plugin's allowed hosts
+// only. A refused or failed request comes back with Error set.
+func HTTP(req abi.HTTPRequest) abi.HTTPResponse {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "cannot encode the request: " + err.Error()}}
+	}
+	m := pdk.AllocateBytes(b)
+	defer m.Free()
+	off := hostHTTP(m.Offset())
+	if off == 0 {
+		return abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "agenthost_http returned no response"}}
+	}
+	r := pdk.FindMemory(off)
+	defer r.Free()
+	var resp abi.HTTPResponse
+	if err := json.Unmarshal(r.ReadBytes(), &resp); err != nil {
+		return abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "agenthost_http response is not JSON: " + err.Error()}}
+	}
+	return resp
+}

@@ -1,0 +1,278 @@
+// Package chat maps agenthost's model requests to OpenAI-compatible
+// chat-completions requests (OpenAI, Ollama, vLLM …) and their responses
+// back to model outcomes. It is plain Go, so its tests run on the host;
+// the plugin (package main, built for wasip1) reads the config and sends
+// the request through agenthost_http.
+package chat
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// Config keys, in lower case: the operator's YAML loader (viper)
+// lowercases every key.
+const (
+	KeyBaseURL     = "base_url"
+	KeyModel       = "model"
+	KeyAPIKey      = "api_key"
+	KeyTemperature = "temperature"
+	KeyMaxTokens   = "max_tokens"
+	KeyTimeoutMS   = "timeout_ms"
+)
+
+// Config is the plugin's configuration.
+type Config struct {
+	BaseURL     string   // e.g. https://api.openai.com/v1 or http://localhost:11434/v1
+	Model       string   // e.g. gpt-4o-mini, llama3.1
+	APIKey      string   // sent as "Authorization: Bearer …" when set
+	Temperature *float64 // sent when set
+	MaxTokens   *int     // sent when set
+	TimeoutMS   int64    // 0: the host's limit
+}
+
+// ParseConfig reads the config through get (the plugin passes Extism's
+// config_get). base_url and model are required; a value of the wrong type
+// is an error that names the key.
+func ParseConfig(get func(string) (string, bool)) (Config, error) {
+	var c Config
+	var problems []string
+	val := func(k string) string { s, _ := get(k); return strings.TrimSpace(s) }
+	c.BaseURL = strings.TrimRight(val(KeyBaseURL), "/")
+	if c.BaseURL == "" {
+		problems = append(problems, "base_url is missing: set it to the API's base URL, such as https://api.openai.com/v1 or http://localhost:11434/v1 for Ollama")
+	} else if !strings.HasPrefix(c.BaseURL, "http://") && !strings.HasPrefix(c.BaseURL, "https://") {
+		problems = append(problems, fmt.Sprintf("base_url %q is not an http:// or https:// URL", c.BaseURL))
+	}
+	if c.Model = val(KeyModel); c.Model == "" {
+		problems = append(problems, "model is missing: set it to the model's name, such as gpt-4o-mini")
+	}
+	c.APIKey = val(KeyAPIKey)
+	if s := val(KeyTemperature); s != "" {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f < 0 {
+			problems = append(problems, fmt.Sprintf("temperature %q is not a number of 0 or more", s))
+		} else {
+			c.Temperature = &f
+		}
+	}
+	if s := val(KeyMaxTokens); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			problems = append(problems, fmt.Sprintf("max_tokens %q is not a whole number above 0", s))
+		} else {
+			c.MaxTokens = &n
+		}
+	}
+	if s := val(KeyTimeoutMS); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			problems = append(problems, fmt.Sprintf("timeout_ms %q is not a whole number above 0", s))
+		} else {
+			c.TimeoutMS = n
+		}
+	}
+	if len(problems) > 0 {
+		return Config{}, fmt.Errorf("openai: config: %s", strings.Join(problems, "; "))
+	}
+	return c, nil
+}
+
+// The wire shapes of chat completions, as far as this plugin uses them.
+type (
+	// Request is the body of POST {base_url}/chat/completions.
+	Request struct {
+		Model       string    `json:"model"`
+		Messages    []Message `json:"messages"`
+		Tools       []Tool    `json:"tools,omitempty"`
+		Temperature *float64  `json:"temperature,omitempty"`
+		MaxTokens   *int      `json:"max_tokens,omitempty"`
+	}
+	// Message is a chat message. Content is a pointer: an assistant message
+	// that only calls tools sends null, as the API documents.
+	Message struct {
+		Role       string     `json:"role"`
+		Content    *string    `json:"content"`
+		ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+	}
+	// ToolCall is a function call; its arguments are a JSON document in a
+	// string.
+	ToolCall struct {
+		ID       string       `json:"id"`
+		Type     string       `json:"type"`
+		Function FunctionCall `json:"function"`
+	}
+	FunctionCall struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	// Tool is a function tool.
+	Tool struct {
+		Type     string   `json:"type"`
+		Function Function `json:"function"`
+	}
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+	}
+	// Response is the body of a successful response.
+	Response struct {
+		Choices []struct {
+			Message      Message `json:"message"`
+			FinishReason string  `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+)
+
+// emptySchema is what a tool with no input schema takes: no arguments.
+var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// Encode makes the chat-completions request body for a model request.
+// The request's params override the config: "temperature" (number) and
+// "max_tokens" (integer).
+func Encode(c Config, req abi.ModelRequest) ([]byte, error) {
+	out := Request{Model: c.Model, Temperature: c.Temperature, MaxTokens: c.MaxTokens}
+	if v, ok := req.Params["temperature"].(float64); ok {
+		out.Temperature = &v
+	}
+	if v, ok := req.Params["max_tokens"].(float64); ok && v > 0 {
+		n := int(v)
+		out.MaxTokens = &n
+	}
+	for _, m := range req.Messages {
+		cm := Message{Role: m.Role, ToolCallID: m.ToolCallID}
+		content := m.Content
+		cm.Content = &content
+		for _, tc := range m.ToolCalls {
+			args := string(tc.Arguments)
+			if len(tc.Arguments) == 0 || args == "null" {
+				args = "{}"
+			}
+			cm.ToolCalls = append(cm.ToolCalls, ToolCall{ID: tc.ID, Type: "function", Function: FunctionCall{Name: tc.Name, Arguments: args}})
+		}
+		if m.Role == abi.MessageAssistant && len(cm.ToolCalls) > 0 && m.Content == "" {
+			cm.Content = nil
+		}
+		out.Messages = append(out.Messages, cm)
+	}
+	for _, t := range req.Tools {
+		params := t.InputSchema
+		if len(params) == 0 {
+			params = emptySchema
+		}
+		out.Tools = append(out.Tools, Tool{Type: "function", Function: Function{Name: t.Name, Description: t.Description, Parameters: params}})
+	}
+	return json.Marshal(out)
+}
+
+// HTTPRequest is the agenthost_http request for a model request.
+func HTTPRequest(c Config, req abi.ModelRequest) (abi.HTTPRequest, error) {
+	body, err := Encode(c, req)
+	if err != nil {
+		return abi.HTTPRequest{}, err
+	}
+	h := map[string]string{"content-type": "application/json", "accept": "application/json"}
+	if c.APIKey != "" {
+		h["authorization"] = "Bearer " + c.APIKey
+	}
+	return abi.HTTPRequest{Method: "POST", URL: c.BaseURL + "/chat/completions", Headers: h, Body: string(body), TimeoutMS: c.TimeoutMS}, nil
+}
+
+// Decode turns agenthost_http's response into the effect's reply: done
+// with the assistant message and usage, or failed. 429 and 5xx are
+// retriable, as are a timeout and a failed connection; any other 4xx, a
+// denied host and a body this plugin cannot read are not.
+func Decode(resp abi.HTTPResponse) abi.EffectReply {
+	if e := resp.Error; e != nil {
+		switch e.Code {
+		case abi.HTTPDenied:
+			return abi.Failed("openai: the host refused the request: "+e.Message+"; add the API's host to this plugin's allowed_hosts", false)
+		case abi.HTTPTimeout, abi.HTTPFailed:
+			return abi.Failed(fmt.Sprintf("openai: request %s: %s", e.Code, e.Message), true)
+		default:
+			return abi.Failed(fmt.Sprintf("openai: request %s: %s", e.Code, e.Message), false)
+		}
+	}
+	if resp.Status < 200 || resp.Status > 299 {
+		retriable := resp.Status == 429 || resp.Status >= 500
+		return abi.Failed(fmt.Sprintf("openai: the server answered %d: %s", resp.Status, serverMessage(resp.Body)), retriable)
+	}
+	var r Response
+	if err := json.Unmarshal([]byte(resp.Body), &r); err != nil {
+		return abi.Failed("openai: the response is not a chat completion: "+err.Error()+": "+clip(resp.Body), false)
+	}
+	if len(r.Choices) == 0 {
+		return abi.Failed("openai: the response has no choices: "+clip(resp.Body), false)
+	}
+	cm := r.Choices[0].Message
+	msg := abi.Message{Role: abi.MessageAssistant}
+	if cm.Content != nil {
+		msg.Content = *cm.Content
+	}
+	seen := map[string]bool{}
+	for i, tc := range cm.ToolCalls {
+		args := strings.TrimSpace(tc.Function.Arguments)
+		if args == "" {
+			args = "{}"
+		}
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(args), &obj); err != nil || obj == nil {
+			// The model wrote arguments that are not a JSON object: asking
+			// again may well go better.
+			return abi.Failed(fmt.Sprintf("openai: the model's call %d of %q has arguments that are not a JSON object: %s", i, tc.Function.Name, clip(args)), true)
+		}
+		id := tc.ID
+		if id == "" || seen[id] {
+			id = fmt.Sprintf("call_%d", i)
+		}
+		seen[id] = true
+		msg.ToolCalls = append(msg.ToolCalls, abi.ToolCall{ID: id, Name: tc.Function.Name, Arguments: json.RawMessage(args)})
+	}
+	out := abi.ModelOutcome{Message: msg, Usage: abi.Usage{InputTokens: max(r.Usage.PromptTokens, 0), OutputTokens: max(r.Usage.CompletionTokens, 0)}}
+	if err := abi.ValidateModelOutcome(out); err != nil {
+		return abi.Failed("openai: the model's answer breaks the ABI: "+err.Error(), true)
+	}
+	return abi.DoneModel(out)
+}
+
+// serverMessage is the error message in an OpenAI-style error body
+// ({"error": {"message": …}}), or the body itself, clipped.
+func serverMessage(body string) string {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal([]byte(body), &e) == nil && len(e.Error) > 0 {
+		var obj struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(e.Error, &obj) == nil && obj.Message != "" {
+			return obj.Message
+		}
+		var s string
+		if json.Unmarshal(e.Error, &s) == nil && s != "" { // Ollama: {"error": "…"}
+			return s
+		}
+	}
+	if strings.TrimSpace(body) == "" {
+		return "(no body)"
+	}
+	return clip(body)
+}
+
+func clip(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}

@@ -1,0 +1,95 @@
+package chat
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+func get(kv map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
+}
+
+func TestParseConfig(t *testing.T) {
+	c, err := ParseConfig(get(map[string]string{"base_url": "http://localhost:11434/v1/", "model": "llama3.1", "temperature": "0.2", "max_tokens": "256"}))
+	if err != nil || c.BaseURL != "http://localhost:11434/v1" || c.Model != "llama3.1" || c.APIKey != "" || *c.Temperature != 0.2 || *c.MaxTokens != 256 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	_, err = ParseConfig(get(map[string]string{"temperature": "warm", "max_tokens": "-1"}))
+	for _, key := range []string{"base_url", "model", "temperature", "max_tokens"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("the error does not name %s: %v", key, err)
+		}
+	}
+}
+
+func TestEncode(t *testing.T) {
+	temp := 0.5
+	c := Config{Model: "m", Temperature: &temp}
+	req := abi.ModelRequest{
+		Messages: []abi.Message{
+			{Role: "system", Content: "S"},
+			{Role: "user", Content: "What is 2+3?"},
+			{Role: "assistant", ToolCalls: []abi.ToolCall{{ID: "c1", Name: "calculate", Arguments: json.RawMessage(`{"expression":"2+3"}`)}, {ID: "c2", Name: "noargs"}}},
+			{Role: "tool", ToolCallID: "c1", Content: "5"},
+		},
+		Tools:  []abi.Tool{{Name: "calculate", Description: "D", InputSchema: json.RawMessage(`{"type":"object"}`)}, {Name: "noargs"}},
+		Params: map[string]any{"max_tokens": float64(64)},
+	}
+	b, err := Encode(c, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"What is 2+3?"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"calculate","arguments":"{\"expression\":\"2+3\"}"}},{"id":"c2","type":"function","function":{"name":"noargs","arguments":"{}"}}]},` +
+		`{"role":"tool","content":"5","tool_call_id":"c1"}],` +
+		`"tools":[{"type":"function","function":{"name":"calculate","description":"D","parameters":{"type":"object"}}},{"type":"function","function":{"name":"noargs","parameters":{"type":"object","properties":{}}}}],` +
+		`"temperature":0.5,"max_tokens":64}`
+	if string(b) != want {
+		t.Fatalf("got\n%s\nwant\n%s", b, want)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	body := `{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[` +
+		`{"id":"x","type":"function","function":{"name":"calculate","arguments":"{\"expression\": \"2+3\"}"}},` +
+		`{"id":"x","type":"function","function":{"name":"calculate","arguments":""}}]}}],"usage":{"prompt_tokens":12,"completion_tokens":7}}`
+	r := Decode(abi.HTTPResponse{Status: 200, Body: body})
+	var o abi.ModelOutcome
+	if r.State != abi.StateDone || json.Unmarshal(r.Outcome, &o) != nil {
+		t.Fatalf("%+v", r)
+	}
+	tc := o.Message.ToolCalls
+	if len(tc) != 2 || tc[0].ID != "x" || tc[1].ID != "call_1" || string(tc[0].Arguments) != `{"expression":"2+3"}` || string(tc[1].Arguments) != `{}` {
+		t.Fatalf("tool calls %+v", tc)
+	}
+	if o.Usage != (abi.Usage{InputTokens: 12, OutputTokens: 7}) {
+		t.Fatalf("usage %+v", o.Usage)
+	}
+
+	cases := []struct {
+		resp      abi.HTTPResponse
+		retriable bool
+		want      string
+	}{
+		{abi.HTTPResponse{Status: 500, Body: `{"error":{"message":"overloaded"}}`}, true, "500: overloaded"},
+		{abi.HTTPResponse{Status: 429, Body: `{"error":{"message":"slow down"}}`}, true, "429: slow down"},
+		{abi.HTTPResponse{Status: 401, Body: `{"error":{"message":"Incorrect API key"}}`}, false, "401: Incorrect API key"},
+		{abi.HTTPResponse{Status: 404, Body: `{"error":"model \"x\" not found"}`}, false, `model "x" not found`},
+		{abi.HTTPResponse{Status: 400, Body: ``}, false, "(no body)"},
+		{abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPDenied, Message: "host x"}}, false, "allowed_hosts"},
+		{abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPTimeout, Message: "10s"}}, true, "timeout"},
+		{abi.HTTPResponse{Status: 200, Body: `<html>`}, false, "not a chat completion"},
+		{abi.HTTPResponse{Status: 200, Body: `{"choices":[]}`}, false, "no choices"},
+		{abi.HTTPResponse{Status: 200, Body: `{"choices":[{"message":{"tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}}]}`}, true, "not a JSON object"},
+		{abi.HTTPResponse{Status: 200, Body: `{"choices":[{"message":{"tool_calls":[{"function":{"name":"","arguments":"{}"}}]}}]}`}, true, "breaks the ABI"},
+	}
+	for _, c := range cases {
+		r := Decode(c.resp)
+		if r.State != abi.StateFailed || r.Error.Retriable != c.retriable || !strings.Contains(r.Error.Message, c.want) {
+			t.Errorf("%+v: %+v", c.resp, r.Error)
+		}
+	}
+}
