@@ -26,10 +26,13 @@ const (
 	PluginExecutor = "executor"
 	PluginSlowJob  = "slowjob"
 	PluginHostile  = "hostile"
+	// PluginBroken loads, but breaks the ABI in the ways the plugin suite
+	// must catch (see conformance/plugins/broken).
+	PluginBroken = "broken"
 )
 
 // Plugins lists every conformance plugin.
-var Plugins = []string{PluginBuilder, PluginExecutor, PluginSlowJob, PluginHostile}
+var Plugins = []string{PluginBuilder, PluginExecutor, PluginSlowJob, PluginHostile, PluginBroken}
 
 // TestCacheDir returns the test cache directory: $AGENTHOST_TEST_CACHE, or
 // a fixed directory under the system temp dir, so that a plain `go test`
