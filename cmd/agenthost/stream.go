@@ -94,8 +94,7 @@ func (p *printer) settled(ev loop.Event) {
 	case isModel && o.Model != nil:
 		m := o.Model.Message
 		if len(m.ToolCalls) == 0 && o.Model.AwaitInput == nil {
-			p.printf("  model: %s", oneLineText(m.Content))
-			return
+			return // the final answer: run_completed prints it
 		}
 		if strings.TrimSpace(m.Content) != "" {
 			p.printf("  model: %s", oneLineText(m.Content))

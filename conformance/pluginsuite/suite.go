@@ -254,7 +254,15 @@ func (s *suite) describe(ctx context.Context) (abi.Describe, bool) {
 	}
 	s.report(CheckDescribe, Pass, "%s", detail)
 	if d.Role == abi.RoleExecutor && !d.Attach {
-		s.report(CheckAttachDecl, Warn, "describe says attach: false: after a crash, effects in flight cannot be re-attached and fall under the missing-effect policy; keep records in the host KV and answer attach to say true")
+		var unsafe []string
+		for _, t := range d.Tools {
+			if !t.Idempotent {
+				unsafe = append(unsafe, t.Name)
+			}
+		}
+		if len(unsafe) > 0 {
+			s.report(CheckAttachDecl, Warn, "describe says attach: false and tools %s are not idempotent: after a crash their calls in flight cannot be re-attached, and fail under the missing-effect policy; keep records in the host KV and answer attach (then say attach: true)", strings.Join(unsafe, ", "))
+		}
 	}
 	if s.opts.Tool != "" && !slices.ContainsFunc(d.Tools, func(t abi.Tool) bool { return t.Name == s.opts.Tool }) {
 		s.report(CheckDescribe, Fail, "--tool %s: describe offers no such tool (it offers %s)", s.opts.Tool, strings.Join(tools, ", "))
