@@ -5,6 +5,9 @@
 #   make warm-cache  build the conformance plugins and fill the wazero cache, without -race
 #   make lint    gofmt -l and go vet; fails on any finding
 #   make bench   the go test benchmarks (figures in docs/BENCHMARKS.md)
+#   make plugins the Go example plugins, into build/plugins/NAME.wasm
+#   make plugins-c  the C example plugin (needs clang, lld and wasi-libc)
+#   make run     the host and the Go plugins, then one Run on config.example.yaml
 
 GO       ?= go
 BIN      := bin
@@ -12,8 +15,10 @@ BIN      := bin
 # by every test process, so -race runs never compile Wasm from scratch.
 export AGENTHOST_TEST_CACHE ?= $(CURDIR)/.cache/test
 TESTFLAGS ?=
+PLUGINS  := build/plugins
+QUESTION ?= What is (2+3)*4?
 
-.PHONY: build test lint bench clean warm-cache
+.PHONY: build test lint bench clean warm-cache plugins plugins-c run
 
 build:
 	$(GO) build ./...
@@ -31,6 +36,29 @@ warm-cache:
 	$(GO) test -count=1 -run '^TestWarmPluginCache$$' ./host/
 	$(GO) test -count=1 -run '^TestWarmExampleCache$$' ./examples/plugins/
 
+# Every example with Go sources, built the way docs/ABI.md tells plugin
+# authors to. No C toolchain needed.
+plugins:
+	@mkdir -p $(PLUGINS)
+	@set -e; for d in examples/plugins/*/; do \
+	  n=$$(basename $$d); \
+	  ls $$d*.go >/dev/null 2>&1 || continue; \
+	  echo "building $(PLUGINS)/$$n.wasm"; \
+	  GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(PLUGINS)/$$n.wasm ./examples/plugins/$$n; \
+	done
+
+# The C example (clang, lld, wasi-libc and libclang-rt-14-dev-wasm32; .ci/run
+# installs them). `make test` builds and verifies it through the example tests.
+plugins-c:
+	@mkdir -p $(PLUGINS)
+	examples/plugins/calculator-c/build.sh $(PLUGINS)/calculator-c.wasm
+
+# A first Run on the embedded defaults: builder, model, tool call, model,
+# final answer, streamed.
+run: plugins
+	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
+	$(BIN)/agenthost run --config config.example.yaml "$(QUESTION)"
+
 test: lint warm-cache
 	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...
 	# At full scale without -race: 10,000 pending effects add no goroutines.
@@ -40,4 +68,4 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(TESTFLAGS) ./...
 
 clean:
-	rm -rf $(BIN) .cache
+	rm -rf $(BIN) .cache build .agenthost

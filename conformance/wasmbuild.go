@@ -31,10 +31,13 @@ const (
 	PluginHostile  = "hostile"
 	// PluginScripted is the Wasm twin of ScriptedModel and ScriptedTools.
 	PluginScripted = "scripted"
+	// PluginBroken loads, but breaks the ABI in the ways the plugin suite
+	// must catch (see conformance/plugins/broken).
+	PluginBroken = "broken"
 )
 
 // Plugins lists every conformance plugin.
-var Plugins = []string{PluginBuilder, PluginExecutor, PluginSlowJob, PluginHostile, PluginScripted}
+var Plugins = []string{PluginBuilder, PluginExecutor, PluginSlowJob, PluginHostile, PluginScripted, PluginBroken}
 
 // TestCacheDir returns the test cache directory: $AGENTHOST_TEST_CACHE, or
 // a fixed directory under the system temp dir, so that a plain `go test`

@@ -4,6 +4,12 @@
 //
 // Usage:
 //
+//	agenthost run [--tenant ID] [--session ID] "question"
+//	agenthost plugin inspect FILE.wasm
+//	agenthost plugin verify FILE.wasm [--tool NAME --args JSON] [--role R] [--timeout D] [--memory-pages N]
 //	agenthost version
-//	agenthost --help
+//
+// Global flags: --config FILE, --data-dir DIR. The config is read by
+// internal/config (docs/OPERATIONS.md); system.go wires it into a
+// badgerstore, a plugin host and a runtime.
 package main

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -21,11 +25,56 @@ func newRootCmd() *cobra.Command {
 request, executor plugins call the model and the tools, and every step is
 committed to an embedded Badger store so that a crash loses nothing that
 was accepted. Plugins are WebAssembly modules speaking ABI v1.`,
+		Example: `  make plugins && agenthost run --config config.example.yaml "What is (2+3)*4?"
+  agenthost plugin verify build/plugins/calculator.wasm
+  AGENTHOST_DATA_DIR=/tmp/ah agenthost run "What is 2+3?"`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd())
+	g := &globals{}
+	root.PersistentFlags().StringVar(&g.config, "config", "",
+		"the YAML config file (default: $AGENTHOST_CONFIG, else ./agenthost.yaml, else ./config.example.yaml)")
+	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "",
+		"the store's directory, overriding data_dir of the config")
+	root.AddCommand(newVersionCmd(), newRunCmd(g), newPluginCmd())
 	return root
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	config  string
+	dataDir string
+}
+
+// loadConfig finds and reads the config, with the --data-dir override.
+func (g *globals) loadConfig() (*config.Config, error) {
+	path := g.config
+	if path == "" {
+		path = os.Getenv("AGENTHOST_CONFIG")
+	}
+	if path == "" {
+		for _, candidate := range []string{"agenthost.yaml", "config.example.yaml"} {
+			if _, err := os.Stat(candidate); err == nil {
+				path = candidate
+				break
+			}
+		}
+	}
+	if path == "" {
+		return nil, errors.New("no config: pass --config FILE (or set AGENTHOST_CONFIG); config.example.yaml in the repository is a start")
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if g.dataDir != "" {
+		abs, err := filepath.Abs(g.dataDir)
+		if err != nil {
+			return nil, fmt.Errorf("--data-dir %s: %w", g.dataDir, err)
+		}
+		cfg.DataDir = abs
+	}
+	return cfg, nil
 }
 
 func newVersionCmd() *cobra.Command {

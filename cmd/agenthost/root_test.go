@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 func TestVersionPrintsABI(t *testing.T) {
@@ -27,4 +30,31 @@ func TestUnknownCommandFails(t *testing.T) {
 	if err := cmd.Execute(); err == nil {
 		t.Fatal("an unknown command must fail")
 	}
+}
+
+// The binary runs the plugin suite, so it must not link package testing
+// (DESIGN §2): the suite reports through its own Reporter.
+func TestBinaryDoesNotLinkTesting(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep == "testing" {
+			t.Fatal("cmd/agenthost links package testing")
+		}
+	}
+}
+
+func TestEveryCommandHasExamples(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && c.Example == "" {
+			t.Errorf("%q has no examples in its --help", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }

@@ -1,0 +1,159 @@
+// Package config reads agenthost's operator config: one YAML file, read
+// by viper, every key of which an AGENTHOST_… environment variable can
+// override.
+//
+// Tenants and plugins are maps keyed by ID, not lists, so that a variable
+// can reach them: AGENTHOST_TENANTS_DEMO_LIMITS_MAX_STEPS overrides
+// tenants.demo.limits.max_steps (dots and dashes become underscores).
+// Viper lowercases every key, so tenant IDs, plugin IDs and plugin config
+// keys are lowercase. Relative paths resolve against the directory of the
+// config file.
+//
+// Load collects every problem (an unknown key, a wrong type, a missing
+// required value, a reference to a plugin that is not declared) and
+// returns them together, one line each, each naming the file and the key.
+// It reads the file only: bad config never touches stored state.
+package config
+
+import (
+	"time"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// EnvPrefix prefixes every environment variable that overrides a key.
+const EnvPrefix = "AGENTHOST"
+
+// Config is the whole operator config, with defaults filled in and paths
+// made absolute.
+type Config struct {
+	// File is the config file as it was named; Dir is its absolute
+	// directory, against which relative paths resolve.
+	File string
+	Dir  string
+
+	// DataDir is the Badger store's directory.
+	DataDir string
+	// SyncWrites makes every acknowledged commit durable (default true).
+	SyncWrites bool
+	// CacheDir is the wazero compilation cache on disk; "" disables it.
+	CacheDir string
+	// Retention is how long the event logs of terminal Runs are kept; 0
+	// keeps them forever.
+	Retention time.Duration
+	// Listen is the HTTP address of `agenthost serve`.
+	Listen string
+	Log    Log
+	// MaxInstanceMemory caps the linear memory of every plugin instance of
+	// the host together, in bytes.
+	MaxInstanceMemory int64
+
+	Plugins map[string]Plugin
+	Tenants map[string]Tenant
+}
+
+// Log configures the process's logs.
+type Log struct {
+	Format string // text or json
+	Level  string // debug, info, warn or error
+}
+
+// Plugin is one Wasm plugin and its sandbox.
+type Plugin struct {
+	ID     string
+	Path   string // absolute
+	SHA256 string // hex pin; "" pins nothing
+	Role   abi.Role
+	// MemoryPages, CallTimeout, MaxInputBytes, MaxOutputBytes, PoolSize and
+	// IdleTimeout are the host's per-plugin limits; zero takes the host's
+	// default.
+	MemoryPages    uint32
+	CallTimeout    time.Duration
+	MaxInputBytes  int
+	MaxOutputBytes int
+	PoolSize       int
+	IdleTimeout    time.Duration
+	// AllowedHosts are the hosts agenthost_http may reach.
+	AllowedHosts []string
+	HTTPTimeout  time.Duration
+	// Config is what the plugin reads with config_get (keys lowercase).
+	Config map[string]string
+}
+
+// Tenant is one tenant: its tokens, quotas, limits and plugins.
+type Tenant struct {
+	ID string
+	// TokenSHA256 are the hex sha256 hashes of the tenant's API tokens.
+	TokenSHA256 []string
+	Quotas      Quotas
+	Limits      Limits
+	// Builder and Model are plugin IDs; ToolExecutors lists the plugin IDs
+	// whose tools the tenant's Runs may call.
+	Builder       string
+	Model         string
+	ToolExecutors []string
+	// Tools overrides, by tool name, what describe says of a tool.
+	Tools       map[string]ToolOverride
+	ModelPolicy loop.Policy
+	HistoryRuns int
+}
+
+// Quotas bound a tenant's use; `serve` enforces them. Zero means no bound.
+type Quotas struct {
+	MaxActiveRuns      int
+	MaxInflightEffects int
+	TokenBudget        int64
+}
+
+// Limits bound each Run of a tenant.
+type Limits struct {
+	MaxSteps             int
+	MaxToolCallsPerStep  int
+	MaxParallelToolCalls int
+	RunTimeout           time.Duration
+	EffectTimeout        time.Duration
+}
+
+// LoopLimits returns the limits as the Loop takes them (the deadline and
+// the effect timeout come from the durations, set by the runtime).
+func (l Limits) LoopLimits() loop.Limits {
+	return loop.Limits{MaxSteps: l.MaxSteps, MaxToolCallsPerStep: l.MaxToolCallsPerStep, MaxParallelToolCalls: l.MaxParallelToolCalls}
+}
+
+// ToolOverride is the operator's word on one tool.
+type ToolOverride struct {
+	// Approval is "never" or "always"; "" keeps the tool's own.
+	Approval abi.Approval
+	// Policy is the missing-effect policy; nil keeps the default (retry
+	// for an idempotent tool, fail otherwise).
+	Policy *loop.Policy
+}
+
+// Defaults of the keys a file may leave out.
+var (
+	DefaultDataDir     = "data"
+	DefaultCacheDir    = ".cache/wazero"
+	DefaultListen      = "127.0.0.1:8080"
+	DefaultLogFormat   = "text"
+	DefaultLogLevel    = "info"
+	DefaultHistoryRuns = 20
+)
+
+// ToolPolicy returns the policy of tool under tenant t, given whether the
+// tool declares itself idempotent.
+func (t Tenant) ToolPolicy(tool string, idempotent bool) loop.Policy {
+	if o, ok := t.Tools[tool]; ok && o.Policy != nil {
+		return *o.Policy
+	}
+	return loop.DefaultToolPolicy(idempotent)
+}
+
+// ToolApproval returns whether a call of tool waits for approval under
+// tenant t, given what the tool declares.
+func (t Tenant) ToolApproval(tool string, declared abi.Approval) bool {
+	if o, ok := t.Tools[tool]; ok && o.Approval != "" {
+		return o.Approval == abi.ApprovalAlways
+	}
+	return declared == abi.ApprovalAlways
+}

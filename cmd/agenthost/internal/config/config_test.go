@@ -1,0 +1,241 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+const minimal = `
+plugins:
+  b: {path: b.wasm, role: builder}
+  m: {path: m.wasm, role: executor}
+tenants:
+  acme:
+    builder: b
+    model: m
+`
+
+func parse(t *testing.T, yaml string) (*Config, error) {
+	t.Helper()
+	return Parse(filepath.Join(t.TempDir(), "agenthost.yaml"), []byte(yaml))
+}
+
+func problems(t *testing.T, err error) []string {
+	t.Helper()
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("want a *config.Error, got %v", err)
+	}
+	return ce.Problems
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	cfg, err := Load("../../../../config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo, ok := cfg.Tenants["demo"]
+	if !ok {
+		t.Fatal("the example has no demo tenant")
+	}
+	if demo.Builder != "prompt-builder" || demo.Model != "scripted-model" {
+		t.Errorf("demo wires builder %q, model %q", demo.Builder, demo.Model)
+	}
+	if strings.Join(demo.ToolExecutors, ",") != "calculator,slow-job" {
+		t.Errorf("demo tool executors: %v", demo.ToolExecutors)
+	}
+	// printf %s demo-token | sha256sum
+	if len(demo.TokenSHA256) != 1 || demo.TokenSHA256[0] != "7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2c" {
+		t.Errorf("demo token hashes: %v", demo.TokenSHA256)
+	}
+	root, _ := filepath.Abs("../../../..")
+	if want := filepath.Join(root, "build/plugins/calculator.wasm"); cfg.Plugins["calculator"].Path != want {
+		t.Errorf("calculator path %q, want %q (relative to the file)", cfg.Plugins["calculator"].Path, want)
+	}
+	if cfg.Plugins["prompt-builder"].Config["history_window"] != "6" {
+		t.Errorf("a number in plugin config becomes a string: %v", cfg.Plugins["prompt-builder"].Config)
+	}
+	if p := demo.Tools["slow_job"].Policy; p == nil || p.Mode != loop.PolicyRetry || p.BackoffMS != 2000 {
+		t.Errorf("slow_job policy override: %+v", p)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := parse(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.SyncWrites || cfg.Log.Level != "info" || cfg.Log.Format != "text" || cfg.Listen != DefaultListen {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	if cfg.DataDir != filepath.Join(cfg.Dir, "data") {
+		t.Errorf("data dir %q does not default to data/ beside the file", cfg.DataDir)
+	}
+	acme := cfg.Tenants["acme"]
+	if acme.Limits.MaxSteps != loop.DefaultLimits.MaxSteps || acme.ModelPolicy != loop.DefaultModelPolicy || acme.HistoryRuns != DefaultHistoryRuns {
+		t.Errorf("tenant defaults: %+v", acme)
+	}
+	if p := acme.ToolPolicy("x", true); p.Mode != loop.PolicyRetry {
+		t.Errorf("an idempotent tool retries by default, got %+v", p)
+	}
+	if acme.ToolApproval("x", abi.ApprovalAlways) != true || acme.ToolApproval("x", abi.ApprovalNever) {
+		t.Error("with no override, approval follows describe")
+	}
+}
+
+func TestEveryProblemIsReportedWithFileAndKey(t *testing.T) {
+	_, err := parse(t, `
+data_dir: 42
+sync_writes: "perhaps"
+retention: forever
+colour: blue
+log: {level: loud}
+plugins:
+  b: {path: b.wasm, role: builder, memory_pages: 70000, sha256: abc}
+  m: {role: model, allowed_hosts: 3}
+tenants:
+  acme:
+    tokens: [demo-token]
+    builder: m
+    model: nope
+    limits: {max_steps: "many", max_parallel_tool_calls: 0}
+    tools:
+      calc: {approval: sometimes, policy: {mode: retry}}
+`)
+	ps := problems(t, err)
+	text := strings.Join(ps, "\n")
+	for _, want := range []string{
+		"data_dir: want a string, got the integer 42",
+		"sync_writes: want true or false",
+		"retention: \"forever\" is not a duration",
+		"colour: unknown key",
+		"log.level: \"loud\" is not one of debug, info, warn, error",
+		"plugins.b.memory_pages: 70000 is out of range",
+		"plugins.b.sha256: \"abc\" is not a hex sha256",
+		"plugins.m.path: is required",
+		"plugins.m.role: \"model\" is not a role",
+		"plugins.m.allowed_hosts: want a list of strings",
+		"tenants.acme.tokens: unknown key: plain-text tokens are not accepted",
+		"tenants.acme.model: names plugin \"nope\", which is not declared",
+		"tenants.acme.limits.max_steps: want an integer, got the string \"many\"",
+		"tenants.acme.limits.max_parallel_tool_calls: must be at least 1",
+		"tenants.acme.tools.calc.approval: \"sometimes\" is not an approval",
+		"tenants.acme.tools.calc.policy.max_attempts: retry needs max_attempts",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no problem says %q; got:\n%s", want, text)
+		}
+	}
+	for _, p := range ps {
+		if !strings.Contains(p, "agenthost.yaml: ") {
+			t.Errorf("problem %q does not name the file", p)
+		}
+		if strings.Contains(p, "\n") {
+			t.Errorf("problem %q spans lines", p)
+		}
+	}
+}
+
+func TestEnvironmentOverridesNestedKeys(t *testing.T) {
+	t.Setenv("AGENTHOST_DATA_DIR", "/var/lib/agenthost")
+	t.Setenv("AGENTHOST_TENANTS_ACME_LIMITS_MAX_STEPS", "3")
+	t.Setenv("AGENTHOST_TENANTS_ACME_LIMITS_RUN_TIMEOUT", "90s")
+	t.Setenv("AGENTHOST_PLUGINS_M_ALLOWED_HOSTS", "a.example.com, b.example.com")
+	t.Setenv("AGENTHOST_SYNC_WRITES", "false")
+	cfg, err := parse(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DataDir != "/var/lib/agenthost" || cfg.SyncWrites {
+		t.Errorf("top-level overrides: data_dir %q sync %v", cfg.DataDir, cfg.SyncWrites)
+	}
+	acme := cfg.Tenants["acme"]
+	if acme.Limits.MaxSteps != 3 || acme.Limits.RunTimeout != 90*time.Second {
+		t.Errorf("tenant overrides: %+v", acme.Limits)
+	}
+	if h := cfg.Plugins["m"].AllowedHosts; strings.Join(h, "|") != "a.example.com|b.example.com" {
+		t.Errorf("list override: %v", h)
+	}
+}
+
+func TestEnvironmentOverrideWithBadValueNamesTheKey(t *testing.T) {
+	t.Setenv("AGENTHOST_TENANTS_ACME_LIMITS_MAX_STEPS", "lots")
+	_, err := parse(t, minimal)
+	text := strings.Join(problems(t, err), "\n")
+	if !strings.Contains(text, "tenants.acme.limits.max_steps: want an integer, got the string \"lots\"") {
+		t.Errorf("got %s", text)
+	}
+}
+
+func TestDashedPluginIDsAreReachable(t *testing.T) {
+	t.Setenv("AGENTHOST_PLUGINS_SLOW_JOB_CALL_TIMEOUT", "7s")
+	cfg, err := parse(t, `
+plugins:
+  b: {path: b.wasm, role: builder}
+  slow-job: {path: s.wasm, role: executor}
+tenants:
+  acme: {builder: b, model: slow-job, tool_executors: [slow-job]}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Plugins["slow-job"].CallTimeout; got != 7*time.Second {
+		t.Errorf("AGENTHOST_PLUGINS_SLOW_JOB_CALL_TIMEOUT gave %v", got)
+	}
+}
+
+func TestKeysAreLowercased(t *testing.T) {
+	cfg, err := parse(t, `
+plugins:
+  B: {path: b.wasm, role: builder, config: {SystemPrompt: hi}}
+  m: {path: m.wasm, role: executor}
+tenants:
+  Acme: {builder: b, model: m}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cfg.Tenants["acme"]; !ok {
+		t.Errorf("tenant IDs are lowercased: %v", sortedKeys(cfg.Tenants))
+	}
+	if cfg.Plugins["b"].Config["systemprompt"] != "hi" {
+		t.Errorf("plugin config keys are lowercased: %v", cfg.Plugins["b"].Config)
+	}
+}
+
+func TestNoTenantIsAnError(t *testing.T) {
+	_, err := parse(t, "data_dir: x\n")
+	if !strings.Contains(err.Error(), "tenants: no tenant is declared") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestMissingFileSaysWhatToDo(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "--config") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestMissingPluginFilesAreListed(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agenthost.yaml")
+	if err := os.WriteFile(filepath.Join(dir, "b.wasm"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(file, []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := cfg.MissingFiles()
+	if len(missing) != 1 || !strings.Contains(missing[0], "plugins.m.path: m.wasm does not exist; run `make plugins`") {
+		t.Fatalf("got %q", missing)
+	}
+}

@@ -1,0 +1,671 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// Error is a config that cannot be used: every problem found, one line
+// each, each naming the file and the key.
+type Error struct {
+	File     string
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return "config: " + strings.Join(e.Problems, "\n")
+}
+
+// The keys of the file, as dotted paths. tenants and plugins are maps keyed
+// by ID; tenants.ID.tools is a map keyed by tool name; plugins.ID.config is
+// a free map of strings.
+var (
+	topKeys = []string{
+		"data_dir", "sync_writes", "cache_dir", "retention", "listen",
+		"log.format", "log.level", "max_instance_memory",
+	}
+	pluginKeys = []string{
+		"path", "sha256", "role", "memory_pages", "call_timeout",
+		"max_input_bytes", "max_output_bytes", "pool_size", "idle_timeout",
+		"allowed_hosts", "http_timeout",
+	}
+	policyKeys = []string{"mode", "max_attempts", "backoff", "max_backoff"}
+	tenantKeys = []string{
+		"tokens_sha256", "builder", "model", "tool_executors", "history_runs",
+		"quotas.max_active_runs", "quotas.max_inflight_effects", "quotas.token_budget",
+		"limits.max_steps", "limits.max_tool_calls_per_step", "limits.max_parallel_tool_calls",
+		"limits.run_timeout", "limits.effect_timeout",
+	}
+	toolKeys = []string{"approval"}
+)
+
+func init() {
+	for _, k := range policyKeys {
+		tenantKeys = append(tenantKeys, "model_policy."+k)
+		toolKeys = append(toolKeys, "policy."+k)
+	}
+}
+
+// idPattern is what a tenant or plugin ID must match, after viper has
+// lowercased it.
+var idPattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Load reads the config file at path, applies the AGENTHOST_… overrides
+// from the environment, fills in the defaults and checks everything.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		what := "cannot be read"
+		if errors.Is(err, os.ErrNotExist) {
+			what = "does not exist"
+		}
+		return nil, fmt.Errorf("config: %s %s: pass an existing file with --config (config.example.yaml is a start): %w", path, what, err)
+	}
+	return Parse(path, data)
+}
+
+// Parse is Load on data already read; name is the file's name, for errors
+// and to resolve relative paths.
+func Parse(name string, data []byte) (*Config, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return nil, &Error{File: name, Problems: []string{fmt.Sprintf("%s: not valid YAML: %s", name, oneLine(err.Error()))}}
+	}
+	// Bind every key of the schema, so that a variable reaches a key the
+	// file leaves out too (for the tenants and plugins the file declares).
+	for _, k := range topKeys {
+		_ = v.BindEnv(k)
+	}
+	for id := range mapAt(v.AllSettings(), "plugins") {
+		for _, k := range pluginKeys {
+			_ = v.BindEnv("plugins." + id + "." + k)
+		}
+	}
+	for id, raw := range mapAt(v.AllSettings(), "tenants") {
+		for _, k := range tenantKeys {
+			_ = v.BindEnv("tenants." + id + "." + k)
+		}
+		if t, ok := raw.(map[string]any); ok {
+			for tool := range mapAt(t, "tools") {
+				for _, k := range toolKeys {
+					_ = v.BindEnv("tenants." + id + ".tools." + tool + "." + k)
+				}
+			}
+		}
+	}
+	d := &decoder{file: name}
+	cfg := d.decode(v.AllSettings())
+	if len(d.problems) > 0 {
+		return nil, &Error{File: name, Problems: d.problems}
+	}
+	return cfg, nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func mapAt(m map[string]any, key string) map[string]any {
+	sub, _ := m[key].(map[string]any)
+	return sub
+}
+
+// decoder turns viper's merged settings into a Config, collecting every
+// problem.
+type decoder struct {
+	file     string
+	dir      string
+	problems []string
+}
+
+func (d *decoder) problem(key, format string, args ...any) {
+	d.problems = append(d.problems, fmt.Sprintf("%s: %s: %s", d.file, key, fmt.Sprintf(format, args...)))
+}
+
+func (d *decoder) decode(all map[string]any) *Config {
+	abs, err := filepath.Abs(d.file)
+	if err != nil {
+		abs = d.file
+	}
+	d.dir = filepath.Dir(abs)
+	d.unknownKeys("", all, schemaTree())
+
+	c := &Config{File: d.file, Dir: d.dir}
+	c.DataDir = d.path("data_dir", d.str(all, "data_dir", DefaultDataDir))
+	c.SyncWrites = d.boolean(all, "sync_writes", true)
+	c.CacheDir = d.str(all, "cache_dir", DefaultCacheDir)
+	if c.CacheDir != "" {
+		c.CacheDir = d.path("cache_dir", c.CacheDir)
+	}
+	c.Retention = d.duration(all, "retention", 0)
+	c.Listen = d.str(all, "listen", DefaultListen)
+	c.Log.Format = d.oneOf(all, "log.format", DefaultLogFormat, "text", "json")
+	c.Log.Level = d.oneOf(all, "log.level", DefaultLogLevel, "debug", "info", "warn", "error")
+	c.MaxInstanceMemory = int64(d.integer(all, "max_instance_memory", 0, 0))
+
+	c.Plugins = map[string]Plugin{}
+	for _, id := range d.ids(all, "plugins") {
+		c.Plugins[id] = d.plugin(id, all["plugins"].(map[string]any)[id])
+	}
+	c.Tenants = map[string]Tenant{}
+	for _, id := range d.ids(all, "tenants") {
+		c.Tenants[id] = d.tenant(id, all["tenants"].(map[string]any)[id], c.Plugins)
+	}
+	if len(c.Tenants) == 0 {
+		d.problem("tenants", "no tenant is declared: add at least one under tenants (see config.example.yaml)")
+	}
+	return c
+}
+
+// ids returns the sorted IDs of the map at key, reporting bad ones.
+func (d *decoder) ids(all map[string]any, key string) []string {
+	raw, ok := all[key]
+	if !ok || raw == nil {
+		return nil
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		d.problem(key, "want a map keyed by ID, got %s", typeName(raw))
+		return nil
+	}
+	var ids []string
+	for id, v := range m {
+		if !idPattern.MatchString(id) {
+			d.problem(key+"."+id, "%q is not a valid ID: use 1 to 64 of a-z, 0-9, _ and - (keys are lowercased)", id)
+			continue
+		}
+		if _, isMap := v.(map[string]any); !isMap {
+			d.problem(key+"."+id, "want a map of settings, got %s", typeName(v))
+			continue
+		}
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (d *decoder) plugin(id string, raw any) Plugin {
+	m := raw.(map[string]any)
+	k := "plugins." + id + "."
+	p := Plugin{ID: id}
+	if path := d.strAt(m, k, "path", ""); path == "" {
+		d.problem(k+"path", "is required: the plugin's .wasm file")
+	} else {
+		p.Path = d.path(k+"path", path)
+	}
+	p.SHA256 = strings.ToLower(d.strAt(m, k, "sha256", ""))
+	if p.SHA256 != "" && !hexSHA256.MatchString(p.SHA256) {
+		d.problem(k+"sha256", "%q is not a hex sha256 (64 hex digits; `sha256sum FILE` prints it)", p.SHA256)
+	}
+	switch role := abi.Role(d.strAt(m, k, "role", "")); role {
+	case abi.RoleBuilder, abi.RoleExecutor:
+		p.Role = role
+	case "":
+		d.problem(k+"role", "is required: builder or executor")
+	default:
+		d.problem(k+"role", "%q is not a role: want builder or executor", role)
+	}
+	p.MemoryPages = uint32(d.integerAt(m, k, "memory_pages", 0, 65536))
+	p.CallTimeout = d.durationAt(m, k, "call_timeout", 0)
+	p.MaxInputBytes = d.integerAt(m, k, "max_input_bytes", 0, 0)
+	p.MaxOutputBytes = d.integerAt(m, k, "max_output_bytes", 0, 0)
+	p.PoolSize = d.integerAt(m, k, "pool_size", 0, 0)
+	p.IdleTimeout = d.durationAt(m, k, "idle_timeout", 0)
+	p.AllowedHosts = d.stringsAt(m, k, "allowed_hosts")
+	p.HTTPTimeout = d.durationAt(m, k, "http_timeout", 0)
+	p.Config = map[string]string{}
+	if raw, ok := m["config"]; ok && raw != nil {
+		cm, ok := raw.(map[string]any)
+		if !ok {
+			d.problem(k+"config", "want a map of string values, got %s", typeName(raw))
+		}
+		for ck, cv := range cm {
+			switch cv := cv.(type) {
+			case string:
+				p.Config[ck] = cv
+			case bool, int, int64, uint64, float64:
+				p.Config[ck] = fmt.Sprint(cv)
+			default:
+				d.problem(k+"config."+ck, "want a string, number or boolean, got %s", typeName(cv))
+			}
+		}
+	}
+	return p
+}
+
+func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
+	m := raw.(map[string]any)
+	k := "tenants." + id + "."
+	t := Tenant{ID: id}
+	t.TokenSHA256 = d.stringsAt(m, k, "tokens_sha256")
+	for i, h := range t.TokenSHA256 {
+		t.TokenSHA256[i] = strings.ToLower(h)
+		if !hexSHA256.MatchString(t.TokenSHA256[i]) {
+			d.problem(k+"tokens_sha256", "entry %d is not a hex sha256: store the token's hash, never the token (`printf %%s TOKEN | sha256sum`)", i+1)
+		}
+	}
+	t.Quotas = Quotas{
+		MaxActiveRuns:      d.integerAt(m, k, "quotas.max_active_runs", 0, 0),
+		MaxInflightEffects: d.integerAt(m, k, "quotas.max_inflight_effects", 0, 0),
+		TokenBudget:        int64(d.integerAt(m, k, "quotas.token_budget", 0, 0)),
+	}
+	t.Limits = Limits{
+		MaxSteps:             d.integerAt(m, k, "limits.max_steps", loop.DefaultLimits.MaxSteps, 0),
+		MaxToolCallsPerStep:  d.integerAt(m, k, "limits.max_tool_calls_per_step", loop.DefaultLimits.MaxToolCallsPerStep, 0),
+		MaxParallelToolCalls: d.integerAt(m, k, "limits.max_parallel_tool_calls", loop.DefaultLimits.MaxParallelToolCalls, 0),
+		RunTimeout:           d.durationAt(m, k, "limits.run_timeout", 0),
+		EffectTimeout:        d.durationAt(m, k, "limits.effect_timeout", 0),
+	}
+	for _, lim := range []struct {
+		key string
+		v   int
+	}{{"max_steps", t.Limits.MaxSteps}, {"max_tool_calls_per_step", t.Limits.MaxToolCallsPerStep}, {"max_parallel_tool_calls", t.Limits.MaxParallelToolCalls}} {
+		if lim.v < 1 {
+			d.problem(k+"limits."+lim.key, "must be at least 1, got %d", lim.v)
+		}
+	}
+	t.HistoryRuns = d.integerAt(m, k, "history_runs", DefaultHistoryRuns, 0)
+
+	t.Builder = d.strAt(m, k, "builder", "")
+	d.reference(k+"builder", t.Builder, abi.RoleBuilder, plugins, true)
+	t.Model = d.strAt(m, k, "model", "")
+	d.reference(k+"model", t.Model, abi.RoleExecutor, plugins, true)
+	t.ToolExecutors = d.stringsAt(m, k, "tool_executors")
+	seen := map[string]bool{}
+	for _, pid := range t.ToolExecutors {
+		if seen[pid] {
+			d.problem(k+"tool_executors", "plugin %q is listed twice", pid)
+		}
+		seen[pid] = true
+		d.reference(k+"tool_executors", pid, abi.RoleExecutor, plugins, true)
+	}
+	if mp := d.policy(m, k+"model_policy", "model_policy"); mp != nil {
+		t.ModelPolicy = *mp
+	} else {
+		t.ModelPolicy = loop.DefaultModelPolicy
+	}
+	t.Tools = map[string]ToolOverride{}
+	if raw, ok := m["tools"]; ok && raw != nil {
+		tm, ok := raw.(map[string]any)
+		if !ok {
+			d.problem(k+"tools", "want a map keyed by tool name, got %s", typeName(raw))
+		}
+		for name, traw := range tm {
+			tk := k + "tools." + name
+			if !abi.ValidToolName(name) {
+				d.problem(tk, "%q is not a valid tool name", name)
+				continue
+			}
+			om, ok := traw.(map[string]any)
+			if !ok {
+				d.problem(tk, "want a map (approval, policy), got %s", typeName(traw))
+				continue
+			}
+			var o ToolOverride
+			switch a := abi.Approval(d.strAt(om, tk+".", "approval", "")); a {
+			case "", abi.ApprovalNever, abi.ApprovalAlways:
+				o.Approval = a
+			default:
+				d.problem(tk+".approval", "%q is not an approval: want never or always", a)
+			}
+			o.Policy = d.policy(om, tk+".policy", "policy")
+			t.Tools[name] = o
+		}
+	}
+	return t
+}
+
+// policy decodes a missing-effect policy under key (nil when absent).
+func (d *decoder) policy(m map[string]any, full, key string) *loop.Policy {
+	raw, ok := m[key]
+	if !ok || raw == nil {
+		return nil
+	}
+	pm, ok := raw.(map[string]any)
+	if !ok {
+		d.problem(full, "want a map (mode, max_attempts, backoff, max_backoff), got %s", typeName(raw))
+		return nil
+	}
+	p := loop.Policy{}
+	switch mode := loop.PolicyMode(d.strAt(pm, full+".", "mode", "")); mode {
+	case loop.PolicyRetry, loop.PolicyFail, loop.PolicyFailRun:
+		p.Mode = mode
+	case "":
+		d.problem(full+".mode", "is required: retry, fail or fail_run")
+	default:
+		d.problem(full+".mode", "%q is not a policy: want retry, fail or fail_run", mode)
+	}
+	p.MaxAttempts = d.integerAt(pm, full+".", "max_attempts", 0, 0)
+	if p.Mode == loop.PolicyRetry && p.MaxAttempts < 1 {
+		d.problem(full+".max_attempts", "retry needs max_attempts of at least 1")
+	}
+	p.BackoffMS = d.durationAt(pm, full+".", "backoff", 0).Milliseconds()
+	p.MaxBackoffMS = d.durationAt(pm, full+".", "max_backoff", 0).Milliseconds()
+	return &p
+}
+
+// reference checks that id names a declared plugin of the wanted role.
+func (d *decoder) reference(key, id string, role abi.Role, plugins map[string]Plugin, required bool) {
+	if id == "" {
+		if required {
+			d.problem(key, "is required: the ID of a %s plugin declared under plugins", role)
+		}
+		return
+	}
+	p, ok := plugins[id]
+	if !ok {
+		d.problem(key, "names plugin %q, which is not declared under plugins (declared: %s)", id, strings.Join(sortedKeys(plugins), ", "))
+		return
+	}
+	if p.Role != "" && p.Role != role {
+		d.problem(key, "names plugin %q, which is a %s; a %s is needed here", id, p.Role, role)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// path resolves p against the config file's directory.
+func (d *decoder) path(_ string, p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(d.dir, p)
+}
+
+// lookup finds a dotted key in nested maps.
+func lookup(m map[string]any, key string) (any, bool) {
+	parts := strings.Split(key, ".")
+	var cur any = m
+	for _, p := range parts {
+		cm, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = cm[p]; !ok {
+			return nil, false
+		}
+	}
+	return cur, cur != nil
+}
+
+func (d *decoder) str(m map[string]any, key, def string) string { return d.strAt(m, "", key, def) }
+
+func (d *decoder) strAt(m map[string]any, prefix, key, def string) string {
+	raw, ok := lookup(m, key)
+	if !ok {
+		return def
+	}
+	s, ok := raw.(string)
+	if !ok {
+		d.problem(prefix+key, "want a string, got %s", typeName(raw))
+		return def
+	}
+	return s
+}
+
+func (d *decoder) oneOf(m map[string]any, key, def string, allowed ...string) string {
+	s := d.str(m, key, def)
+	for _, a := range allowed {
+		if s == a {
+			return s
+		}
+	}
+	d.problem(key, "%q is not one of %s", s, strings.Join(allowed, ", "))
+	return def
+}
+
+func (d *decoder) boolean(m map[string]any, key string, def bool) bool {
+	raw, ok := lookup(m, key)
+	if !ok {
+		return def
+	}
+	switch b := raw.(type) {
+	case bool:
+		return b
+	case string: // from the environment
+		if v, err := strconv.ParseBool(b); err == nil {
+			return v
+		}
+	}
+	d.problem(key, "want true or false, got %s", typeName(raw))
+	return def
+}
+
+func (d *decoder) integer(m map[string]any, key string, def, max int) int {
+	return d.integerAt(m, "", key, def, max)
+}
+
+// integerAt reads a non-negative integer (at most max, when max > 0).
+func (d *decoder) integerAt(m map[string]any, prefix, key string, def, max int) int {
+	raw, ok := lookup(m, key)
+	if !ok {
+		return def
+	}
+	var n int64
+	bad := false
+	switch v := raw.(type) {
+	case int:
+		n = int64(v)
+	case int64:
+		n = v
+	case uint64:
+		if v > 1<<62 {
+			bad = true
+		}
+		n = int64(v)
+	case float64:
+		if v != float64(int64(v)) || v > 1<<62 || v < -(1<<62) {
+			bad = true
+		}
+		n = int64(v)
+	case string: // from the environment
+		p, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		bad, n = err != nil, p
+	default:
+		bad = true
+	}
+	if bad {
+		d.problem(prefix+key, "want an integer, got %s", typeName(raw))
+		return def
+	}
+	if n < 0 || n > 1<<40 || (max > 0 && n > int64(max)) {
+		limit := "1099511627776"
+		if max > 0 {
+			limit = strconv.Itoa(max)
+		}
+		d.problem(prefix+key, "%d is out of range: want 0 to %s", n, limit)
+		return def
+	}
+	return int(n)
+}
+
+func (d *decoder) duration(m map[string]any, key string, def time.Duration) time.Duration {
+	return d.durationAt(m, "", key, def)
+}
+
+func (d *decoder) durationAt(m map[string]any, prefix, key string, def time.Duration) time.Duration {
+	raw, ok := lookup(m, key)
+	if !ok {
+		return def
+	}
+	if n, isInt := raw.(int); isInt && n == 0 {
+		return 0
+	}
+	s, ok := raw.(string)
+	if !ok {
+		d.problem(prefix+key, "want a duration such as \"30s\" or \"5m\", got %s", typeName(raw))
+		return def
+	}
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || v < 0 {
+		d.problem(prefix+key, "%q is not a duration: write it like \"30s\", \"5m\" or \"1h30m\"", s)
+		return def
+	}
+	return v
+}
+
+// stringsAt reads a list of strings; from the environment, a
+// comma-separated string.
+func (d *decoder) stringsAt(m map[string]any, prefix, key string) []string {
+	raw, ok := lookup(m, key)
+	if !ok {
+		return nil
+	}
+	switch v := raw.(type) {
+	case string:
+		var out []string
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	case []any:
+		out := make([]string, 0, len(v))
+		for i, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				d.problem(prefix+key, "entry %d: want a string, got %s", i+1, typeName(e))
+				continue
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	d.problem(prefix+key, "want a list of strings, got %s", typeName(raw))
+	return nil
+}
+
+func typeName(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "nothing"
+	case string:
+		return fmt.Sprintf("the string %q", truncate(v))
+	case bool:
+		return fmt.Sprintf("the boolean %v", v)
+	case int, int64, uint64:
+		return fmt.Sprintf("the integer %v", v)
+	case float64:
+		return fmt.Sprintf("the number %v", v)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a map"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// node is one level of the schema, for finding unknown keys.
+type node struct {
+	children map[string]*node
+	each     *node // a map keyed by ID (or tool name)
+	free     bool  // any keys (plugins.ID.config)
+}
+
+func tree(keys []string) *node {
+	n := &node{children: map[string]*node{}}
+	for _, k := range keys {
+		cur := n
+		for _, p := range strings.Split(k, ".") {
+			next, ok := cur.children[p]
+			if !ok {
+				next = &node{children: map[string]*node{}}
+				cur.children[p] = next
+			}
+			cur = next
+		}
+	}
+	return n
+}
+
+func schemaTree() *node {
+	root := tree(topKeys)
+	plugin := tree(pluginKeys)
+	plugin.children["config"] = &node{free: true}
+	tenant := tree(tenantKeys)
+	tenant.children["tools"] = &node{each: tree(toolKeys)}
+	root.children["plugins"] = &node{each: plugin}
+	root.children["tenants"] = &node{each: tenant}
+	return root
+}
+
+// unknownKeys reports every key of m the schema does not know.
+func (d *decoder) unknownKeys(prefix string, m map[string]any, n *node) {
+	for _, k := range sortedKeys(m) {
+		full := prefix + k
+		if n.each != nil {
+			if sub, ok := m[k].(map[string]any); ok {
+				d.unknownKeys(full+".", sub, n.each)
+			}
+			continue
+		}
+		child, ok := n.children[k]
+		if !ok {
+			hint := "remove it, or check its spelling against config.example.yaml"
+			if k == "tokens" && strings.HasPrefix(prefix, "tenants.") {
+				hint = "plain-text tokens are not accepted: store their sha256 under tokens_sha256 (`printf %s TOKEN | sha256sum`)"
+			}
+			d.problem(full, "unknown key: %s", hint)
+			continue
+		}
+		if child.free {
+			continue
+		}
+		if len(child.children) == 0 && child.each == nil {
+			continue // a leaf: its type is checked where it is read
+		}
+		if sub, ok := m[k].(map[string]any); ok {
+			d.unknownKeys(full+".", sub, child)
+		} else if m[k] != nil {
+			d.problem(full, "want a map, got %s", typeName(m[k]))
+		}
+	}
+}
+
+// MissingFiles lists, one line each, the plugin files that do not exist.
+func (c *Config) MissingFiles() []string {
+	var out []string
+	for _, id := range sortedKeys(c.Plugins) {
+		p := c.Plugins[id]
+		if _, err := os.Stat(p.Path); err != nil {
+			shown := p.Path
+			if rel, err := filepath.Rel(c.Dir, p.Path); err == nil && !strings.HasPrefix(rel, "..") {
+				shown = rel
+			}
+			out = append(out, fmt.Sprintf("%s: plugins.%s.path: %s does not exist; run `make plugins` (or fix the path)", c.File, id, shown))
+		}
+	}
+	return out
+}

@@ -1,0 +1,167 @@
+// Package pluginverify runs a plugin .wasm on the real plugin host, for
+// `agenthost plugin inspect` and `agenthost plugin verify`: Subject
+// implements pluginsuite.Plugin with host/, in a host of its own, over an
+// in-memory plugin KV and a clock that stands still (so that a plugin that
+// reads the clock answers a replayed effect the same way).
+package pluginverify
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agenthost/agenthost/conformance/pluginsuite"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Tenant is the tenant every verification call runs under.
+const Tenant = "verify"
+
+// Options say how to load the plugin.
+type Options struct {
+	// Role is the role to load it as; "" takes the one its exports suggest.
+	Role abi.Role
+	// Limits are the sandbox limits; zero fields take the host's defaults.
+	Limits host.Limits
+	// Sandbox grants (config values, allowed hosts); zero grants nothing.
+	Sandbox host.Sandbox
+	// CacheDir is the wazero compilation cache; "" keeps it in memory.
+	CacheDir string
+	Logger   *slog.Logger
+}
+
+// Subject is a plugin file loaded for verification. It implements
+// pluginsuite.Plugin.
+type Subject struct {
+	h       *host.Host
+	p       *host.Plugin
+	insp    host.Inspection
+	loadErr error
+	limits  host.Limits
+}
+
+var _ pluginsuite.Plugin = (*Subject)(nil)
+
+// Open inspects the file and loads it. A refusal of the host (no marker, a
+// refused import, a describe it cannot accept) is not an error of Open: it
+// is the Module's LoadError, for the suite to report. Open fails only when
+// the file cannot be read or is not WebAssembly.
+func Open(ctx context.Context, path string, o Options) (*Subject, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h, err := host.New(host.Config{CacheDir: o.CacheDir, KV: newMemKV(), Clock: frozenClock{at: time.Now()}, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	insp, err := h.Inspect(ctx, path)
+	if err != nil {
+		h.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	s := &Subject{h: h, insp: insp}
+	role := o.Role
+	if role == "" {
+		role = insp.Role
+	}
+	if role == "" {
+		role = abi.RoleExecutor
+	}
+	spec := host.PluginSpec{Name: "plugin", Path: path, Role: role, Limits: o.Limits, Sandbox: o.Sandbox}
+	if s.p, err = h.Load(ctx, spec); err != nil {
+		s.loadErr = err
+	} else {
+		s.limits = s.p.Spec().Limits
+	}
+	return s, nil
+}
+
+// Inspection is what the module's exports and imports say.
+func (s *Subject) Inspection() host.Inspection { return s.insp }
+
+// Plugin is the loaded plugin, or nil when the host refused it.
+func (s *Subject) Plugin() *host.Plugin { return s.p }
+
+// LoadError is the host's refusal, or nil.
+func (s *Subject) LoadError() error { return s.loadErr }
+
+// SuiteLimits are the limits the plugin runs under, for pluginsuite.Options.
+func (s *Subject) SuiteLimits() pluginsuite.Limits {
+	return pluginsuite.Limits{CallTimeout: s.limits.CallTimeout, MemoryPages: s.limits.MemoryPages}
+}
+
+// Module implements pluginsuite.Plugin.
+func (s *Subject) Module() pluginsuite.Module {
+	return pluginsuite.Module{Markers: s.insp.Markers, LoadError: s.loadErr}
+}
+
+// Call implements pluginsuite.Plugin.
+func (s *Subject) Call(ctx context.Context, export string, input []byte) ([]byte, error) {
+	if s.p == nil {
+		return nil, fmt.Errorf("pluginverify: the host refused the plugin: %w", s.loadErr)
+	}
+	return s.p.CallRaw(ctx, Tenant, export, input)
+}
+
+// MemoryBytes implements pluginsuite.Plugin: the host holds this plugin
+// only.
+func (s *Subject) MemoryBytes() int64 { return s.h.MemoryInUse() }
+
+// Close closes the plugin and its host.
+func (s *Subject) Close(ctx context.Context) error { return s.h.Close(ctx) }
+
+// frozenClock stands still: agenthost_now_ms and the WASI wall clock
+// answer the same instant during a verification. Timers (idle eviction)
+// run on real time.
+type frozenClock struct{ at time.Time }
+
+func (c frozenClock) Now() time.Time { return c.at }
+
+func (frozenClock) AfterFunc(d time.Duration, f func()) runtime.Timer { return time.AfterFunc(d, f) }
+
+// memKV is the plugin KV of a verification: in memory, thrown away after.
+type memKV struct {
+	mu   sync.Mutex
+	data map[string][]byte
+}
+
+func newMemKV() *memKV { return &memKV{data: map[string][]byte{}} }
+
+func kvKey(tenant, plugin string, key []byte) string {
+	return fmt.Sprintf("%d:%s/%d:%s/%s", len(tenant), tenant, len(plugin), plugin, key)
+}
+
+func (m *memKV) KVGet(_ context.Context, tenant, plugin string, key []byte) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return bytes.Clone(m.data[kvKey(tenant, plugin, key)]), nil
+}
+
+func (m *memKV) KVSet(_ context.Context, tenant, plugin string, key, value []byte) error {
+	if len(value) > 1<<20 {
+		return runtime.ErrKVTooLarge
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(value) == 0 {
+		delete(m.data, kvKey(tenant, plugin, key))
+		return nil
+	}
+	m.data[kvKey(tenant, plugin, key)] = bytes.Clone(value)
+	return nil
+}
+
+func (m *memKV) KVDelete(_ context.Context, tenant, plugin string, key []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.data, kvKey(tenant, plugin, key))
+	return nil
+}
+
+var _ runtime.PluginKV = (*memKV)(nil)

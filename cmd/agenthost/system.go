@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agenthost/agenthost/badgerstore"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// system is a store, a plugin host and a runtime wired from a config: what
+// `run` (and later `serve`) drives.
+type system struct {
+	store   *badgerstore.Store
+	host    *host.Host
+	runtime *runtime.Runtime
+	tenants runtime.TenantMap
+	log     *slog.Logger
+}
+
+// newLogger returns the process logger the config asks for, writing to w.
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level)) // checked by config
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// openSystem opens the store, loads the plugins of the given tenants and
+// starts a runtime over them. Everything that can be refused without
+// touching the store (a missing plugin file) is refused first. On error,
+// whatever was opened is closed again.
+func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog.Logger) (_ *system, err error) {
+	if missing := usedMissingFiles(cfg, tenantIDs); len(missing) > 0 {
+		return nil, errors.New(strings.Join(missing, "\n"))
+	}
+	s := &system{log: log, tenants: runtime.TenantMap{}}
+	defer func() {
+		if err != nil {
+			s.close(context.WithoutCancel(ctx))
+		}
+	}()
+	s.store, err = badgerstore.Open(cfg.DataDir, badgerstore.Options{NoSyncWrites: !cfg.SyncWrites, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("%s: data_dir: %w", cfg.File, err)
+	}
+	if cfg.Retention > 0 {
+		before := time.Now().Add(-cfg.Retention).UnixMilli()
+		if st, err := s.store.Prune(ctx, before); err != nil {
+			log.Warn("pruning terminal Runs older than the retention failed; the next start tries again", "retention", cfg.Retention, "err", err)
+		} else {
+			log.Debug("pruned terminal Runs", "stats", fmt.Sprintf("%+v", st))
+		}
+	}
+	hub := runtime.NewHub()
+	s.host, err = host.New(host.Config{
+		CacheDir: cfg.CacheDir, KV: s.store, Events: hub, Logger: log,
+		MaxInstanceMemory: cfg.MaxInstanceMemory,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: cache_dir: %w", cfg.File, err)
+	}
+	plugins := map[string]*host.Plugin{}
+	for _, id := range tenantIDs {
+		t := cfg.Tenants[id]
+		for _, pid := range usedPlugins(t) {
+			if _, done := plugins[pid]; done {
+				continue
+			}
+			p, err := s.host.Load(ctx, pluginSpec(cfg.Plugins[pid]))
+			if err != nil {
+				return nil, fmt.Errorf("%s: plugins.%s: %w", cfg.File, pid, err)
+			}
+			plugins[pid] = p
+		}
+		rt, err := buildTenant(cfg, t, plugins)
+		if err != nil {
+			return nil, err
+		}
+		s.tenants[id] = rt
+	}
+	s.runtime, err = runtime.New(runtime.Options{
+		Store: s.store, Tenants: s.tenants, Clock: runtime.SystemClock{}, Logger: log, Hub: hub,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.runtime.Start(ctx); err != nil {
+		s.runtime = nil
+		return nil, err
+	}
+	return s, nil
+}
+
+// close stops the runtime (leaving what is in flight to recovery), then
+// closes the host and the store.
+func (s *system) close(ctx context.Context) error {
+	var errs []error
+	if s.runtime != nil {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		errs = append(errs, s.runtime.Stop(sctx))
+		cancel()
+	}
+	if s.host != nil {
+		errs = append(errs, s.host.Close(ctx))
+	}
+	if s.store != nil {
+		errs = append(errs, s.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func usedPlugins(t config.Tenant) []string {
+	ids := []string{t.Builder, t.Model}
+	for _, id := range t.ToolExecutors {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func usedMissingFiles(cfg *config.Config, tenantIDs []string) []string {
+	used := map[string]bool{}
+	for _, id := range tenantIDs {
+		for _, pid := range usedPlugins(cfg.Tenants[id]) {
+			used[pid] = true
+		}
+	}
+	var out []string
+	for _, line := range cfg.MissingFiles() {
+		for pid := range used {
+			if strings.Contains(line, ": plugins."+pid+".path: ") {
+				out = append(out, line)
+			}
+		}
+	}
+	return out
+}
+
+func pluginSpec(p config.Plugin) host.PluginSpec {
+	return host.PluginSpec{
+		Name: p.ID, Path: p.Path, SHA256: p.SHA256, Role: p.Role,
+		Limits: host.Limits{
+			MemoryPages: p.MemoryPages, CallTimeout: p.CallTimeout,
+			MaxInputBytes: p.MaxInputBytes, MaxOutputBytes: p.MaxOutputBytes,
+			PoolSize: p.PoolSize, IdleTimeout: p.IdleTimeout,
+		},
+		Sandbox: host.Sandbox{Config: p.Config, AllowedHosts: p.AllowedHosts, HTTPTimeout: p.HTTPTimeout},
+	}
+}
+
+// buildTenant wires a tenant from its config and its loaded plugins: the
+// tools come from the tool executors' describe, with the config's
+// approval and policy overrides.
+func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin) (*runtime.Tenant, error) {
+	k := cfg.File + ": tenants." + t.ID + "."
+	b, err := plugins[t.Builder].Builder()
+	if err != nil {
+		return nil, fmt.Errorf("%sbuilder: %w", k, err)
+	}
+	mp := plugins[t.Model]
+	if !slices.Contains(mp.Describe().Effects, abi.KindModel) {
+		return nil, fmt.Errorf("%smodel: plugin %q does not carry out model effects (its describe lists effects %v): name a model executor", k, t.Model, mp.Describe().Effects)
+	}
+	model, err := mp.Executor()
+	if err != nil {
+		return nil, fmt.Errorf("%smodel: %w", k, err)
+	}
+	rt := &runtime.Tenant{
+		ID: t.ID, Builder: b, Model: model,
+		Limits:     t.Limits.LoopLimits(),
+		RunTimeout: t.Limits.RunTimeout, EffectTimeout: t.Limits.EffectTimeout,
+		ModelPolicy: t.ModelPolicy, HistoryRuns: t.HistoryRuns,
+	}
+	offeredBy := map[string]string{}
+	for _, pid := range t.ToolExecutors {
+		p := plugins[pid]
+		if !slices.Contains(p.Describe().Effects, abi.KindTool) {
+			return nil, fmt.Errorf("%stool_executors: plugin %q offers no tools (its describe lists effects %v): remove it from tool_executors", k, pid, p.Describe().Effects)
+		}
+		ex, err := p.Executor()
+		if err != nil {
+			return nil, fmt.Errorf("%stool_executors: %w", k, err)
+		}
+		for _, tool := range p.Describe().Tools {
+			if other, dup := offeredBy[tool.Name]; dup {
+				return nil, fmt.Errorf("%stool_executors: plugins %q and %q both offer tool %q: a tenant's tool names must be unique, so keep one of them", k, other, pid, tool.Name)
+			}
+			offeredBy[tool.Name] = pid
+			approval := t.ToolApproval(tool.Name, tool.Approval)
+			d := tool
+			d.Approval = abi.ApprovalNever
+			if approval {
+				d.Approval = abi.ApprovalAlways
+			}
+			rt.Tools = append(rt.Tools, runtime.Tool{
+				Descriptor: d,
+				Spec:       loop.ToolSpec{Name: tool.Name, Approval: approval, Policy: t.ToolPolicy(tool.Name, tool.Idempotent)},
+				Executor:   ex,
+			})
+		}
+	}
+	for name := range t.Tools {
+		if _, ok := offeredBy[name]; !ok {
+			return nil, fmt.Errorf("%stools.%s: no tool executor of the tenant offers a tool %q (offered: %s): fix the name or add its executor to tool_executors",
+				k, name, name, strings.Join(sortedNames(offeredBy), ", "))
+		}
+	}
+	return rt, nil
+}
+
+func sortedNames(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
