@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/metrics"
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
@@ -39,6 +40,7 @@ type env struct {
 	rt     *runtime.Runtime
 	tools  *conformance.CountingExecutor
 	ledger *httpapi.UsageLedger
+	m      *metrics.Metrics
 	srv    *httpapi.Server
 	ts     *httptest.Server
 	ready  atomic.Bool
@@ -49,15 +51,17 @@ type envOption func(*httpapi.Config, *runtime.Options)
 
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
-	e := &env{t: t, clock: conformance.NewFakeClock(time.Time{}), ledger: httpapi.NewUsageLedger(), logs: &syncBuffer{}}
+	e := &env{t: t, clock: conformance.NewFakeClock(time.Time{}), ledger: httpapi.NewUsageLedger(), logs: &syncBuffer{},
+		m: metrics.New()}
 	e.ready.Store(true)
 	e.store = conformance.NewMemStore(e.clock, conformance.KVLimits{})
 	scripted := &conformance.ScriptedTools{SlowPolls: 1}
-	e.tools = &conformance.CountingExecutor{Next: scripted}
+	e.tools = &conformance.CountingExecutor{Next: e.m.Executor("scripted-tools", scripted)}
 	t.Cleanup(scripted.Release)
 	tenants := runtime.TenantMap{}
 	for _, id := range []string{"acme", "globex"} {
-		tn := &runtime.Tenant{ID: id, Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
+		tn := &runtime.Tenant{ID: id, Builder: e.m.Builder("echo-builder", &conformance.EchoBuilder{}),
+			Model: e.m.Executor("scripted-model", &conformance.ScriptedModel{}),
 			Limits:      loop.Limits{MaxSteps: 8, MaxToolCallsPerStep: 8, MaxParallelToolCalls: 4},
 			ModelPolicy: loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 2, BackoffMS: 1000}}
 		for _, tl := range scripted.Tools() {
@@ -72,14 +76,16 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	require.NoError(t, err)
 	ropts := runtime.Options{Store: e.store, Tenants: tenants, Clock: e.clock, NodeID: "node-api",
 		PollMin: 100 * time.Millisecond, PollMax: time.Second, LeaseTTL: time.Minute,
-		RecoveryInterval: time.Hour, WatchdogInterval: time.Hour, Observer: e.ledger}
-	cfg := httpapi.Config{Store: e.store, Auth: auth, Usage: e.ledger, Ready: e.ready.Load,
+		RecoveryInterval: time.Hour, WatchdogInterval: time.Hour, Observer: metrics.Tee{e.m, e.ledger}}
+	cfg := httpapi.Config{Store: e.store, Auth: auth, Usage: e.ledger, Ready: e.ready.Load, Metrics: e.m.Handler(),
 		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	for _, o := range opts {
 		o(&cfg, &ropts)
 	}
 	e.rt, err = runtime.New(ropts)
 	require.NoError(t, err)
+	require.NoError(t, e.m.RegisterRuntime(e.rt))
+	require.NoError(t, e.m.RegisterActiveRuns(e.store, []string{"acme", "globex"}, 1000, nil))
 	require.NoError(t, e.rt.Start(context.Background()))
 	conformance.Eventually(t, "the runtime's first recovery pass", e.rt.Ready)
 	cfg.Runtime = e.rt
