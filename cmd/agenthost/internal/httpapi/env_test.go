@@ -61,7 +61,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	tenants := runtime.TenantMap{}
 	for _, id := range []string{"acme", "globex"} {
 		tn := &runtime.Tenant{ID: id, Builder: e.m.Builder("echo-builder", &conformance.EchoBuilder{}),
-			Model: e.m.Executor("scripted-model", &conformance.ScriptedModel{}),
+			Model:       e.m.Executor("scripted-model", &conformance.ScriptedModel{}),
 			Limits:      loop.Limits{MaxSteps: 8, MaxToolCallsPerStep: 8, MaxParallelToolCalls: 4},
 			ModelPolicy: loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 2, BackoffMS: 1000}}
 		for _, tl := range scripted.Tools() {
