@@ -1,0 +1,214 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Quota bounds what one tenant may have going at once. A zero field means
+// no limit.
+type Quota struct {
+	// MaxActiveRuns bounds the tenant's Runs that are pending, running or
+	// waiting; a submission past it answers 429.
+	MaxActiveRuns int
+	// MaxInFlightEffects bounds the effects of the tenant the runtime is
+	// calling, polling or waiting on; a submission at or past it answers
+	// 429.
+	MaxInFlightEffects int
+	// TokenBudget bounds the model tokens (input plus output) all the
+	// tenant's Runs may use, ever; once used up, submissions answer 429.
+	TokenBudget int64
+}
+
+// activeStatuses are the statuses of a Run that counts against
+// MaxActiveRuns.
+var activeStatuses = []loop.Status{loop.StatusPending, loop.StatusRunning, loop.StatusWaiting}
+
+// checkQuota refuses a submission that would pass one of the tenant's
+// quotas. The caller holds the tenant's submission lock, so two
+// submissions cannot both take the last slot.
+func (s *Server) checkQuota(ctx context.Context, tenant string) error {
+	q, ok := s.cfg.Quotas[tenant]
+	if !ok {
+		return nil
+	}
+	if q.TokenBudget > 0 {
+		used, err := s.cfg.Usage.Used(ctx, s.cfg.Store, tenant)
+		if err != nil {
+			return fmt.Errorf("httpapi: token usage of tenant %s: %w", tenant, err)
+		}
+		if used >= q.TokenBudget {
+			e := errorf(http.StatusTooManyRequests, CodeQuotaTokens,
+				"quota exceeded: token budget: this tenant's Runs have used %d of the %d model tokens (input plus output) its budget allows; ask the operator to raise tenants.%s.quotas.token_budget",
+				used, q.TokenBudget, tenant)
+			e.RetryAfter = s.cfg.RetryAfter
+			return e
+		}
+	}
+	if q.MaxInFlightEffects > 0 {
+		if n := s.cfg.Runtime.InFlight(tenant); n >= q.MaxInFlightEffects {
+			e := errorf(http.StatusTooManyRequests, CodeQuotaInFlight,
+				"quota exceeded: in-flight effects: this tenant has %d model or tool calls in flight and may have %d; retry after the Retry-After delay, once some finish",
+				n, q.MaxInFlightEffects)
+			e.RetryAfter = s.cfg.RetryAfter
+			return e
+		}
+	}
+	if q.MaxActiveRuns > 0 {
+		n := 0
+		for _, st := range activeStatuses {
+			ids, err := s.cfg.Store.RunsByStatus(ctx, tenant, st, "", q.MaxActiveRuns-n)
+			if err != nil {
+				return fmt.Errorf("httpapi: count %s runs of tenant %s: %w", st, tenant, err)
+			}
+			if n += len(ids); n >= q.MaxActiveRuns {
+				e := errorf(http.StatusTooManyRequests, CodeQuotaActiveRuns,
+					"quota exceeded: active runs: this tenant has %d Runs pending, running or waiting, its limit; retry after the Retry-After delay, or cancel a Run (POST /v1/runs/{id}/cancel)",
+					q.MaxActiveRuns)
+				e.RetryAfter = s.cfg.RetryAfter
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// UsageLedger sums the model tokens of each tenant's Runs, for token
+// budgets. It is a runtime.Observer (only Usage matters to it): give it
+// to the runtime, with the metrics observer, through an observer tee.
+//
+// A tenant's figure starts from the Runs in the store: Seed reads them
+// once, and a tenant not seeded is seeded on first use; from then on the
+// runtime's reports keep it current. Seed before the runtime starts for an
+// exact figure: a seed that races commits may count those commits twice
+// (never miss one), which errs on the side of the budget.
+//
+// UsageLedger is safe for concurrent use.
+type UsageLedger struct {
+	runtime.NopObserver
+
+	mu      sync.Mutex
+	tenants map[string]*tenantUsage
+}
+
+// tenantUsage is one tenant's figure. Before its seed starts, the
+// runtime's reports are ignored: the seed reads them from the store.
+// From the moment the seed starts they are added, so a commit the seed's
+// scan also reads is counted twice, never missed.
+type tenantUsage struct {
+	seedMu   sync.Mutex // held while the tenant is seeded
+	counting bool       // reports are added (the seed has started)
+	seeded   bool
+	tokens   int64
+}
+
+var _ runtime.Observer = (*UsageLedger)(nil)
+
+// NewUsageLedger returns an empty ledger.
+func NewUsageLedger() *UsageLedger { return &UsageLedger{tenants: map[string]*tenantUsage{}} }
+
+func (l *UsageLedger) tenant(id string) *tenantUsage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenants[id]
+	if t == nil {
+		t = &tenantUsage{}
+		l.tenants[id] = t
+	}
+	return t
+}
+
+// Usage implements runtime.Observer.
+func (l *UsageLedger) Usage(tenant string, u abi.Usage) {
+	t := l.tenant(tenant)
+	l.mu.Lock()
+	if t.counting {
+		t.tokens += u.InputTokens + u.OutputTokens
+	}
+	l.mu.Unlock()
+}
+
+// RunLister is what the ledger reads to seed a tenant: the Runs by status.
+type RunLister interface {
+	RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error)
+	LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error)
+}
+
+var allStatuses = []loop.Status{loop.StatusPending, loop.StatusRunning, loop.StatusWaiting,
+	loop.StatusCompleted, loop.StatusFailed, loop.StatusCancelled}
+
+// seedPage is how many Run IDs one seeding read asks for.
+const seedPage = 500
+
+// Seed reads the token usage of every Run of the tenants from the store.
+// It reads every Run once; call it before the runtime starts.
+func (l *UsageLedger) Seed(ctx context.Context, store RunLister, tenants ...string) error {
+	for _, id := range tenants {
+		if _, err := l.Used(ctx, store, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Used returns the tokens the tenant's Runs have used, seeding the tenant
+// from the store first if it was not.
+func (l *UsageLedger) Used(ctx context.Context, store RunLister, tenant string) (int64, error) {
+	t := l.tenant(tenant)
+	t.seedMu.Lock()
+	defer t.seedMu.Unlock()
+	if !t.seeded {
+		l.mu.Lock()
+		t.counting, t.tokens = true, 0
+		l.mu.Unlock()
+		stored, err := storedUsage(ctx, store, tenant)
+		l.mu.Lock()
+		if err != nil {
+			t.counting = false
+			l.mu.Unlock()
+			return 0, err
+		}
+		t.tokens += stored
+		t.seeded = true
+		l.mu.Unlock()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return t.tokens, nil
+}
+
+func storedUsage(ctx context.Context, store RunLister, tenant string) (int64, error) {
+	var sum int64
+	for _, st := range allStatuses {
+		after := ""
+		for {
+			ids, err := store.RunsByStatus(ctx, tenant, st, after, seedPage)
+			if err != nil {
+				return 0, fmt.Errorf("httpapi: seed token usage of tenant %s: %w", tenant, err)
+			}
+			for _, id := range ids {
+				run, err := store.LoadRun(ctx, tenant, id)
+				if err != nil {
+					return 0, fmt.Errorf("httpapi: seed token usage of tenant %s: run %s: %w", tenant, id, err)
+				}
+				sum += run.Usage.InputTokens + run.Usage.OutputTokens
+			}
+			if len(ids) < seedPage {
+				break
+			}
+			after = ids[len(ids)-1]
+		}
+	}
+	return sum, nil
+}
+
+// retryAfterDefault is the Retry-After of a 429 or 503 when the Config
+// sets none.
+const retryAfterDefault = 5 * time.Second

@@ -1,0 +1,101 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Executor wraps a runtime.Executor so that every call is timed in
+// agenthost_plugin_call_duration_seconds{plugin, export} and every error
+// counted in agenthost_plugin_call_errors_total{plugin, export, class}.
+// serve wraps each host adapter with it before handing it to the runtime.
+func (m *Metrics) Executor(plugin string, next runtime.Executor) runtime.Executor {
+	return &timedExecutor{m: m, plugin: plugin, next: next}
+}
+
+// Builder wraps a runtime.Builder the same way (export "build").
+func (m *Metrics) Builder(plugin string, next runtime.Builder) runtime.Builder {
+	return &timedBuilder{m: m, plugin: plugin, next: next}
+}
+
+type timedExecutor struct {
+	m      *Metrics
+	plugin string
+	next   runtime.Executor
+}
+
+var _ runtime.Executor = (*timedExecutor)(nil)
+
+func (t *timedExecutor) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	began := time.Now()
+	r, err := t.next.Start(ctx, c)
+	t.m.observeCall(t.plugin, abi.ExportStart, began, err)
+	return r, err
+}
+
+func (t *timedExecutor) Poll(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	began := time.Now()
+	r, err := t.next.Poll(ctx, c)
+	t.m.observeCall(t.plugin, abi.ExportPoll, began, err)
+	return r, err
+}
+
+func (t *timedExecutor) Attach(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	began := time.Now()
+	r, err := t.next.Attach(ctx, c)
+	t.m.observeCall(t.plugin, abi.ExportAttach, began, err)
+	return r, err
+}
+
+func (t *timedExecutor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.CancelReply, error) {
+	began := time.Now()
+	r, err := t.next.Cancel(ctx, c)
+	t.m.observeCall(t.plugin, abi.ExportCancel, began, err)
+	return r, err
+}
+
+type timedBuilder struct {
+	m      *Metrics
+	plugin string
+	next   runtime.Builder
+}
+
+var _ runtime.Builder = (*timedBuilder)(nil)
+
+func (t *timedBuilder) Build(ctx context.Context, tenant string, in abi.BuildInput) (abi.BuildOutput, error) {
+	began := time.Now()
+	out, err := t.next.Build(ctx, tenant, in)
+	t.m.observeCall(t.plugin, abi.ExportBuild, began, err)
+	return out, err
+}
+
+// The wall clock, not the runtime's Clock, times plugin calls: a fake
+// clock does not move during a call.
+func (m *Metrics) observeCall(plugin, export string, began time.Time, err error) {
+	m.pluginCalls.WithLabelValues(plugin, export).Observe(time.Since(began).Seconds())
+	if err != nil {
+		m.pluginErrors.WithLabelValues(plugin, export, ErrorClass(err)).Inc()
+	}
+}
+
+// ErrorClass names the class of a plugin call's error for the metrics: the
+// class of a *runtime.PluginError; executor_unavailable; cancelled or
+// plugin_timeout when the call's context ended; other otherwise.
+func ErrorClass(err error) string {
+	var pe *runtime.PluginError
+	switch {
+	case errors.As(err, &pe):
+		return string(pe.Class)
+	case errors.Is(err, runtime.ErrExecutorUnavailable):
+		return string(abi.ClassExecutorUnavailable)
+	case errors.Is(err, context.DeadlineExceeded):
+		return string(abi.ClassPluginTimeout)
+	case errors.Is(err, context.Canceled):
+		return string(abi.ClassCancelled)
+	}
+	return "other"
+}

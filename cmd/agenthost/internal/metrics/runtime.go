@@ -1,0 +1,110 @@
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// RuntimeCounters is what RegisterRuntime reads; *runtime.Runtime has it.
+type RuntimeCounters interface {
+	Stats() *runtime.Stats
+	Recovery() *runtime.RecoveryStats
+	Watcher() *runtime.Watcher
+	Ready() bool
+}
+
+var _ RuntimeCounters = (*runtime.Runtime)(nil)
+
+// RegisterRuntime registers collectors that read the runtime's own
+// counters at scrape time: commits, conflicts, dropped outcomes, ownership
+// boundaries, executor calls, recovery passes and take-overs, the
+// Watcher's queue depth and readiness. Call it once, after runtime.New.
+func (m *Metrics) RegisterRuntime(rt RuntimeCounters) error {
+	st, rec := rt.Stats(), rt.Recovery()
+	counter := func(name, help string, v func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
+	}
+	cs := []prometheus.Collector{
+		counter("agenthost_store_commits_total", "Commits the runtime made that wrote.", st.Commits.Load),
+		counter("agenthost_store_duplicate_commits_total", "Commits answered from an applied command ID (nothing written).", st.DuplicateCommits.Load),
+		counter("agenthost_store_conflicts_total", "Version conflicts the runtime retried.", st.Conflicts.Load),
+		counter("agenthost_runtime_dropped_outcomes_total", "Stale or repeated effect outcomes dropped.", st.DroppedOutcomes.Load),
+		counter("agenthost_runtime_ownership_boundaries_total", "Sessions this node gave up on lost ownership.", st.Boundaries.Load),
+		counter("agenthost_executor_calls_total", "Executor calls (start, poll, attach, cancel) the runtime made.", st.ExecutorCalls.Load),
+		counter("agenthost_executor_unavailable_total", "Executor calls that found the executor unavailable.", st.UnavailableErrors.Load),
+		counter("agenthost_recovery_passes_total", "Recovery passes run.", rec.Passes.Load),
+		counter("agenthost_recovery_sessions_taken_total", "Orphaned sessions recovery took over.", rec.SessionsTaken.Load),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agenthost_watcher_queue_depth",
+			Help: "Pending polls and Run wake-ups in the Watcher's timer heap.",
+		}, func() float64 { return float64(rt.Watcher().Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agenthost_ready",
+			Help: "1 once recovery's first pass is done, else 0.",
+		}, func() float64 {
+			if rt.Ready() {
+				return 1
+			}
+			return 0
+		}),
+	}
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunIndex is what the active-runs gauge reads: the store's status index.
+// runtime.Store has it.
+type RunIndex interface {
+	RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error)
+}
+
+// RegisterActiveRuns registers agenthost_runs_active, read from the store's
+// status index at scrape time for each tenant: the Runs pending, running
+// and waiting, counted up to limit per status (a value at limit means "at
+// least"). It reads the index, so it is right after a restart too.
+func (m *Metrics) RegisterActiveRuns(store RunIndex, tenants []string, limit int, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return m.reg.Register(&activeRuns{store: store, tenants: append([]string(nil), tenants...), limit: limit, log: log,
+		desc: prometheus.NewDesc("agenthost_runs_active",
+			"Runs of the tenant in a non-terminal status (pending, running, waiting), read from the store's index; capped at the configured limit per status.",
+			[]string{"tenant", "status"}, nil)})
+}
+
+type activeRuns struct {
+	store   RunIndex
+	tenants []string
+	limit   int
+	log     *slog.Logger
+	desc    *prometheus.Desc
+}
+
+func (a *activeRuns) Describe(ch chan<- *prometheus.Desc) { ch <- a.desc }
+
+func (a *activeRuns) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, t := range a.tenants {
+		for _, st := range []loop.Status{loop.StatusPending, loop.StatusRunning, loop.StatusWaiting} {
+			ids, err := a.store.RunsByStatus(ctx, t, st, "", a.limit)
+			if err != nil {
+				// A scrape that cannot read the index leaves the series
+				// out rather than reporting a wrong 0.
+				a.log.Warn("metrics: count active runs", "tenant", t, "status", st, "err", err)
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, float64(len(ids)), t, string(st))
+		}
+	}
+}
