@@ -4,11 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"sort"
 	"strings"
 )
@@ -42,50 +40,42 @@ func ListExamplePlugins() ([]string, error) {
 }
 
 // BuildExampleWasm builds the example plugin examples/plugins/NAME and
-// returns the path of its .wasm, in TestCacheDir()/examples, named after a
-// hash of what the build reads (so it builds once per source). A Go example
-// (it has .go files) builds with GOOS=wasip1 GOARCH=wasm -buildmode=c-shared;
-// any other has a build.sh that takes the output path (the C example needs
-// clang, lld and wasi-libc; .ci/run installs them). For tests; not a stable
-// API.
+// returns the path of its .wasm in the test cache, building once per hash
+// of what the build reads. A Go example (it has .go files) builds through
+// BuildPackage. Any other has a build.sh that takes the output path; it is
+// hashed with its sources, the shared C headers (examples/plugins/c) and
+// the compiler's version. The C example needs clang, lld, wasi-libc and
+// libclang-rt-14-dev-wasm32 (.ci/run installs them); without clang the
+// error says what to install. For tests; not a stable API.
 func BuildExampleWasm(name string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	src := filepath.Join(root, "examples", "plugins", name)
+	if gofiles, _ := filepath.Glob(filepath.Join(src, "*.go")); len(gofiles) > 0 {
+		return BuildPackage("examples/plugins/" + name)
+	}
+	if _, err := os.Stat(filepath.Join(src, "build.sh")); err != nil {
+		return "", fmt.Errorf("conformance: example %q has neither .go files nor a build.sh: add one", name)
+	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	key := "example/" + name
 	if p, ok := buildDone[key]; ok {
 		return p, nil
 	}
-	root, err := moduleRoot()
+	if _, err := exec.LookPath("clang"); err != nil {
+		return "", fmt.Errorf("conformance: example %q needs clang: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32", name)
+	}
+	files, err := HashFiles(filepath.Join(root, "examples", "plugins"), name, "c")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("conformance: example %q: hashing sources: %w", name, err)
 	}
-	src := filepath.Join(root, "examples", "plugins", name)
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n", goruntime.Version())
-	for _, d := range []string{filepath.Join(root, "examples", "plugins"), filepath.Join(root, "plugins", "abi")} {
-		err := filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
-			if err != nil || e.IsDir() {
-				return err
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(root, p)
-			fmt.Fprintf(h, "%s %d\n", rel, len(b))
-			h.Write(b)
-			return nil
-		})
-		if err != nil {
-			return "", fmt.Errorf("conformance: example %q: hashing sources: %w", name, err)
-		}
-	}
-	for _, f := range []string{"go.mod", "go.sum"} {
-		b, _ := os.ReadFile(filepath.Join(root, f))
-		h.Write(b)
-	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	dir := filepath.Join(TestCacheDir(), "examples")
+	version, _ := exec.Command("clang", "--version").Output()
+	h := sha256.Sum256([]byte(files + "\n" + string(version)))
+	sum := hex.EncodeToString(h[:])
+	dir := filepath.Join(TestCacheDir(), "plugins")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("conformance: example %q: cache dir: %w (set %s to a writable directory)", name, err, TestCacheEnv)
 	}
@@ -100,19 +90,11 @@ func BuildExampleWasm(name string) (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	var cmd *exec.Cmd
-	if gofiles, _ := filepath.Glob(filepath.Join(src, "*.go")); len(gofiles) > 0 {
-		cmd = exec.Command(goTool(), "build", "-buildmode=c-shared", "-o", tmp.Name(), "./examples/plugins/"+name)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	} else if _, err := os.Stat(filepath.Join(src, "build.sh")); err == nil {
-		cmd = exec.Command("sh", filepath.Join(src, "build.sh"), tmp.Name())
-		cmd.Dir = src
-	} else {
-		return "", fmt.Errorf("conformance: example %q has neither .go files nor a build.sh: add one", name)
-	}
+	cmd := exec.Command("sh", filepath.Join(src, "build.sh"), tmp.Name())
+	cmd.Dir = src
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("conformance: example %q: build failed (%s): %w\n%s", name, strings.Join(cmd.Args, " "), err, b)
+		return "", fmt.Errorf("conformance: example %q: %s failed: %w\n%s\n(the C toolchain: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32)",
+			name, strings.Join(cmd.Args, " "), err, b)
 	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return "", fmt.Errorf("conformance: example %q: %w", name, err)

@@ -431,6 +431,36 @@ func (rt *Runtime) onWatcherFire(batch []WatchItem) {
 	})
 }
 
+// takeWatched turns a due poll or attach item into a running call: it
+// reloads the Run and, when the attempt is still executing and this
+// process still watches it, marks it as being called. Otherwise it
+// forgets the attempt (or tombstones it, when it was settled meanwhile)
+// and reports false.
+func (rt *Runtime) takeWatched(it WatchItem) (*Tenant, loop.Run, loop.Effect, string, bool) {
+	key := loop.AssignmentKey{Tenant: it.Tenant, Session: it.Session, EffectID: it.EffectID, Attempt: it.Attempt}.String()
+	t, ok := rt.opts.Tenants.Tenant(it.Tenant)
+	run, err := rt.store.LoadRun(rt.life, it.Tenant, it.RunID)
+	if !ok || err != nil {
+		rt.untrack(key)
+		return nil, loop.Run{}, loop.Effect{}, key, false
+	}
+	e := run.Effect(it.EffectID)
+	if e == nil || e.State != loop.EffectExecuting || e.Attempt != it.Attempt {
+		rt.forgetDeferral(key)
+		rt.settled(key) // settled meanwhile
+		return nil, loop.Run{}, loop.Effect{}, key, false
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	tr := rt.tracked[key]
+	if tr == nil || !tr.polling || tr.cancelling {
+		return nil, loop.Run{}, loop.Effect{}, key, false
+	}
+	tr.polling, tr.calling = false, true
+	rt.busy[runKey(run.Tenant, run.ID)]++
+	return t, run, *e, key, true
+}
+
 func (rt *Runtime) runWatchItem(it WatchItem) {
 	switch it.Kind {
 	case WatchWake:
@@ -444,58 +474,25 @@ func (rt *Runtime) runWatchItem(it WatchItem) {
 		}
 		rt.kick(it.Tenant, it.Session)
 	case WatchAttach:
-		t, ok := rt.opts.Tenants.Tenant(it.Tenant)
-		key := loop.AssignmentKey{Tenant: it.Tenant, Session: it.Session, EffectID: it.EffectID, Attempt: it.Attempt}.String()
-		run, err := rt.store.LoadRun(rt.life, it.Tenant, it.RunID)
-		if !ok || err != nil {
-			rt.untrack(key)
-			return
+		if t, run, e, key, ok := rt.takeWatched(it); ok {
+			rt.recoverEffect(t, run, e, key)
 		}
-		e := run.Effect(it.EffectID)
-		if e == nil || e.State != loop.EffectExecuting || e.Attempt != it.Attempt {
-			rt.forgetDeferral(key)
-			rt.settled(key)
-			return
-		}
-		rt.mu.Lock()
-		tr := rt.tracked[key]
-		if tr == nil || !tr.polling || tr.cancelling {
-			rt.mu.Unlock()
-			return
-		}
-		tr.polling, tr.calling = false, true
-		rt.busy[runKey(run.Tenant, run.ID)]++
-		rt.mu.Unlock()
-		rt.recoverEffect(t, run, *e, key)
 	case WatchPoll:
-		t, ok := rt.opts.Tenants.Tenant(it.Tenant)
-		key := loop.AssignmentKey{Tenant: it.Tenant, Session: it.Session, EffectID: it.EffectID, Attempt: it.Attempt}.String()
-		run, err := rt.store.LoadRun(rt.life, it.Tenant, it.RunID)
-		if !ok || err != nil {
-			rt.untrack(key)
-			return
-		}
-		e := run.Effect(it.EffectID)
-		if e == nil || e.State != loop.EffectExecuting || e.Attempt != it.Attempt {
-			rt.settled(key) // settled meanwhile
+		t, run, e, key, ok := rt.takeWatched(it)
+		if !ok {
 			return
 		}
 		if t.executorFor(e.Kind, e.Tool) == nil {
 			rt.untrack(key)
+			rt.releaseBusy(run)
 			return
 		}
 		rt.mu.Lock()
 		tr := rt.tracked[key]
-		if tr == nil || !tr.polling || tr.cancelling {
-			rt.mu.Unlock()
-			return
-		}
-		tr.polling, tr.calling = false, true
-		rt.busy[runKey(run.Tenant, run.ID)]++
 		rt.mu.Unlock()
 		ctx, cancel := rt.callCtx()
 		defer cancel()
-		ef := *e
+		ef := e
 		ef.Handle = it.Handle
 		call, err := rt.effectCall(ctx, run, ef, nil)
 		var reply abi.EffectReply

@@ -2,14 +2,9 @@ package examples_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,52 +56,16 @@ func restart(t testing.TB, clock *conformance.FakeClock, kv *conformance.MemStor
 	return e
 }
 
-// wasmPath builds an example once per source hash and returns its file.
+// wasmPath builds an example once per source hash and returns its file. A
+// missing C toolchain fails the test, naming the packages to install: the C
+// example is part of what make test checks.
 func wasmPath(t testing.TB, dir string) string {
 	t.Helper()
-	if dir == calculatorC {
-		return buildC(t)
-	}
-	p, err := conformance.BuildPackage("examples/plugins/" + dir)
+	p, err := conformance.BuildExampleWasm(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// buildC builds calculator-c with its build.sh into the test cache, once
-// per hash of its sources. A missing toolchain fails the test, naming the
-// packages to install: the C example is part of what make test checks.
-func buildC(t testing.TB) string {
-	t.Helper()
-	if _, err := exec.LookPath("clang"); err != nil {
-		t.Fatalf("clang is not installed; the C example needs it: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32")
-	}
-	files, err := conformance.HashFiles(".", "calculator-c", "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	version, _ := exec.Command("clang", "--version").Output()
-	h := sha256.Sum256([]byte(files + "\n" + string(version)))
-	sum := hex.EncodeToString(h[:])
-	dir := filepath.Join(conformance.TestCacheDir(), "plugins")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "calculator-c-"+sum[:16]+".wasm")
-	if _, err := os.Stat(out); err == nil {
-		return out
-	}
-	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
-	defer os.Remove(tmp)
-	cmd := exec.Command("./calculator-c/build.sh", tmp)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("calculator-c/build.sh failed: %v\n%s\n(the C toolchain: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32)", err, b)
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func (e *env) load(t testing.TB, dir string, role abi.Role, mod func(*host.PluginSpec)) *host.Plugin {
