@@ -240,7 +240,7 @@ func recoverOnce(b *testing.B, n int) (ready, reattach, terminal time.Duration) 
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	b.Fatalf("recovery of %d runs did not finish in 5 minutes: completed %d", n, rt2.Stats().RunsCompleted.Load())
+	b.Fatalf("recovery of %d runs did not finish in 5 minutes: completed %d, boundaries %d", n, rt2.Stats().RunsCompleted.Load(), rt2.Stats().Boundaries.Load())
 	return 0, 0, 0
 }
 

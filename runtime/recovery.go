@@ -145,13 +145,26 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	}
 	close(work)
 	wg.Wait()
+	// Drive them only once every claim is made: drivers started among the
+	// claims compete with them for the store and the CPU, and made a pass
+	// over 10,000 sessions six times slower (docs/BENCHMARKS.md).
+	for _, o := range orphans {
+		rt.mu.Lock()
+		s := rt.sessions[sessionKey(o.Tenant, o.Session)]
+		mine := s != nil && s.claimed
+		rt.mu.Unlock()
+		if mine {
+			rt.kick(o.Tenant, o.Session)
+		}
+	}
 	return int(taken.Load()), firstErr
 }
 
 // recoveryWorkers bounds the sessions a recovery pass takes over at once.
 const recoveryWorkers = 64
 
-// takeOver claims one orphaned session and hands it to a driver.
+// takeOver claims one orphaned session; RecoverNow then hands it to a
+// driver.
 func (rt *Runtime) takeOver(ctx context.Context, o SessionOwner) error {
 	if _, ok := rt.opts.Tenants.Tenant(o.Tenant); !ok {
 		rt.log.Warn("recovery: session of an unknown tenant left alone; configure the tenant to recover it",
@@ -175,7 +188,6 @@ func (rt *Runtime) takeOver(ctx context.Context, o SessionOwner) error {
 	rt.recStats.SessionsTaken.Add(1)
 	rt.log.Info("recovery: session taken over", "tenant", o.Tenant, "session", o.Session,
 		"dead_owner", o.Owner, "epoch", epoch)
-	rt.kick(o.Tenant, o.Session)
 	return nil
 }
 

@@ -40,6 +40,11 @@ type Options struct {
 	// MaxConcurrentCalls bounds the goroutines that carry out due Watcher
 	// items (default 64).
 	MaxConcurrentCalls int
+	// MaxDrivers bounds the sessions driven at once (default 128). Session
+	// drivers are cheap, but thousands at once (a recovery pass over
+	// thousands of sessions) flood the store's write queue, and every
+	// commit, the node's lease renewal included, waits behind them.
+	MaxDrivers int
 	// RecoveryInterval is the time between recovery passes after the first
 	// one at start-up (default 10s).
 	RecoveryInterval time.Duration
@@ -76,6 +81,7 @@ type Runtime struct {
 	stopLife context.CancelFunc
 	wg       sync.WaitGroup
 	slots    chan struct{} // bounds watcher-fired work
+	drivers  chan struct{} // bounds concurrent session drivers
 
 	mu       sync.Mutex
 	started  bool
@@ -154,6 +160,9 @@ func New(opts Options) (*Runtime, error) {
 	if opts.MaxConcurrentCalls <= 0 {
 		opts.MaxConcurrentCalls = 64
 	}
+	if opts.MaxDrivers <= 0 {
+		opts.MaxDrivers = 128
+	}
 	setDefault(&opts.RecoveryInterval, 10*time.Second)
 	setDefault(&opts.MaxDefer, 5*time.Minute)
 	setDefault(&opts.WatchdogInterval, 30*time.Second)
@@ -171,6 +180,7 @@ func New(opts Options) (*Runtime, error) {
 		nodeID:   opts.NodeID,
 		hub:      opts.Hub,
 		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
+		drivers:  make(chan struct{}, opts.MaxDrivers),
 		sessions: map[string]*sessionState{},
 		tracked:  map[string]*tracking{},
 		waiters:  map[string][]waiter{},
@@ -468,6 +478,15 @@ func (rt *Runtime) kick(tenant, session string) {
 	go func() {
 		defer rt.wg.Done()
 		defer rt.active.Add(-1)
+		select {
+		case rt.drivers <- struct{}{}:
+			defer func() { <-rt.drivers }()
+		case <-rt.life.Done():
+			rt.mu.Lock()
+			s.driving = false
+			rt.mu.Unlock()
+			return
+		}
 		for {
 			rt.driveSession(tenant, session)
 			rt.mu.Lock()
