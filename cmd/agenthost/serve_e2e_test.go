@@ -285,17 +285,26 @@ func TestServeEndToEnd(t *testing.T) {
 	})
 
 	t.Run("metrics show the tenants' work", func(t *testing.T) {
-		code, raw, err := newClient(srv.Addr(), "").do("GET", "/metrics", nil, nil, nil)
-		if err != nil || code != http.StatusOK {
-			t.Fatalf("%d %v", code, err)
-		}
-		mustContain(t, "/metrics", string(raw),
+		// Observers run just after the commits a client sees: wait for them.
+		want := []string{
 			`agenthost_ready 1`,
 			`agenthost_run_transitions_total{status="completed",tenant="acme"}`,
 			`agenthost_effects_settled_total{class="",kind="tool",state="done",tenant="acme"}`,
 			`agenthost_plugin_call_duration_seconds_count{export="start",plugin="slow-job"}`,
 			`agenthost_model_tokens_total{tenant="small",type="input"} 20`,
-			`agenthost_runs_active{status="running",tenant="acme"}`)
+			`agenthost_runs_active{status="running",tenant="acme"}`}
+		waitUntil(t, 30*time.Second, "the metrics of the work above", func() (bool, error) {
+			code, raw, err := newClient(srv.Addr(), "").do("GET", "/metrics", nil, nil, nil)
+			if err != nil || code != http.StatusOK {
+				return false, fmt.Errorf("%d %v", code, err)
+			}
+			for _, w := range want {
+				if !strings.Contains(string(raw), w) {
+					return false, fmt.Errorf("/metrics lacks %q", w)
+				}
+			}
+			return true, nil
+		})
 	})
 
 	t.Run("a restart in the middle of an event stream resumes from Last-Event-ID", func(t *testing.T) {
@@ -391,4 +400,39 @@ func mustRequest(t *testing.T, method, url, token, body string) *http.Request {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	return req
+}
+
+// TestServeRetention shows retention on its schedule: with a retention of
+// 1 ms and an interval of 200 ms, a completed Run's event log is pruned by
+// a later pass (not only the one at start), the metric counts it, and the
+// Run itself still answers with its result.
+func TestServeRetention(t *testing.T) {
+	dir := t.TempDir()
+	cfg := e2eConfig(t, dir)
+	cfg.Retention, cfg.RetentionInterval = time.Millisecond, 200*time.Millisecond
+	srv := startInProcess(t, cfg)
+	acme := newClient(srv.Addr(), acmeToken)
+	run := acme.submit(t, "retained", "answer:short-lived")
+	acme.waitRun(t, run.ID, 30*time.Second, "completed", func(r runView) bool { return r.Status == "completed" })
+	waitUntil(t, 30*time.Second, "the Run's events pruned by a retention pass", func() (bool, error) {
+		evs, err := srv.sys.store.Events(context.Background(), "acme", run.ID, 1, 100)
+		return err == nil && len(evs) == 0, fmt.Errorf("%d events, %v", len(evs), err)
+	})
+	// The pass counts what it pruned once Prune returns: wait for that too.
+	waitUntil(t, 30*time.Second, "the pruned Run counted in the metrics", func() (bool, error) {
+		code, raw, err := newClient(srv.Addr(), "").do("GET", "/metrics", nil, nil, nil)
+		if err != nil || code != http.StatusOK {
+			return false, fmt.Errorf("%d %v", code, err)
+		}
+		pruned := -1.0
+		for _, line := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(line, `agenthost_retention_pruned_total{what="runs"} `); ok {
+				pruned, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		return pruned >= 1, fmt.Errorf("agenthost_retention_pruned_total{what=\"runs\"} is %v (-1: absent)", pruned)
+	})
+	if r := acme.run(t, run.ID); r.Status != "completed" || r.Result == nil || r.Result.Content != "short-lived" {
+		t.Errorf("the pruned Run: %+v", r)
+	}
 }
