@@ -165,6 +165,25 @@ tenants:
 	}
 	t.Logf("after %d kills: %d Runs acknowledged, by status %v", kills, len(acked), statuses)
 
+	// The kills must have left work for recovery, or the test showed
+	// nothing: count its decisions in the servers' logs.
+	logText, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisions := map[string]int{}
+	for _, line := range strings.Split(string(logText), "\n") {
+		if strings.Contains(line, `msg="recovery decision"`) {
+			if _, d, ok := strings.Cut(line, " decision="); ok {
+				decisions[strings.Fields(d)[0]]++
+			}
+		}
+	}
+	t.Logf("recovery decisions over the restarts: %v; sessions taken over: %d", decisions, strings.Count(string(logText), "recovery: session taken over"))
+	if decisions["reattach"] == 0 {
+		t.Errorf("no effect was reattached after %d kills: the kills hit no slow job in flight", kills)
+	}
+
 	// A clean stop: SIGTERM, exit 0.
 	if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
