@@ -26,6 +26,8 @@ request, executor plugins call the model and the tools, and every step is
 committed to an embedded Badger store so that a crash loses nothing that
 was accepted. Plugins are WebAssembly modules speaking ABI v1.`,
 		Example: `  make plugins && agenthost run --config config.example.yaml "What is (2+3)*4?"
+  agenthost serve --config config.example.yaml
+  AGENTHOST_TOKEN=demo-token agenthost runs list --session s1
   agenthost plugin verify build/plugins/calculator.wasm
   AGENTHOST_DATA_DIR=/tmp/ah agenthost run "What is 2+3?"`,
 		SilenceUsage:  true,
@@ -36,7 +38,7 @@ was accepted. Plugins are WebAssembly modules speaking ABI v1.`,
 		"the YAML config file (default: $AGENTHOST_CONFIG, else ./agenthost.yaml, else ./config.example.yaml)")
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "",
 		"the store's directory, overriding data_dir of the config")
-	root.AddCommand(newVersionCmd(), newRunCmd(g), newPluginCmd())
+	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newPluginCmd())
 	return root
 }
 

@@ -82,10 +82,11 @@ func pickTenant(cfg *config.Config, flag string) (string, error) {
 func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, tenantID, session, question string) (err error) {
 	out := cmd.OutOrStdout()
 	log := newLogger(cfg, cmd.ErrOrStderr())
-	sys, err := openSystem(ctx, cfg, []string{tenantID}, log)
+	sys, err := openSystem(ctx, cfg, []string{tenantID}, log, wiring{})
 	if err != nil {
 		return err
 	}
+	_, _ = pruneRetention(ctx, sys.store, cfg, log) // logged; the next start tries again
 	defer func() {
 		if cerr := sys.close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
 			err = fmt.Errorf("run: shutting down: %w", cerr)

@@ -19,7 +19,7 @@ import (
 )
 
 // system is a store, a plugin host and a runtime wired from a config: what
-// `run` (and later `serve`) drives.
+// `run` and `serve` drive. Both build it with openSystem.
 type system struct {
 	store   *badgerstore.Store
 	host    *host.Host
@@ -39,11 +39,40 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// openSystem opens the store, loads the plugins of the given tenants and
-// starts a runtime over them. Everything that can be refused without
-// touching the store (a missing plugin file) is refused first. On error,
-// whatever was opened is closed again.
-func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog.Logger) (_ *system, err error) {
+// wiring is what a command adds to openSystem's wiring; the zero value
+// adds nothing (`run`).
+type wiring struct {
+	// Observer receives what the runtime does (metrics, usage).
+	Observer runtime.Observer
+	// Executor and Builder wrap every plugin adapter (metrics timing),
+	// given the plugin's ID.
+	Executor func(plugin string, ex runtime.Executor) runtime.Executor
+	Builder  func(plugin string, b runtime.Builder) runtime.Builder
+	// BeforeStart runs once the runtime exists and before it starts.
+	BeforeStart func(*system) error
+}
+
+func (w wiring) executor(plugin string, ex runtime.Executor) runtime.Executor {
+	if w.Executor == nil {
+		return ex
+	}
+	return w.Executor(plugin, ex)
+}
+
+func (w wiring) builder(plugin string, b runtime.Builder) runtime.Builder {
+	if w.Builder == nil {
+		return b
+	}
+	return w.Builder(plugin, b)
+}
+
+// openSystem opens the store, loads the plugins of the given tenants (one
+// host: the per-tenant instance pools are the host's) and starts a runtime
+// over them, whose Hub is the host's event sink so that plugin emits reach
+// Follow. Everything that can be refused without touching the store (a
+// missing plugin file) is refused first. On error, whatever was opened is
+// closed again.
+func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog.Logger, w wiring) (_ *system, err error) {
 	if missing := usedMissingFiles(cfg, tenantIDs); len(missing) > 0 {
 		return nil, errors.New(strings.Join(missing, "\n"))
 	}
@@ -56,14 +85,6 @@ func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log
 	s.store, err = badgerstore.Open(cfg.DataDir, badgerstore.Options{NoSyncWrites: !cfg.SyncWrites, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("%s: data_dir: %w", cfg.File, err)
-	}
-	if cfg.Retention > 0 {
-		before := time.Now().Add(-cfg.Retention).UnixMilli()
-		if st, err := s.store.Prune(ctx, before); err != nil {
-			log.Warn("pruning terminal Runs older than the retention failed; the next start tries again", "retention", cfg.Retention, "err", err)
-		} else {
-			log.Debug("pruned terminal Runs", "stats", fmt.Sprintf("%+v", st))
-		}
 	}
 	hub := runtime.NewHub()
 	s.host, err = host.New(host.Config{
@@ -86,7 +107,7 @@ func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log
 			}
 			plugins[pid] = p
 		}
-		rt, err := buildTenant(cfg, t, plugins)
+		rt, err := buildTenant(cfg, t, plugins, w)
 		if err != nil {
 			return nil, err
 		}
@@ -94,9 +115,15 @@ func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log
 	}
 	s.runtime, err = runtime.New(runtime.Options{
 		Store: s.store, Tenants: s.tenants, Clock: runtime.SystemClock{}, Logger: log, Hub: hub,
+		Observer: w.Observer,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if w.BeforeStart != nil {
+		if err := w.BeforeStart(s); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.runtime.Start(ctx); err != nil {
 		s.runtime = nil
@@ -108,9 +135,15 @@ func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log
 // close stops the runtime (leaving what is in flight to recovery), then
 // closes the host and the store.
 func (s *system) close(ctx context.Context) error {
+	return s.closeWithin(ctx, 10*time.Second)
+}
+
+// closeWithin is close with the time the runtime gets to finish the work
+// in progress (commits and calls) before what is left is cancelled.
+func (s *system) closeWithin(ctx context.Context, grace time.Duration) error {
 	var errs []error
 	if s.runtime != nil {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, grace)
 		errs = append(errs, s.runtime.Stop(sctx))
 		cancel()
 	}
@@ -166,7 +199,7 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 // buildTenant wires a tenant from its config and its loaded plugins: the
 // tools come from the tool executors' describe, with the config's
 // approval and policy overrides.
-func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin) (*runtime.Tenant, error) {
+func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, w wiring) (*runtime.Tenant, error) {
 	k := cfg.File + ": tenants." + t.ID + "."
 	b, err := plugins[t.Builder].Builder()
 	if err != nil {
@@ -181,7 +214,7 @@ func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.P
 		return nil, fmt.Errorf("%smodel: %w", k, err)
 	}
 	rt := &runtime.Tenant{
-		ID: t.ID, Builder: b, Model: model,
+		ID: t.ID, Builder: w.builder(t.Builder, b), Model: w.executor(t.Model, model),
 		Limits:     t.Limits.LoopLimits(),
 		RunTimeout: t.Limits.RunTimeout, EffectTimeout: t.Limits.EffectTimeout,
 		ModelPolicy: t.ModelPolicy, HistoryRuns: t.HistoryRuns,
@@ -210,7 +243,7 @@ func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.P
 			rt.Tools = append(rt.Tools, runtime.Tool{
 				Descriptor: d,
 				Spec:       loop.ToolSpec{Name: tool.Name, Approval: approval, Policy: t.ToolPolicy(tool.Name, tool.Idempotent)},
-				Executor:   ex,
+				Executor:   w.executor(pid, ex),
 			})
 		}
 	}
@@ -230,4 +263,22 @@ func sortedNames(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// pruneRetention removes the event logs and command IDs of the terminal
+// Runs older than the config's retention (none when it is 0), and logs
+// what it removed.
+func pruneRetention(ctx context.Context, store runtime.Store, cfg *config.Config, log *slog.Logger) (runtime.PruneStats, error) {
+	if cfg.Retention <= 0 {
+		return runtime.PruneStats{}, nil
+	}
+	before := time.Now().Add(-cfg.Retention)
+	st, err := store.Prune(ctx, before.UnixMilli())
+	if err != nil {
+		log.Warn("retention: pruning terminal Runs failed; the next pass tries again", "retention", cfg.Retention, "err", err)
+		return st, err
+	}
+	log.Info("retention: pruned terminal Runs", "older_than", before.UTC().Format(time.RFC3339),
+		"runs", st.Runs, "events", st.Events, "commands", st.Commands)
+	return st, nil
 }

@@ -42,6 +42,9 @@ type Config struct {
 	// Retention is how long the event logs of terminal Runs are kept; 0
 	// keeps them forever.
 	Retention time.Duration
+	// RetentionInterval is the time between the retention passes of
+	// `agenthost serve` (the first runs at start).
+	RetentionInterval time.Duration
 	// Listen is the HTTP address of `agenthost serve`.
 	Listen string
 	Log    Log
@@ -132,12 +135,14 @@ type ToolOverride struct {
 
 // Defaults of the keys a file may leave out.
 var (
-	DefaultDataDir     = "data"
-	DefaultCacheDir    = ".cache/wazero"
-	DefaultListen      = "127.0.0.1:8080"
-	DefaultLogFormat   = "text"
-	DefaultLogLevel    = "info"
-	DefaultHistoryRuns = 20
+	DefaultDataDir  = "data"
+	DefaultCacheDir = ".cache/wazero"
+	DefaultListen   = "127.0.0.1:8080"
+	// DefaultRetentionInterval is the time between retention passes.
+	DefaultRetentionInterval = time.Hour
+	DefaultLogFormat         = "text"
+	DefaultLogLevel          = "info"
+	DefaultHistoryRuns       = 20
 )
 
 // ToolPolicy returns the policy of tool under tenant t, given whether the

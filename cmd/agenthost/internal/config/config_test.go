@@ -95,6 +95,7 @@ func TestEveryProblemIsReportedWithFileAndKey(t *testing.T) {
 data_dir: 42
 sync_writes: "perhaps"
 retention: forever
+retention_interval: often
 colour: blue
 log: {level: loud}
 plugins:
@@ -115,6 +116,7 @@ tenants:
 		"data_dir: want a string, got the integer 42",
 		"sync_writes: want true or false",
 		"retention: \"forever\" is not a duration",
+		"retention_interval: \"often\" is not a duration",
 		"colour: unknown key",
 		"log.level: \"loud\" is not one of debug, info, warn, error",
 		"plugins.b.memory_pages: 70000 is out of range",

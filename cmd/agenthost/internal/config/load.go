@@ -34,7 +34,7 @@ func (e *Error) Error() string {
 // a free map of strings.
 var (
 	topKeys = []string{
-		"data_dir", "sync_writes", "cache_dir", "retention", "listen",
+		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "listen",
 		"log.format", "log.level", "max_instance_memory",
 	}
 	pluginKeys = []string{
@@ -155,6 +155,10 @@ func (d *decoder) decode(all map[string]any) *Config {
 		c.CacheDir = d.path("cache_dir", c.CacheDir)
 	}
 	c.Retention = d.duration(all, "retention", 0)
+	c.RetentionInterval = d.duration(all, "retention_interval", DefaultRetentionInterval)
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = DefaultRetentionInterval
+	}
 	c.Listen = d.str(all, "listen", DefaultListen)
 	c.Log.Format = d.oneOf(all, "log.format", DefaultLogFormat, "text", "json")
 	c.Log.Level = d.oneOf(all, "log.level", DefaultLogLevel, "debug", "info", "warn", "error")

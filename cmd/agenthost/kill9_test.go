@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/badgerstore"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/loop"
+)
+
+// TestServeSurvivesKill9 is DESIGN §9's crash test with real processes:
+// the agenthost binary serves a tenant whose Runs call the slow-job tool;
+// 60 Runs are submitted over HTTP while the server is SIGKILLed at seeded
+// random moments, four times, and restarted on the same data dir each
+// time. At the end every acknowledged Run is terminal, no effect attempt
+// was settled twice, and the slow-job plugin's own execution counts (in
+// its KV) show that no job ran twice: slow_job is not idempotent, so its
+// missing-effect policy is fail and it never gets a second attempt.
+//
+// The random delay before each kill is the test's input (where in the
+// Runs' lives the crash falls), not a wait for a condition. Set
+// AGENTHOST_KILL9_SEED to replay a seed.
+func TestServeSurvivesKill9(t *testing.T) {
+	const (
+		runs  = 60
+		kills = 4
+	)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("AGENTHOST_KILL9_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("AGENTHOST_KILL9_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (replay with AGENTHOST_KILL9_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	began := time.Now()
+
+	bin := buildBinary(t)
+	paths := map[string]string{}
+	for _, name := range []string{"prompt-builder", "scripted-model", "slow-job"} {
+		p, err := conformance.BuildExampleWasm(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths[name] = p
+	}
+	const token = "kill9-token"
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, dir, `
+data_dir: data
+sync_writes: true
+cache_dir: `+conformance.WazeroCacheDir()+`
+log: {format: text, level: info}
+plugins:
+  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder}
+  scripted-model: {path: `+paths["scripted-model"]+`, role: executor}
+  slow-job: {path: `+paths["slow-job"]+`, role: executor}
+tenants:
+  demo:
+    tokens_sha256: [`+httpapi.HashToken(token)+`]
+    builder: prompt-builder
+    model: scripted-model
+    tool_executors: [slow-job]
+    model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s}
+`)
+	logPath := filepath.Join(dir, "serve.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log (tail):\n%s", tail(logPath, 80))
+		}
+	})
+
+	// The current server's address, for the submitter.
+	var mu sync.Mutex
+	proc := startServe(t, bin, cfgPath, logPath)
+	current := func() string { mu.Lock(); defer mu.Unlock(); return proc.addr }
+
+	// Submit the Runs while the kills happen. A submission is
+	// acknowledged by a 201 (or a 200 replay of its Idempotency-Key); one
+	// that got no answer is sent again with the same key, to whichever
+	// server is up.
+	inputs := make([]string, runs)
+	for i := range inputs {
+		inputs[i] = fmt.Sprintf("Please run a slow job for %d seconds", 1+rng.IntN(3))
+	}
+	acked := make([]string, runs)
+	submitted := make(chan error, 1)
+	stopSubmit := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < runs; i++ {
+			body := map[string]any{"input": inputs[i]}
+			key := map[string]string{"Idempotency-Key": fmt.Sprintf("kill9-%03d", i)}
+			for {
+				var run runView
+				code, raw, err := newClient(current(), token).do("POST", fmt.Sprintf("/v1/sessions/s%03d/runs", i), body, key, &run)
+				if err == nil && (code == http.StatusCreated || code == http.StatusOK) {
+					acked[i] = run.ID
+					break
+				}
+				if err == nil && code != http.StatusServiceUnavailable {
+					submitted <- fmt.Errorf("submission %d: %d %s", i, code, raw)
+					return
+				}
+				select { // the server is down or draining: try again
+				case <-tick.C:
+				case <-stopSubmit:
+					submitted <- fmt.Errorf("submission %d never acknowledged", i)
+					return
+				}
+			}
+		}
+		submitted <- nil
+	}()
+	defer close(stopSubmit)
+
+	for k := 1; k <= kills; k++ {
+		proc.waitReady(t, 60*time.Second)
+		delay := time.Duration(200+rng.IntN(2300)) * time.Millisecond
+		t.Logf("kill %d: SIGKILL %s after ready", k, delay)
+		time.Sleep(delay) // the test's input: where the crash falls
+		if err := proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		proc.wait(t, 30*time.Second)
+		next := startServe(t, bin, cfgPath, logPath)
+		mu.Lock()
+		proc = next
+		mu.Unlock()
+	}
+	proc.waitReady(t, 60*time.Second)
+	select {
+	case err := <-submitted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the submissions were not all acknowledged within 60s of the last restart")
+	}
+
+	c := newClient(proc.addr, token)
+	statuses := map[string]int{}
+	for i, id := range acked {
+		run := c.waitRun(t, id, 60*time.Second, "terminal", runView.terminal)
+		statuses[run.Status]++
+		if run.Session != fmt.Sprintf("s%03d", i) {
+			t.Errorf("run %s is in session %s, want s%03d", id, run.Session, i)
+		}
+	}
+	t.Logf("after %d kills: %d Runs acknowledged, by status %v", kills, len(acked), statuses)
+
+	// The kills must have left work for recovery, or the test showed
+	// nothing: count its decisions in the servers' logs.
+	logText, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisions := map[string]int{}
+	for _, line := range strings.Split(string(logText), "\n") {
+		if strings.Contains(line, `msg="recovery decision"`) {
+			if _, d, ok := strings.Cut(line, " decision="); ok {
+				decisions[strings.Fields(d)[0]]++
+			}
+		}
+	}
+	t.Logf("recovery decisions over the restarts: %v; sessions taken over: %d", decisions, strings.Count(string(logText), "recovery: session taken over"))
+	if decisions["reattach"] == 0 {
+		t.Errorf("no effect was reattached after %d kills: the kills hit no slow job in flight", kills)
+	}
+
+	// A clean stop: SIGTERM, exit 0.
+	if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := proc.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("after SIGTERM agenthost serve exited %d, want 0", code)
+	}
+
+	// Read what the server left: the event logs and the plugin's KV.
+	store, err := badgerstore.Open(filepath.Join(dir, "data"), badgerstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	jobs := 0
+	for _, id := range acked {
+		evs, err := store.Events(ctx, "demo", id, 1, 100000)
+		if err != nil {
+			t.Fatalf("events of %s: %v", id, err)
+		}
+		checkEventLog(t, id, evs)
+		dispatched := map[string]int{} // tool effect → highest attempt dispatched
+		settled := map[string]*loop.Outcome{}
+		for _, ev := range evs {
+			if ref, err := loop.ParseEffectID(ev.EffectID); err != nil || ref.Kind != "tool" {
+				continue
+			}
+			switch ev.Type {
+			case loop.EventEffectDispatched:
+				dispatched[ev.EffectID] = max(dispatched[ev.EffectID], ev.Attempt)
+			case loop.EventEffectSettled:
+				settled[ev.EffectID] = ev.Outcome
+			}
+		}
+		for eff, attempts := range dispatched {
+			jobs++
+			if attempts > 1 {
+				t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", eff, attempts)
+			}
+			for a := 1; a <= attempts+1; a++ {
+				n := slowJobExecutions(t, store, eff, a)
+				switch {
+				case n > 1:
+					t.Errorf("%s#%d: the job ran %d times", eff, a, n)
+				case a > attempts && n != 0:
+					t.Errorf("%s#%d: a job ran for an attempt never dispatched", eff, a)
+				}
+				if o := settled[eff]; a == 1 && o != nil && o.State == loop.OutcomeDone && o.Tool != nil && strings.Contains(o.Tool.Content, "finished") && n != 1 {
+					t.Errorf("%s settled done (%s) but the plugin recorded %d executions of attempt 1, want 1", eff, o.Tool.Content, n)
+				}
+			}
+		}
+	}
+	if jobs < runs/2 {
+		t.Errorf("only %d slow jobs were dispatched for %d Runs: the test did not exercise the tool", jobs, runs)
+	}
+	t.Logf("%d slow jobs checked; the test took %s", jobs, time.Since(began).Round(time.Second))
+}
+
+// checkEventLog checks one Run's log: sequence numbers 1..n with no gap,
+// one terminal event and it last, and no effect attempt settled twice.
+func checkEventLog(t *testing.T, runID string, evs []loop.Event) {
+	t.Helper()
+	if len(evs) == 0 {
+		t.Errorf("run %s has no events", runID)
+		return
+	}
+	settled := map[string]int{}
+	for i, ev := range evs {
+		if ev.Seq != int64(i+1) {
+			t.Errorf("run %s: event %d has seq %d", runID, i+1, ev.Seq)
+		}
+		if ev.Terminal() && i != len(evs)-1 {
+			t.Errorf("run %s: terminal event %s at seq %d is not the last (%d)", runID, ev.Type, ev.Seq, len(evs))
+		}
+		if ev.Type == loop.EventEffectSettled {
+			k := fmt.Sprintf("%s#%d", ev.EffectID, ev.Attempt)
+			if settled[k]++; settled[k] > 1 {
+				t.Errorf("run %s: effect %s settled twice", runID, k)
+			}
+		}
+	}
+	if !evs[len(evs)-1].Terminal() {
+		t.Errorf("run %s: the last event is %s, not terminal", runID, evs[len(evs)-1].Type)
+	}
+}
+
+// slowJobExecutions reads how many times the slow-job plugin created the
+// job of an effect attempt, from its KV. The plugin writes the job's
+// record (which carries the count as "exec") first and the exec/… counter
+// second; a kill between the two leaves the counter behind until a
+// repeated start repairs it, and recovery reattaches (attach, poll)
+// without a start. So the count is the larger of the two.
+func slowJobExecutions(t *testing.T, store *badgerstore.Store, effect string, attempt int) int {
+	t.Helper()
+	ctx := context.Background()
+	get := func(key string) []byte {
+		v, err := store.KVGet(ctx, "demo", "slow-job", []byte(key))
+		if err != nil {
+			t.Fatalf("kv %s: %v", key, err)
+		}
+		return v
+	}
+	n := 0
+	if v := get(fmt.Sprintf("exec/%s#%d", effect, attempt)); v != nil {
+		c, err := strconv.Atoi(string(v))
+		if err != nil {
+			t.Fatalf("exec/%s#%d = %q: %v", effect, attempt, v, err)
+		}
+		n = c
+	}
+	if v := get(fmt.Sprintf("job/%s#%d", effect, attempt)); v != nil {
+		var rec struct {
+			Exec int `json:"exec"`
+		}
+		if err := json.Unmarshal(v, &rec); err != nil {
+			t.Fatalf("job/%s#%d = %q: %v", effect, attempt, v, err)
+		}
+		n = max(n, rec.Exec)
+	}
+	return n
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitUntil polls cond until it reports true, failing the test at the
+// deadline with what it waited for and cond's last error. The poll
+// interval is a condition check's cadence, not a wait for time to pass.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s; last error: %v", timeout, what, last)
+		}
+		<-tick.C
+	}
+}
+
+// apiClient speaks to an agenthost server as one tenant.
+type apiClient struct {
+	base  string // http://host:port
+	token string
+	http  *http.Client
+}
+
+func newClient(addr, token string) *apiClient {
+	return &apiClient{base: "http://" + addr, token: token, http: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// do sends a request with a JSON body (when body is not nil) and decodes a
+// JSON answer into out (when not nil). It returns the status and the raw
+// body.
+func (c *apiClient) do(method, path string, body any, header map[string]string, out any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, raw, err
+	}
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, raw, fmt.Errorf("decoding %s %s: %w: %s", method, path, err, raw)
+		}
+	}
+	return resp.StatusCode, raw, nil
+}
+
+// runView is the part of a Run's JSON the tests read.
+type runView struct {
+	ID      string `json:"id"`
+	Session string `json:"session"`
+	Status  string `json:"status"`
+	Seq     int64  `json:"seq"`
+	Usage   struct {
+		InputTokens  int64 `json:"input_tokens"`
+		OutputTokens int64 `json:"output_tokens"`
+	} `json:"usage"`
+	Result *struct {
+		Content string `json:"content"`
+	} `json:"result"`
+	Failure *struct {
+		Class   string `json:"class"`
+		Message string `json:"message"`
+	} `json:"failure"`
+	Waiting *struct {
+		Approvals []struct {
+			ToolCallID string `json:"tool_call_id"`
+			Tool       string `json:"tool"`
+		} `json:"approvals"`
+		Input *struct {
+			Prompt string `json:"prompt"`
+		} `json:"input"`
+		Pending []struct {
+			Effect string `json:"effect"`
+			Kind   string `json:"kind"`
+			Tool   string `json:"tool"`
+		} `json:"pending"`
+	} `json:"waiting"`
+}
+
+func (r runView) terminal() bool {
+	return r.Status == "completed" || r.Status == "failed" || r.Status == "cancelled"
+}
+
+func (c *apiClient) submit(t testing.TB, session, input string) runView {
+	t.Helper()
+	var run runView
+	code, raw, err := c.do("POST", "/v1/sessions/"+session+"/runs", map[string]any{"input": input}, nil, &run)
+	if err != nil || code != http.StatusCreated {
+		t.Fatalf("submit %q: %d %v %s", input, code, err, raw)
+	}
+	return run
+}
+
+func (c *apiClient) run(t testing.TB, id string) runView {
+	t.Helper()
+	var run runView
+	code, raw, err := c.do("GET", "/v1/runs/"+id, nil, nil, &run)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("get run %s: %d %v %s", id, code, err, raw)
+	}
+	return run
+}
+
+// waitRun waits until the Run satisfies cond and returns it.
+func (c *apiClient) waitRun(t testing.TB, id string, timeout time.Duration, what string, cond func(runView) bool) runView {
+	t.Helper()
+	var run runView
+	waitUntil(t, timeout, "run "+id+" "+what, func() (bool, error) {
+		var got runView
+		code, raw, err := c.do("GET", "/v1/runs/"+id, nil, nil, &got)
+		if err != nil || code != http.StatusOK {
+			return false, fmt.Errorf("%d %v %s", code, err, raw)
+		}
+		run = got
+		return cond(got), fmt.Errorf("status %s", got.Status)
+	})
+	return run
+}
+
+// sseEvent is one message of an event stream.
+type sseEvent struct {
+	ID    string
+	Event string
+	Data  string
+}
+
+// readSSE reads an event stream until it ends or stop says so, handing
+// each message to fn.
+func readSSE(r io.Reader, fn func(sseEvent) (stop bool)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	var ev sseEvent
+	var data []string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.Event != "" || len(data) > 0 {
+				ev.Data = strings.Join(data, "\n")
+				if fn(ev) {
+					return nil
+				}
+			}
+			ev, data = sseEvent{}, nil
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "id: "):
+			ev.ID = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "event: "):
+			ev.Event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data = append(data, strings.TrimPrefix(line, "data: "))
+		}
+	}
+	return sc.Err()
+}
+
+// serveProc is an `agenthost serve` process.
+type serveProc struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{} // closed when the process has exited
+	err  error         // cmd.Wait's, once done
+}
+
+// startServe starts the binary's serve on a free port, its logs appended
+// to logPath, and returns once it prints its address.
+func startServe(t testing.TB, bin, cfgPath, logPath string) *serveProc {
+	t.Helper()
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0")
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{cmd: cmd, done: make(chan struct{})}
+	addrc := make(chan string, 1)
+	var once sync.Once
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), "serving on http://"); ok {
+				once.Do(func() { addrc <- strings.Fields(rest)[0] })
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case p.addr = <-addrc:
+	case <-p.done:
+		t.Fatalf("agenthost serve exited before serving: %v\n%s", p.err, tail(logPath, 40))
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("agenthost serve did not print its address in 90s\n%s", tail(logPath, 40))
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// waitReady waits until /readyz answers 200.
+func (p *serveProc) waitReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	c := newClient(p.addr, "")
+	waitUntil(t, timeout, "readyz at "+p.addr, func() (bool, error) {
+		select {
+		case <-p.done:
+			t.Fatalf("agenthost serve exited: %v", p.err)
+		default:
+		}
+		code, raw, err := c.do("GET", "/readyz", nil, nil, nil)
+		return code == http.StatusOK, fmt.Errorf("%d %v %s", code, err, raw)
+	})
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *serveProc) wait(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("agenthost serve did not exit within %s", timeout)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// tail returns the last n lines of a file, for failure messages.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
