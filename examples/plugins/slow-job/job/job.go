@@ -132,6 +132,12 @@ func (j Jobs) Poll(e abi.Effect) abi.EffectReply {
 	case !found:
 		return abi.Unknown()
 	}
+	// A crash between the record and the counter writes is repaired here
+	// too: after a restart the host re-attaches and polls, and never calls
+	// start again.
+	if reply, ok := j.repairExec(e, r); !ok {
+		return reply
+	}
 	return j.answer(e, r)
 }
 

@@ -44,6 +44,29 @@ func TestRepeatedStartRepairsTheCount(t *testing.T) {
 	}
 }
 
+// After a restart the host re-attaches and polls; it never calls start
+// again. Poll and attach must repair the count as start does.
+func TestPollAfterACrashRepairsTheCount(t *testing.T) {
+	kv := mapKV{}
+	now := int64(1000)
+	j := Jobs{KV: kv, Now: func() int64 { return now }}
+	e := effect(`{"seconds": 2}`)
+	if r := j.Start(e); r.State != abi.StatePending {
+		t.Fatalf("%+v", r)
+	}
+	delete(kv, ExecKey(e)) // the crash, between the two writes
+	if r := j.Poll(e); r.State != abi.StatePending {
+		t.Fatalf("poll: %+v", r)
+	}
+	if got := string(kv[ExecKey(e)]); got != "1" {
+		t.Fatalf("exec count %q after the poll, want 1", got)
+	}
+	now += 5000
+	if r := j.Poll(e); r.State != abi.StateDone || string(kv[ExecKey(e)]) != "1" {
+		t.Fatalf("poll when due: %+v, count %q", r, kv[ExecKey(e)])
+	}
+}
+
 func TestBadArguments(t *testing.T) {
 	j := Jobs{KV: mapKV{}, Now: func() int64 { return 0 }}
 	for _, args := range []string{`{}`, `{"seconds": -1}`, `{"seconds": 0}`, `{"seconds": "5"}`, `{"seconds": 1e9}`, `[1]`} {
