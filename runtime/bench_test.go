@@ -38,12 +38,7 @@ func BenchmarkDurableRuns(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer store.Close()
-			tools := &conformance.ScriptedTools{}
-			tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
-				Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 4}}
-			for _, tl := range tools.Tools() {
-				tenant.Tools = append(tenant.Tools, runtime.Tool{Descriptor: tl, Spec: loop.ToolSpec{Name: tl.Name, Policy: loop.Policy{Mode: loop.PolicyFail}}, Executor: tools})
-			}
+			tenant := benchTenant(&conformance.ScriptedTools{})
 			rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": tenant}, Clock: clock, Logger: quiet,
 				MaxConcurrentCalls: 512})
 			if err != nil {
@@ -170,12 +165,7 @@ func BenchmarkRecovery(b *testing.B) {
 func recoverOnce(b *testing.B, n int) (ready, reattach, terminal time.Duration) {
 	dir := b.TempDir()
 	ctx := context.Background()
-	tools := &conformance.ScriptedTools{SlowPolls: 1}
-	tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
-		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 4}}
-	for _, tl := range tools.Tools() {
-		tenant.Tools = append(tenant.Tools, runtime.Tool{Descriptor: tl, Spec: loop.ToolSpec{Name: tl.Name, Policy: loop.Policy{Mode: loop.PolicyFail}}, Executor: tools})
-	}
+	tenant := benchTenant(&conformance.ScriptedTools{SlowPolls: 1})
 	open := func(clock runtime.Clock) (*badgerstore.Store, *runtime.Runtime) {
 		s, err := badgerstore.Open(dir, badgerstore.Options{Clock: clock, Logger: quiet, GCInterval: -1})
 		if err != nil {
@@ -260,12 +250,7 @@ func BenchmarkDurableRunsVsBare(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer store.Close()
-			tools := &conformance.ScriptedTools{}
-			tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
-				Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 4}}
-			for _, tl := range tools.Tools() {
-				tenant.Tools = append(tenant.Tools, runtime.Tool{Descriptor: tl, Spec: loop.ToolSpec{Name: tl.Name, Policy: loop.Policy{Mode: loop.PolicyFail}}, Executor: tools})
-			}
+			tenant := benchTenant(&conformance.ScriptedTools{})
 			rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": tenant}, Clock: runtime.SystemClock{}, Logger: quiet, MaxConcurrentCalls: 512})
 			if err != nil {
 				b.Fatal(err)
@@ -331,4 +316,15 @@ func parallel(c, n int, f func(i int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// benchTenant is the benchmarks' tenant: the echo builder, the scripted
+// model and tools, every tool under the fail policy.
+func benchTenant(tools *conformance.ScriptedTools) *runtime.Tenant {
+	tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
+		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 4}}
+	for _, tl := range tools.Tools() {
+		tenant.Tools = append(tenant.Tools, runtime.Tool{Descriptor: tl, Spec: loop.ToolSpec{Name: tl.Name, Policy: loop.Policy{Mode: loop.PolicyFail}}, Executor: tools})
+	}
+	return tenant
 }
