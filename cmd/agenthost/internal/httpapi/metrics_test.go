@@ -51,8 +51,14 @@ func TestMetricsExposeTheDocumentedNamesAndMove(t *testing.T) {
 	e.waitStatus(tokenAcme, run.ID, loop.StatusCompleted)
 
 	toolDone := "agenthost_effects_settled_total{class=,kind=tool,state=done,tenant=acme}"
+	tokensIn := "agenthost_model_tokens_total{tenant=acme,type=input}"
 	var got map[string]float64
-	waitFor(t, "the settlement in the metrics", func() bool { got = e.scrape(); return got[toolDone] == 1 })
+	// The Run's end is visible in the store a moment before the observer
+	// has seen its last commit: wait for both, then check exact values.
+	waitFor(t, "the settlement and the usage in the metrics", func() bool {
+		got = e.scrape()
+		return got[toolDone] == 1 && got[tokensIn] >= 20
+	})
 	for _, series := range []string{
 		"agenthost_run_transitions_total{status=pending,tenant=acme}",
 		"agenthost_run_transitions_total{status=completed,tenant=acme}",
