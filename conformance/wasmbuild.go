@@ -154,20 +154,7 @@ func sourceHash(root, name string) (string, error) {
 			return "", err
 		}
 	}
-	sort.Strings(files)
-	files = append(files, filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"))
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n", goruntime.Version())
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
-		}
-		rel, _ := filepath.Rel(root, f)
-		fmt.Fprintf(h, "%s %d\n", rel, len(b))
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hashFileList(root, files)
 }
 
 var packageBuildDone = map[string]string{}
@@ -318,6 +305,12 @@ func hashDirs(root string, dirs []string) (string, error) {
 			}
 		}
 	}
+	return hashFileList(root, files)
+}
+
+// hashFileList hashes files (sorted), then go.mod and go.sum, with the Go
+// version: the build-cache key of a plugin.
+func hashFileList(root string, files []string) (string, error) {
 	sort.Strings(files)
 	files = append(files, filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"))
 	h := sha256.New()
