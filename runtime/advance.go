@@ -30,6 +30,21 @@ type advanceReq struct {
 	release string
 }
 
+// fromExecutor reports whether pre is news from an executor or the clock
+// (a settlement, a pending record, a timer): such news may come late or
+// twice, and the Loop's refusal of it is dropped and logged. An event from
+// a person or a client (approval, input, cancel) gets the refusal back.
+func (req advanceReq) fromExecutor() bool {
+	if req.pre == nil {
+		return false
+	}
+	switch req.pre.Type {
+	case loop.EventEffectSettled, loop.EventEffectPending, loop.EventTimerFired:
+		return true
+	}
+	return false
+}
+
 // sideEffects are what a commit obliges the runtime to do once it is
 // durable.
 type sideEffects struct {
@@ -89,8 +104,12 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			req.session = run.Session
 		}
 		if run.Status.Terminal() {
+			err := fmt.Errorf("%w: run %s is %s", loop.ErrTerminal, run.ID, run.Status)
+			if req.pre != nil && !req.fromExecutor() {
+				return run, err
+			}
 			if req.pre != nil {
-				rt.dropOutcome(req, fmt.Errorf("%w: run %s is %s", loop.ErrTerminal, run.ID, run.Status))
+				rt.dropOutcome(req, err)
 			}
 			return run, nil
 		}
@@ -105,7 +124,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		}
 		batch, next, fx, err := rt.plan(ctx, tenant, run, req, epoch)
 		if err != nil {
-			if errors.Is(err, loop.ErrStaleAttempt) || errors.Is(err, loop.ErrAlreadySettled) || errors.Is(err, loop.ErrTerminal) {
+			if req.fromExecutor() && (errors.Is(err, loop.ErrStaleAttempt) || errors.Is(err, loop.ErrAlreadySettled) || errors.Is(err, loop.ErrTerminal)) {
 				rt.dropOutcome(req, err)
 				return run, nil
 			}

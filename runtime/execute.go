@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -207,26 +206,15 @@ func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Even
 	if run.Status.Terminal() {
 		return run, fmt.Errorf("%w: run %s is %s; %s refused", loop.ErrTerminal, runID, run.Status, what)
 	}
-	cur, err := rt.advanceInput(ctx, run, ev, what)
+	cur, err := rt.advance(ctx, advanceReq{
+		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev,
+		commandID: func(r loop.Run) string { return fmt.Sprintf("%s/%s@%d", what, r.ID, r.Seq) },
+	})
 	if err != nil {
 		return cur, err
 	}
 	rt.kick(tenant, run.Session)
 	return cur, nil
-}
-
-func (rt *Runtime) advanceInput(ctx context.Context, run loop.Run, ev loop.Event, what string) (loop.Run, error) {
-	// Refusals are checked on the loaded snapshot first so that a bad
-	// request gets the Loop's error rather than a silent drop.
-	probe := ev
-	probe.At = rt.nowMS()
-	if _, err := loop.Apply(run, probe); err != nil && !errors.Is(err, loop.ErrNoChange) {
-		return run, err
-	}
-	return rt.advance(ctx, advanceReq{
-		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev,
-		commandID: func(r loop.Run) string { return fmt.Sprintf("%s/%s@%d", what, r.ID, r.Seq) },
-	})
 }
 
 // LoadRun returns a Run's snapshot.
