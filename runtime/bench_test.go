@@ -49,31 +49,18 @@ func BenchmarkDurableRuns(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer rt.Stop(ctx)
-			var next atomic.Int64
 			var failed atomic.Int64
 			lat := make([]time.Duration, b.N)
 			b.ResetTimer()
 			start := time.Now()
-			var wg sync.WaitGroup
-			for w := 0; w < c; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(b.N) {
-							return
-						}
-						t0 := time.Now()
-						res, err := rt.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Input: benchScript})
-						lat[i] = time.Since(t0)
-						if err != nil || res.Run.Status != loop.StatusCompleted {
-							failed.Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			parallel(c, b.N, func(i int) {
+				t0 := time.Now()
+				res, err := rt.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Input: benchScript})
+				lat[i] = time.Since(t0)
+				if err != nil || res.Run.Status != loop.StatusCompleted {
+					failed.Add(1)
+				}
+			})
 			elapsed := time.Since(start)
 			b.StopTimer()
 			if n := failed.Load(); n > 0 {
@@ -101,29 +88,15 @@ func BenchmarkBareBadgerCommit(b *testing.B) {
 			defer db.Close()
 			val := make([]byte, 1500)
 			_, _ = rand.Read(val)
-			var next atomic.Int64
 			b.ResetTimer()
 			start := time.Now()
-			var wg sync.WaitGroup
-			for w := 0; w < c; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(b.N) {
-							return
-						}
-						if err := db.Update(func(txn *badger.Txn) error {
-							return txn.Set([]byte(fmt.Sprintf("k%d", i)), val)
-						}); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			parallel(c, b.N, func(i int) {
+				if err := db.Update(func(txn *badger.Txn) error {
+					return txn.Set([]byte(fmt.Sprintf("k%d", i)), val)
+				}); err != nil {
+					b.Error(err)
+				}
+			})
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
 		})
 	}
@@ -184,22 +157,12 @@ func recoverOnce(b *testing.B, n int) (ready, reattach, terminal time.Duration) 
 	if err := rt1.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < 64; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				res, err := rt1.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Input: `call:slow()|answer:$results`})
-				if err != nil || res.Kind != runtime.ResultWaiting {
-					b.Errorf("setup run %d: %v %s", i, err, res.Kind)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	parallel(64, n, func(i int) {
+		res, err := rt1.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Input: `call:slow()|answer:$results`})
+		if err != nil || res.Kind != runtime.ResultWaiting {
+			b.Errorf("setup run %d: %v %s", i, err, res.Kind)
+		}
+	})
 	if b.Failed() {
 		b.FailNow()
 	}
