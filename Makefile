@@ -5,7 +5,8 @@
 #   make warm-cache  build the conformance plugins and fill the wazero cache, without -race
 #   make lint    gofmt -l and go vet; fails on any finding
 #   make bench   the go test benchmarks (figures in docs/BENCHMARKS.md)
-#   make plugins the Go example plugins, into build/plugins/NAME.wasm
+#   make plugins the Go example plugins, into build/plugins/NAME.wasm, and the
+#                conformance plugins `agenthost bench` uses, into build/plugins/conformance/
 #   make plugins-c  the C example plugin (needs clang, lld and wasi-libc)
 #   make run     the host and the Go plugins, then one Run on config.example.yaml
 
@@ -17,6 +18,8 @@ export AGENTHOST_TEST_CACHE ?= $(CURDIR)/.cache/test
 TESTFLAGS ?=
 PLUGINS  := build/plugins
 QUESTION ?= What is (2+3)*4?
+# The conformance plugins `agenthost bench` loads (plugin overhead, chaos).
+BENCH_CONFORMANCE := builder executor scripted hostile
 
 .PHONY: build test lint bench clean warm-cache plugins plugins-c run
 
@@ -37,7 +40,8 @@ warm-cache:
 	$(GO) test -count=1 -run '^TestWarmExampleCache$$' ./examples/plugins/
 
 # Every example with Go sources, built the way docs/ABI.md tells plugin
-# authors to. No C toolchain needed.
+# authors to, then the conformance plugins `agenthost bench` loads. No C
+# toolchain needed.
 plugins:
 	@mkdir -p $(PLUGINS)
 	@set -e; for d in examples/plugins/*/; do \
@@ -45,6 +49,11 @@ plugins:
 	  ls $$d*.go >/dev/null 2>&1 || continue; \
 	  echo "building $(PLUGINS)/$$n.wasm"; \
 	  GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(PLUGINS)/$$n.wasm ./examples/plugins/$$n; \
+	done
+	@mkdir -p $(PLUGINS)/conformance
+	@set -e; for n in $(BENCH_CONFORMANCE); do \
+	  echo "building $(PLUGINS)/conformance/$$n.wasm"; \
+	  GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(PLUGINS)/conformance/$$n.wasm ./conformance/plugins/$$n; \
 	done
 
 # The C example (clang, lld, wasi-libc and libclang-rt-14-dev-wasm32; .ci/run

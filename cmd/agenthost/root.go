@@ -38,7 +38,7 @@ was accepted. Plugins are WebAssembly modules speaking ABI v1.`,
 		"the YAML config file (default: $AGENTHOST_CONFIG, else ./agenthost.yaml, else ./config.example.yaml)")
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "",
 		"the store's directory, overriding data_dir of the config")
-	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newPluginCmd())
+	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newPluginCmd(), newBenchCmd())
 	return root
 }
 

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// childServer is an `agenthost serve` child process, for the benches that
+// kill or pause the server (chaos) and drive it over HTTP.
+type childServer struct {
+	cmd  *exec.Cmd
+	addr string        // host:port it serves on
+	done chan struct{} // closed when the process has exited
+	err  error         // cmd.Wait's, once done
+}
+
+// startChildServer starts `bin serve --config cfgPath` on a free port of
+// 127.0.0.1, its stderr appended to logPath, and returns once it prints
+// its address (it may not be ready yet: see waitReady).
+func startChildServer(bin, cfgPath, logPath string, timeout time.Duration) (*childServer, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0")
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s serve: %w", bin, err)
+	}
+	p := &childServer{cmd: cmd, done: make(chan struct{})}
+	addrc := make(chan string, 1)
+	var once sync.Once
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), "serving on http://"); ok {
+				once.Do(func() { addrc <- strings.Fields(rest)[0] })
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case p.addr = <-addrc:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("agenthost serve exited before serving: %v\n%s", p.err, tailFile(logPath, 40))
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-p.done
+		return nil, fmt.Errorf("agenthost serve did not print its address in %s\n%s", timeout, tailFile(logPath, 40))
+	}
+}
+
+// signal sends sig to the process.
+func (p *childServer) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// exited reports whether the process has exited.
+func (p *childServer) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitExit waits up to timeout for the process to exit and returns its
+// exit code (-1 when killed by a signal).
+func (p *childServer) waitExit(timeout time.Duration) (int, error) {
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode(), nil
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("agenthost serve (pid %d) did not exit within %s", p.cmd.Process.Pid, timeout)
+	}
+}
+
+// kill SIGKILLs the process and waits for it to exit.
+func (p *childServer) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// waitReady polls /readyz until it answers 200, the process exits, or
+// timeout passes.
+func (p *childServer) waitReady(timeout time.Duration) error {
+	c := newBenchClient(p.addr, "", 2*time.Second)
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		if p.exited() {
+			return fmt.Errorf("agenthost serve exited: %v", p.err)
+		}
+		code, raw, err := c.do("GET", "/readyz", nil, nil, nil)
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		last = fmt.Sprintf("%d %v %s", code, err, raw)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agenthost serve at %s not ready within %s: %s", p.addr, timeout, last)
+		}
+		time.Sleep(25 * time.Millisecond) // a poll's cadence, with the deadline above
+	}
+}
+
+// benchClient speaks JSON to an agenthost server as one tenant.
+type benchClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+func newBenchClient(addr, token string, timeout time.Duration) *benchClient {
+	return &benchClient{base: "http://" + addr, token: token, http: &http.Client{Timeout: timeout,
+		Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0, IdleConnTimeout: 30 * time.Second}}}
+}
+
+// do sends a request with a JSON body (when body is not nil) and decodes
+// a JSON answer into out (when not nil and the status is 2xx). It returns
+// the status and the raw body.
+func (c *benchClient) do(method, path string, body any, header map[string]string, out any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, raw, err
+	}
+	if out != nil && resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, raw, fmt.Errorf("decoding %s %s: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, raw, nil
+}
+
+// tailFile returns the last n lines of a file, for error messages.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
