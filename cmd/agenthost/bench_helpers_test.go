@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agenthost/agenthost/conformance"
+)
+
+// benchPluginsDir builds the plugins `agenthost bench` loads (through the
+// shared test cache) and links them into a directory laid out as `make
+// plugins` lays out build/plugins, for --plugins.
+func benchPluginsDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "conformance"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"prompt-builder", "scripted-model", "calculator", "slow-job"} {
+		p, err := conformance.BuildExampleWasm(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(dir, name+".wasm")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{conformance.PluginBuilder, conformance.PluginExecutor, conformance.PluginScripted, conformance.PluginHostile} {
+		p, err := conformance.BuildPlugin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(dir, "conformance", name+".wasm")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// runBench runs `agenthost bench ARGS` in-process with the test's plugins,
+// the shared wazero cache and a temporary work dir, and returns its stdout.
+func runBench(t testing.TB, plugins string, args ...string) (string, error) {
+	t.Helper()
+	cmd := newRootCmd()
+	var stdout, stderr bytes.Buffer
+	cmd.SetOut(&stdout)
+	cmd.SetErr(&stderr)
+	cmd.SetArgs(append([]string{"bench", "--plugins", plugins, "--cache-dir", conformance.WazeroCacheDir(), "--work-dir", t.TempDir()}, args...))
+	err := cmd.Execute()
+	if testing.Verbose() || err != nil {
+		t.Logf("bench %v stderr:\n%s", args, stderr.String())
+	}
+	return stdout.String(), err
+}
