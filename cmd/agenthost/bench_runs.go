@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/internal/benchkit"
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+func init() { benchCommands = append(benchCommands, newBenchRunsCmd) }
+
+// The load of `bench runs` and `bench http`: a question with two sums, so
+// that each Run takes 2 model steps (scripted-model asks for two
+// calculate calls at once, then answers) and 2 tool calls (calculator).
+const (
+	benchQuestion = "What is 2+3 and 4+5?"
+	benchAnswer   = "2+3 = 5 and 4+5 = 9."
+	benchTenant   = "bench"
+	benchToken    = "bench-token"
+)
+
+// runsParams are the parameters of `bench runs` and `bench http`.
+type runsParams struct {
+	Runs        int    `json:"runs"`
+	Concurrency []int  `json:"concurrency"`
+	Rounds      int    `json:"rounds"`
+	Question    string `json:"question"`
+	PoolSize    int    `json:"pool_size"`
+	SyncWrites  bool   `json:"sync_writes"`
+}
+
+func (p *runsParams) flags(cmd *cobra.Command, runs int, conc string) *string {
+	f := cmd.Flags()
+	f.IntVarP(&p.Runs, "runs", "n", runs, "Runs per concurrency level")
+	f.IntVar(&p.Rounds, "rounds", 5, "rounds per level, each Runs/rounds Runs then as many bare Badger commits, interleaved so that a noisy machine's drift hits both alike")
+	f.IntVar(&p.PoolSize, "pool-size", 4, "instances per plugin per tenant (the config's plugins.ID.pool_size)")
+	s := f.String("concurrency", conc, "comma-separated numbers of concurrent clients, one level each")
+	p.Question = benchQuestion
+	p.SyncWrites = true
+	return s
+}
+
+func (p *runsParams) check(conc string) error {
+	for _, f := range strings.Split(conc, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			return fmt.Errorf("--concurrency %q: want comma-separated positive numbers, like 1,16,256", conc)
+		}
+		p.Concurrency = append(p.Concurrency, c)
+	}
+	if p.Runs < 1 || p.Rounds < 1 {
+		return fmt.Errorf("--runs %d --rounds %d: both must be at least 1", p.Runs, p.Rounds)
+	}
+	if p.PoolSize < 1 {
+		return fmt.Errorf("--pool-size %d: must be at least 1", p.PoolSize)
+	}
+	return nil
+}
+
+// runsLevel is one concurrency level's figures.
+type runsLevel struct {
+	Concurrency   int     `json:"concurrency"`
+	Runs          int     `json:"runs"`
+	Failed        int     `json:"failed"`
+	Seconds       float64 `json:"seconds"`
+	RunsPerSec    float64 `json:"runs_per_sec"`
+	EffectsPerSec float64 `json:"effects_per_sec"`
+	EffectsPerRun float64 `json:"effects_per_run"`
+	P50ms         float64 `json:"p50_ms"`
+	P95ms         float64 `json:"p95_ms"`
+	P99ms         float64 `json:"p99_ms"`
+	MaxMs         float64 `json:"max_ms"`
+	CommitsPerRun float64 `json:"commits_per_run"`
+	// The baseline, measured in the same rounds at the same concurrency.
+	BareCommitsPerSec float64 `json:"bare_commits_per_sec"`
+	// BareRunsPerSec is the Runs/s bare Badger would allow at this many
+	// commits per Run; Ratio is RunsPerSec over it (the goal is 0.5).
+	BareRunsPerSec float64 `json:"bare_runs_per_sec"`
+	Ratio          float64 `json:"ratio"`
+}
+
+func newBenchRunsCmd(bf *benchFlags) *cobra.Command {
+	p := &runsParams{}
+	var conc *string
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "Durable Runs per second end to end, against bare Badger's group-commit rate",
+		Long: `runs drives Runs through the runtime on badgerstore with sync writes on and the
+real Wasm plugins: prompt-builder, scripted-model asked "` + benchQuestion + `"
+and calculator, so each Run takes 2 model steps and 2 tool calls, each in its
+own session. At every concurrency level it interleaves rounds of Runs with
+rounds of bare Badger commits (sync on, 1.5 KB each) from as many
+committers, and reports Runs/s, effects/s, Run latency percentiles, commits
+per Run, and the ratio of Runs/s to what bare Badger's commit rate would
+allow at that many commits per Run.`,
+		Example: `  bin/agenthost bench runs
+  bin/agenthost bench runs --runs 4000 --concurrency 64 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := p.check(*conc); err != nil {
+				return err
+			}
+			return benchRuns(cmd, bf, p)
+		},
+	}
+	conc = p.flags(cmd, 1000, "1,16,256")
+	return cmd
+}
+
+// benchLoad is a store, a plugin host and a runtime wired from a config
+// as `run` and `serve` wire them, for the Run benches.
+type benchLoad struct {
+	dir string
+	cfg string // the config file
+	sys *system
+}
+
+// benchRunsConfig is the config of the Run benches: the three plugins, one
+// tenant with a token and no quotas.
+func benchRunsConfig(bf *benchFlags, dir string, p *runsParams) (string, error) {
+	paths, err := bf.pluginPaths("prompt-builder", "scripted-model", "calculator")
+	if err != nil {
+		return "", err
+	}
+	cache, err := bf.cachePath()
+	if err != nil {
+		return "", err
+	}
+	plugin := func(id, role string) string {
+		return fmt.Sprintf("  %s: {path: %q, role: %s, pool_size: %d}\n", id, paths[id], role, p.PoolSize)
+	}
+	return `data_dir: ` + strconv.Quote(filepath.Join(dir, "data")) + `
+sync_writes: ` + strconv.FormatBool(p.SyncWrites) + `
+cache_dir: ` + strconv.Quote(cache) + `
+log: {level: error}
+plugins:
+` + plugin("prompt-builder", "builder") + plugin("scripted-model", "executor") + plugin("calculator", "executor") + `
+tenants:
+  ` + benchTenant + `:
+    tokens_sha256: [` + httpapi.HashToken(benchToken) + `]
+    builder: prompt-builder
+    model: scripted-model
+    tool_executors: [calculator]
+    history_runs: 0
+    limits: {max_steps: 4, max_tool_calls_per_step: 4, max_parallel_tool_calls: 4, run_timeout: 0, effect_timeout: 0}
+`, nil
+}
+
+// checkBenchRun checks that a Run did what the bench claims it does.
+func checkBenchRun(run loop.Run) error {
+	if run.Status != loop.StatusCompleted || run.Result != benchAnswer || run.Step != 2 {
+		return fmt.Errorf("bench: the Run %s ended %s after %d model steps with %q; want completed after 2 steps with %q (are these the example plugins?)",
+			run.ID, run.Status, run.Step, run.Result, benchAnswer)
+	}
+	return nil
+}
+
+func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	started := time.Now()
+	dir, cleanup, err := bf.tempDir("runs")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	yaml, err := benchRunsConfig(bf, dir, p)
+	if err != nil {
+		return err
+	}
+	cfg, err := writeBenchConfig(dir, yaml)
+	if err != nil {
+		return err
+	}
+	bf.progressf(cmd, "loading the plugins (a cold compile takes seconds; --cache-dir keeps it)")
+	sys, err := openSystem(ctx, cfg, []string{benchTenant}, slog.New(slog.DiscardHandler), wiring{})
+	if err != nil {
+		return err
+	}
+	defer sys.close(context.WithoutCancel(ctx))
+	bare, err := benchkit.OpenBareBadger(filepath.Join(dir, "bare"))
+	if err != nil {
+		return err
+	}
+	defer bare.Close()
+	rt := sys.runtime
+
+	// One Run first: it checks the plugins answer as the bench expects and
+	// leaves the instance pools warm.
+	var session atomic.Int64
+	execute := func() (loop.Run, error) {
+		res, err := rt.Execute(ctx, runtime.Request{Tenant: benchTenant, Session: fmt.Sprintf("s%d", session.Add(1)), Input: p.Question})
+		if err != nil {
+			return loop.Run{}, err
+		}
+		return res.Run, checkBenchRun(res.Run)
+	}
+	if _, err := execute(); err != nil {
+		return err
+	}
+
+	var levels []runsLevel
+	for _, c := range p.Concurrency {
+		bf.progressf(cmd, "concurrency %d: %d Runs in %d rounds, each followed by a round of bare Badger commits", c, p.Runs, p.Rounds)
+		lvl, err := runsLevelOf(cmd, bf, p, c, rt, bare, func() (time.Duration, error) {
+			t0 := time.Now()
+			_, err := execute()
+			return time.Since(t0), err
+		})
+		if err != nil {
+			return err
+		}
+		levels = append(levels, lvl)
+	}
+	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "runs", Started: started, Machine: thisMachine(), Params: p, Result: levels},
+		runsTable("Durable Runs end to end (badgerstore, sync writes on; Wasm prompt-builder, scripted-model, calculator)", levels))
+}
+
+// runsLevelOf measures one concurrency level: rounds of Runs through one
+// (which returns a Run's latency) interleaved with rounds of bare Badger
+// commits at the same concurrency, as many as the Runs committed.
+func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *runtime.Runtime, bare *benchkit.BareBadger,
+	one func() (time.Duration, error)) (runsLevel, error) {
+	lvl := runsLevel{Concurrency: c}
+	var lat []time.Duration
+	var runTime, bareTime time.Duration
+	var bareCommits int
+	var done counter
+	var firstErr atomic.Pointer[error]
+	m := bf.startMeter(cmd, fmt.Sprintf("concurrency %d: Runs", c), int64(p.Runs), done.get)
+	defer m.Stop()
+	commits0 := rt.Stats().Commits.Load()
+	effects0 := rt.Stats().EffectsSettled.Load()
+	for r := 0; r < p.Rounds; r++ {
+		n := p.Runs / p.Rounds
+		if r < p.Runs%p.Rounds {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		roundLat := make([]time.Duration, n)
+		c0 := rt.Stats().Commits.Load()
+		t0 := time.Now()
+		benchkit.Parallel(c, n, func(i int) {
+			d, err := one()
+			roundLat[i] = d
+			if err != nil {
+				if firstErr.CompareAndSwap(nil, &err) {
+					lvl.Failed++ // under the CAS: counted by one goroutine at a time
+				}
+			}
+			done.Add(1)
+		})
+		runTime += time.Since(t0)
+		lat = append(lat, roundLat...)
+		if p := firstErr.Load(); p != nil {
+			return lvl, fmt.Errorf("bench: concurrency %d: %w", c, *p)
+		}
+		// As many bare commits as the round's Runs made (CreateRun included).
+		k := int(rt.Stats().Commits.Load()-c0) + n
+		d, err := bare.Round(c, k)
+		if err != nil {
+			return lvl, err
+		}
+		bareTime += d
+		bareCommits += k
+	}
+	lvl.Runs = len(lat)
+	lvl.Seconds = runTime.Seconds()
+	lvl.RunsPerSec = float64(lvl.Runs) / runTime.Seconds()
+	effects := rt.Stats().EffectsSettled.Load() - effects0
+	lvl.EffectsPerRun = float64(effects) / float64(lvl.Runs)
+	lvl.EffectsPerSec = float64(effects) / runTime.Seconds()
+	// Stats.Commits counts the commits of advances; each Run's CreateRun
+	// is one more.
+	lvl.CommitsPerRun = float64(rt.Stats().Commits.Load()-commits0+int64(lvl.Runs)) / float64(lvl.Runs)
+	s := benchkit.Summarize(lat)
+	lvl.P50ms, lvl.P95ms, lvl.P99ms, lvl.MaxMs = msf(s.P50), msf(s.P95), msf(s.P99), msf(s.Max)
+	if bareTime > 0 {
+		lvl.BareCommitsPerSec = float64(bareCommits) / bareTime.Seconds()
+		lvl.BareRunsPerSec = lvl.BareCommitsPerSec / lvl.CommitsPerRun
+		lvl.Ratio = lvl.RunsPerSec / lvl.BareRunsPerSec
+	}
+	if lvl.Runs == 0 {
+		return lvl, errors.New("bench: no Run was measured")
+	}
+	return lvl, nil
+}
+
+func runsTable(title string, levels []runsLevel) table {
+	t := table{Title: title,
+		Header: []string{"clients", "Runs", "Runs/s", "effects/s", "p50 ms", "p95 ms", "p99 ms", "commits/Run", "bare commits/s", "bare Runs/s", "ratio"}}
+	for _, l := range levels {
+		t.Rows = append(t.Rows, []string{strconv.Itoa(l.Concurrency), strconv.Itoa(l.Runs),
+			fmt.Sprintf("%.0f", l.RunsPerSec), fmt.Sprintf("%.0f", l.EffectsPerSec),
+			fmt.Sprintf("%.1f", l.P50ms), fmt.Sprintf("%.1f", l.P95ms), fmt.Sprintf("%.1f", l.P99ms),
+			fmt.Sprintf("%.2f", l.CommitsPerRun), fmt.Sprintf("%.0f", l.BareCommitsPerSec),
+			fmt.Sprintf("%.0f", l.BareRunsPerSec), fmt.Sprintf("%.2f", l.Ratio)})
+	}
+	t.Notes = []string{
+		"bare Runs/s = bare Badger commits/s at the same concurrency ÷ commits/Run; ratio = Runs/s ÷ bare Runs/s (goal: 0.5).",
+		"effects/s counts settled model and tool effects (4 a Run). Latency is submit to completion of one Run.",
+	}
+	return t
+}

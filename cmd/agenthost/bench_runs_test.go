@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestBenchRunsAndHTTP runs `bench runs` and `bench http` small, and checks
+// their JSON: every Run completed with 4 effects and 6 commits, and every
+// figure measured (not zero, not invented).
+func TestBenchRunsAndHTTP(t *testing.T) {
+	plugins := benchPluginsDir(t)
+	for _, bench := range []string{"runs", "http"} {
+		t.Run(bench, func(t *testing.T) {
+			out, err := runBench(t, plugins, bench, "--runs", "12", "--concurrency", "1,4", "--rounds", "2", "--json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				Bench   string      `json:"bench"`
+				Machine machine     `json:"machine"`
+				Params  runsParams  `json:"params"`
+				Result  []runsLevel `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("--json printed something that is not JSON: %v\n%s", err, out)
+			}
+			if got.Bench != bench || got.Machine.CPUs < 1 || len(got.Result) != 2 {
+				t.Fatalf("unexpected output: %+v", got)
+			}
+			for i, l := range got.Result {
+				if want := []int{1, 4}[i]; l.Concurrency != want || l.Runs != 12 || l.Failed != 0 {
+					t.Errorf("level %d: concurrency %d, %d Runs, %d failed; want %d, 12, 0", i, l.Concurrency, l.Runs, l.Failed, want)
+				}
+				// 2 model steps and 2 tool calls; CreateRun, then one
+				// commit per advance: plan, dispatch 2 tools, 2 settles
+				// (the second plans step 2), finish.
+				if l.EffectsPerRun != 4 {
+					t.Errorf("level %d: %.2f effects per Run, want 4", i, l.EffectsPerRun)
+				}
+				if l.CommitsPerRun < 4 || l.CommitsPerRun > 8 {
+					t.Errorf("level %d: %.2f commits per Run, want about 6", i, l.CommitsPerRun)
+				}
+				if l.RunsPerSec <= 0 || l.BareCommitsPerSec <= 0 || l.Ratio <= 0 || l.P50ms <= 0 || l.P99ms < l.P50ms {
+					t.Errorf("level %d: figures missing or inconsistent: %+v", i, l)
+				}
+			}
+		})
+	}
+	// Without --json, a table.
+	out, err := runBench(t, plugins, "runs", "--runs", "2", "--concurrency", "2", "--rounds", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "Runs/s") || !strings.Contains(out, "ratio") {
+		t.Errorf("the table lacks its header:\n%s", out)
+	}
+}
+
+// TestBenchMissingPlugins: a --plugins directory without the plugins is a
+// clear error that says how to build them.
+func TestBenchMissingPlugins(t *testing.T) {
+	_, err := runBench(t, t.TempDir(), "runs", "--runs", "1")
+	if err == nil || !strings.Contains(err.Error(), "make plugins") || !strings.Contains(err.Error(), "scripted-model") {
+		t.Fatalf("err = %v, want one naming the missing plugin and `make plugins`", err)
+	}
+	_, err = runBench(t, t.TempDir(), "runs", "--concurrency", "0")
+	if err == nil || !strings.Contains(err.Error(), "--concurrency") {
+		t.Fatalf("err = %v, want one about --concurrency", err)
+	}
+}
