@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,8 @@ type benchFlags struct {
 	cacheDir string
 	workDir  string
 	bin      string
+	cpuprof  string
+	stopProf func()
 }
 
 func newBenchCmd() *cobra.Command {
@@ -59,6 +62,9 @@ gives the figures and the commands that produced them.`,
 	pf.StringVar(&bf.workDir, "work-dir", "", "where the temporary stores go (default: the system's temp dir)")
 	pf.StringVar(&bf.bin, "agenthost-bin", "", "the agenthost binary child processes run (default: this one)")
 	_ = pf.MarkHidden("agenthost-bin")
+	pf.StringVar(&bf.cpuprof, "cpuprofile", "", "write this process's CPU profile to `FILE` (go tool pprof FILE)")
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return bf.startProfile() }
+	cmd.PersistentPostRun = func(*cobra.Command, []string) { bf.stopProfile() }
 	for _, sub := range benchCommands {
 		cmd.AddCommand(sub(bf))
 	}
@@ -68,6 +74,29 @@ gives the figures and the commands that produced them.`,
 // benchCommands are the subcommands of `agenthost bench`; each bench's
 // file adds its own in an init func.
 var benchCommands []func(*benchFlags) *cobra.Command
+
+func (bf *benchFlags) startProfile() error {
+	if bf.cpuprof == "" {
+		return nil
+	}
+	f, err := os.Create(bf.cpuprof)
+	if err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	bf.stopProf = func() { pprof.StopCPUProfile(); f.Close() }
+	return nil
+}
+
+func (bf *benchFlags) stopProfile() {
+	if bf.stopProf != nil {
+		bf.stopProf()
+		bf.stopProf = nil
+	}
+}
 
 // pluginPath returns the path of plugin name (e.g. "calculator" or
 // "conformance/hostile") under --plugins, or an error that says how to

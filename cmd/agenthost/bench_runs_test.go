@@ -10,6 +10,7 @@ import (
 // their JSON: every Run completed with 4 effects and 6 commits, and every
 // figure measured (not zero, not invented).
 func TestBenchRunsAndHTTP(t *testing.T) {
+	t.Parallel()
 	plugins := benchPluginsDir(t)
 	for _, bench := range []string{"runs", "http"} {
 		t.Run(bench, func(t *testing.T) {

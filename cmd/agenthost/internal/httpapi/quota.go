@@ -27,6 +27,11 @@ type Quota struct {
 	TokenBudget int64
 }
 
+// bounded reports whether the quota bounds anything.
+func (q Quota) bounded() bool {
+	return q.MaxActiveRuns > 0 || q.MaxInFlightEffects > 0 || q.TokenBudget > 0
+}
+
 // activeStatuses are the statuses of a Run that counts against
 // MaxActiveRuns.
 var activeStatuses = []loop.Status{loop.StatusPending, loop.StatusRunning, loop.StatusWaiting}
