@@ -2,18 +2,14 @@ package runtime_test
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
-
 	"github.com/agenthost/agenthost/badgerstore"
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/benchkit"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -53,7 +49,7 @@ func BenchmarkDurableRuns(b *testing.B) {
 			lat := make([]time.Duration, b.N)
 			b.ResetTimer()
 			start := time.Now()
-			parallel(c, b.N, func(i int) {
+			benchkit.Parallel(c, b.N, func(i int) {
 				t0 := time.Now()
 				res, err := rt.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Input: benchScript})
 				lat[i] = time.Since(t0)
@@ -69,8 +65,8 @@ func BenchmarkDurableRuns(b *testing.B) {
 			commits := float64(rt.Stats().Commits.Load()+int64(b.N)) / float64(b.N) // + CreateRun
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "runs/s")
 			b.ReportMetric(commits, "commits/run")
-			b.ReportMetric(float64(percentile(lat, 0.50).Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(benchkit.Percentile(lat, 0.50).Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(benchkit.Percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
 		})
 	}
 }
@@ -81,34 +77,19 @@ func BenchmarkDurableRuns(b *testing.B) {
 func BenchmarkBareBadgerCommit(b *testing.B) {
 	for _, c := range benchConcurrency {
 		b.Run(fmt.Sprintf("concurrency=%d", c), func(b *testing.B) {
-			db, err := badger.Open(badger.DefaultOptions(b.TempDir()).WithSyncWrites(true).WithLogger(nil))
+			bare, err := benchkit.OpenBareBadger(b.TempDir())
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer db.Close()
-			val := make([]byte, 1500)
-			_, _ = rand.Read(val)
+			defer bare.Close()
 			b.ResetTimer()
-			start := time.Now()
-			parallel(c, b.N, func(i int) {
-				if err := db.Update(func(txn *badger.Txn) error {
-					return txn.Set([]byte(fmt.Sprintf("k%d", i)), val)
-				}); err != nil {
-					b.Error(err)
-				}
-			})
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
+			d, err := bare.Round(c, b.N)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/d.Seconds(), "commits/s")
 		})
 	}
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(int(p*float64(len(s))), len(s)-1)]
 }
 
 // BenchmarkRecovery measures recovery of N Runs in flight on badgerstore
@@ -157,7 +138,7 @@ func recoverOnce(b *testing.B, n int) (ready, reattach, terminal time.Duration) 
 	if err := rt1.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	parallel(64, n, func(i int) {
+	benchkit.Parallel(64, n, func(i int) {
 		res, err := rt1.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Input: `call:slow()|answer:$results`})
 		if err != nil || res.Kind != runtime.ResultWaiting {
 			b.Errorf("setup run %d: %v %s", i, err, res.Kind)
@@ -222,20 +203,18 @@ func BenchmarkDurableRunsVsBare(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer rt.Stop(ctx)
-			db, err := badger.Open(badger.DefaultOptions(b.TempDir()).WithSyncWrites(true).WithLogger(nil))
+			bare, err := benchkit.OpenBareBadger(b.TempDir())
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer db.Close()
-			val := make([]byte, 1500)
-			_, _ = rand.Read(val)
+			defer bare.Close()
 			runsPerRound := max(c, 48)
 			var runTime, bareTime time.Duration
-			var runs, bare int64
+			var runs, bareCommits int64
 			var session atomic.Int64
-			for round := 0; round < 5*b.N; round++ {
+			for range 5 * b.N {
 				t0 := time.Now()
-				parallel(c, runsPerRound, func(int) {
+				benchkit.Parallel(c, runsPerRound, func(int) {
 					res, err := rt.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", session.Add(1)), Input: benchScript})
 					if err != nil || res.Run.Status != loop.StatusCompleted {
 						b.Errorf("run: %v %s", err, res.Run.Status)
@@ -243,42 +222,22 @@ func BenchmarkDurableRunsVsBare(b *testing.B) {
 				})
 				runTime += time.Since(t0)
 				runs += int64(runsPerRound)
-				t0 = time.Now()
-				parallel(c, runsPerRound*6, func(i int) {
-					if err := db.Update(func(txn *badger.Txn) error {
-						return txn.Set([]byte(fmt.Sprintf("k%d-%d", round, i)), val)
-					}); err != nil {
-						b.Error(err)
-					}
-				})
-				bareTime += time.Since(t0)
-				bare += int64(runsPerRound * 6)
+				d, err := bare.Round(c, runsPerRound*6)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bareTime += d
+				bareCommits += int64(runsPerRound * 6)
 			}
 			commitsPerRun := float64(rt.Stats().Commits.Load()+runs) / float64(runs)
 			runsPerSec := float64(runs) / runTime.Seconds()
-			barePerSec := float64(bare) / bareTime.Seconds()
+			barePerSec := float64(bareCommits) / bareTime.Seconds()
 			b.ReportMetric(runsPerSec, "runs/s")
 			b.ReportMetric(barePerSec, "bare-commits/s")
 			b.ReportMetric(commitsPerRun, "commits/run")
 			b.ReportMetric(runsPerSec/(barePerSec/commitsPerRun), "ratio")
 		})
 	}
-}
-
-// parallel runs f(0..n-1) on c goroutines.
-func parallel(c, n int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < c; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				f(int(i))
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 // benchTenant is the benchmarks' tenant: the echo builder, the scripted
