@@ -109,14 +109,15 @@ func benchHTTP(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 	var levels []runsLevel
 	for _, c := range p.Concurrency {
 		bf.progressf(cmd, "concurrency %d: %d Runs over HTTP in %d rounds, each followed by a round of bare Badger commits", c, p.Runs, p.Rounds)
-		lvl, err := runsLevelOf(cmd, bf, p, c, srv.sys.runtime, bare, one)
+		lvl, err := runsLevelOf(cmd, bf, p, c, srv.sys.runtime, srv.metrics, bare, one)
 		if err != nil {
 			return err
 		}
 		levels = append(levels, lvl)
 	}
 	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "http", Started: started, Machine: thisMachine(), Params: p, Result: levels},
-		runsTable("Runs through the HTTP API on 127.0.0.1 (submit, follow the events to the end, read the Run)", levels))
+		runsTable("Runs through the HTTP API on 127.0.0.1 (submit, follow the events to the end, read the Run)", levels),
+		spentTable(levels))
 }
 
 // httpRun submits a Run, follows its event stream until the server ends

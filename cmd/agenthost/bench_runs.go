@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/metrics"
 	"github.com/agenthost/agenthost/internal/benchkit"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
@@ -89,6 +90,53 @@ type runsLevel struct {
 	// commits per Run; Ratio is RunsPerSec over it (the goal is 0.5).
 	BareRunsPerSec float64 `json:"bare_runs_per_sec"`
 	Ratio          float64 `json:"ratio"`
+	// Where a Run's time goes, summed over the concurrent Runs and
+	// divided by the Runs: time in the plugins' calls (the builder's
+	// build, the model's and the tools' executor calls) and in the
+	// store's commits, from the metrics `serve` exports. At one client
+	// they add up to most of the latency.
+	BuildMsPerRun  float64 `json:"build_ms_per_run"`
+	ModelMsPerRun  float64 `json:"model_ms_per_run"`
+	ToolMsPerRun   float64 `json:"tool_ms_per_run"`
+	CommitMsPerRun float64 `json:"commit_ms_per_run"`
+}
+
+// spent is the time summed in the bench's plugin calls and commits so
+// far, read from the metrics.
+type spent struct{ build, model, tool, commit float64 }
+
+func spentSoFar(m *metrics.Metrics) (spent, error) {
+	var s spent
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		return s, err
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "agenthost_store_commit_duration_seconds":
+			for _, mt := range mf.GetMetric() {
+				s.commit += mt.GetHistogram().GetSampleSum()
+			}
+		case "agenthost_plugin_call_duration_seconds":
+			for _, mt := range mf.GetMetric() {
+				sum := mt.GetHistogram().GetSampleSum()
+				for _, l := range mt.GetLabel() {
+					if l.GetName() != "plugin" {
+						continue
+					}
+					switch l.GetValue() {
+					case "prompt-builder":
+						s.build += sum
+					case "scripted-model":
+						s.model += sum
+					default:
+						s.tool += sum
+					}
+				}
+			}
+		}
+	}
+	return s, nil
 }
 
 func newBenchRunsCmd(bf *benchFlags) *cobra.Command {
@@ -187,7 +235,9 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 		return err
 	}
 	bf.progressf(cmd, "loading the plugins (a cold compile takes seconds; --cache-dir keeps it)")
-	sys, err := openSystem(ctx, cfg, []string{benchTenant}, slog.New(slog.DiscardHandler), wiring{})
+	m := metrics.New()
+	sys, err := openSystem(ctx, cfg, []string{benchTenant}, slog.New(slog.DiscardHandler),
+		wiring{Observer: m, Executor: m.Executor, Builder: m.Builder})
 	if err != nil {
 		return err
 	}
@@ -216,7 +266,7 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 	var levels []runsLevel
 	for _, c := range p.Concurrency {
 		bf.progressf(cmd, "concurrency %d: %d Runs in %d rounds, each followed by a round of bare Badger commits", c, p.Runs, p.Rounds)
-		lvl, err := runsLevelOf(cmd, bf, p, c, rt, bare, func() (time.Duration, error) {
+		lvl, err := runsLevelOf(cmd, bf, p, c, rt, m, bare, func() (time.Duration, error) {
 			t0 := time.Now()
 			_, err := execute()
 			return time.Since(t0), err
@@ -227,13 +277,14 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 		levels = append(levels, lvl)
 	}
 	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "runs", Started: started, Machine: thisMachine(), Params: p, Result: levels},
-		runsTable("Durable Runs end to end (badgerstore, sync writes on; Wasm prompt-builder, scripted-model, calculator)", levels))
+		runsTable("Durable Runs end to end (badgerstore, sync writes on; Wasm prompt-builder, scripted-model, calculator)", levels),
+		spentTable(levels))
 }
 
 // runsLevelOf measures one concurrency level: rounds of Runs through one
 // (which returns a Run's latency) interleaved with rounds of bare Badger
 // commits at the same concurrency, as many as the Runs committed.
-func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *runtime.Runtime, bare *benchkit.BareBadger,
+func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *runtime.Runtime, m *metrics.Metrics, bare *benchkit.BareBadger,
 	one func() (time.Duration, error)) (runsLevel, error) {
 	lvl := runsLevel{Concurrency: c}
 	var lat []time.Duration
@@ -241,10 +292,14 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 	var bareCommits int
 	var done counter
 	var firstErr atomic.Pointer[error]
-	m := bf.startMeter(cmd, fmt.Sprintf("concurrency %d: Runs", c), int64(p.Runs), done.get)
-	defer m.Stop()
+	progress := bf.startMeter(cmd, fmt.Sprintf("concurrency %d: Runs", c), int64(p.Runs), done.get)
+	defer progress.Stop()
 	commits0 := rt.Stats().Commits.Load()
 	effects0 := rt.Stats().EffectsSettled.Load()
+	spent0, err := spentSoFar(m)
+	if err != nil {
+		return lvl, err
+	}
 	for r := 0; r < p.Rounds; r++ {
 		n := p.Runs / p.Rounds
 		if r < p.Runs%p.Rounds {
@@ -299,6 +354,15 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 	if lvl.Runs == 0 {
 		return lvl, errors.New("bench: no Run was measured")
 	}
+	spent1, err := spentSoFar(m)
+	if err != nil {
+		return lvl, err
+	}
+	perRun := func(a, b float64) float64 { return (b - a) * 1000 / float64(lvl.Runs) }
+	lvl.BuildMsPerRun = perRun(spent0.build, spent1.build)
+	lvl.ModelMsPerRun = perRun(spent0.model, spent1.model)
+	lvl.ToolMsPerRun = perRun(spent0.tool, spent1.tool)
+	lvl.CommitMsPerRun = perRun(spent0.commit, spent1.commit)
 	return lvl, nil
 }
 
@@ -316,5 +380,19 @@ func runsTable(title string, levels []runsLevel) table {
 		"bare Runs/s = bare Badger commits/s at the same concurrency ÷ commits/Run; ratio = Runs/s ÷ bare Runs/s (goal: 0.5).",
 		"effects/s counts settled model and tool effects (4 a Run). Latency is submit to completion of one Run.",
 	}
+	return t
+}
+
+// spentTable is where the Runs' time went, per Run.
+func spentTable(levels []runsLevel) table {
+	t := table{Title: "Where a Run's time goes (ms per Run, summed over concurrent Runs)",
+		Header: []string{"clients", "latency p50", "build", "model", "tools", "commits", "plugins+commits"}}
+	for _, l := range levels {
+		t.Rows = append(t.Rows, []string{strconv.Itoa(l.Concurrency), fmt.Sprintf("%.1f", l.P50ms),
+			fmt.Sprintf("%.2f", l.BuildMsPerRun), fmt.Sprintf("%.2f", l.ModelMsPerRun),
+			fmt.Sprintf("%.2f", l.ToolMsPerRun), fmt.Sprintf("%.2f", l.CommitMsPerRun),
+			fmt.Sprintf("%.2f", l.BuildMsPerRun+l.ModelMsPerRun+l.ToolMsPerRun+l.CommitMsPerRun)})
+	}
+	t.Notes = []string{"build: 2 prompt-builder calls; model: 2 scripted-model calls; tools: 2 calculator calls; commits: 5 of the runtime (CreateRun is not timed)."}
 	return t
 }

@@ -46,6 +46,9 @@ func TestBenchRunsAndHTTP(t *testing.T) {
 				if l.RunsPerSec <= 0 || l.BareCommitsPerSec <= 0 || l.Ratio <= 0 || l.P50ms <= 0 || l.P99ms < l.P50ms {
 					t.Errorf("level %d: figures missing or inconsistent: %+v", i, l)
 				}
+				if l.BuildMsPerRun <= 0 || l.ModelMsPerRun <= 0 || l.ToolMsPerRun <= 0 || l.CommitMsPerRun <= 0 {
+					t.Errorf("level %d: the time split misses a part: %+v", i, l)
+				}
 			}
 		})
 	}
