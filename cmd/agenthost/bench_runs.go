@@ -99,14 +99,23 @@ type runsLevel struct {
 	ModelMsPerRun  float64 `json:"model_ms_per_run"`
 	ToolMsPerRun   float64 `json:"tool_ms_per_run"`
 	CommitMsPerRun float64 `json:"commit_ms_per_run"`
+	// Plugin calls that failed, and effect attempts settled other than
+	// done (by "kind state class"): retried attempts make more than 4
+	// effects a Run. Both are 0 on a healthy machine.
+	PluginErrors  int            `json:"plugin_errors"`
+	FailedEffects map[string]int `json:"failed_effects,omitempty"`
 }
 
 // spent is the time summed in the bench's plugin calls and commits so
 // far, read from the metrics.
-type spent struct{ build, model, tool, commit float64 }
+type spent struct {
+	build, model, tool, commit float64
+	errors                     float64            // plugin calls that failed
+	failed                     map[string]float64 // effects settled failed, by class
+}
 
 func spentSoFar(m *metrics.Metrics) (spent, error) {
-	var s spent
+	s := spent{failed: map[string]float64{}}
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		return s, err
@@ -116,6 +125,20 @@ func spentSoFar(m *metrics.Metrics) (spent, error) {
 		case "agenthost_store_commit_duration_seconds":
 			for _, mt := range mf.GetMetric() {
 				s.commit += mt.GetHistogram().GetSampleSum()
+			}
+		case "agenthost_plugin_call_errors_total":
+			for _, mt := range mf.GetMetric() {
+				s.errors += mt.GetCounter().GetValue()
+			}
+		case "agenthost_effects_settled_total":
+			for _, mt := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range mt.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["state"] != "done" {
+					s.failed[labels["kind"]+" "+labels["state"]+" "+labels["class"]] += mt.GetCounter().GetValue()
+				}
 			}
 		case "agenthost_plugin_call_duration_seconds":
 			for _, mt := range mf.GetMetric() {
@@ -363,6 +386,15 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 	lvl.ModelMsPerRun = perRun(spent0.model, spent1.model)
 	lvl.ToolMsPerRun = perRun(spent0.tool, spent1.tool)
 	lvl.CommitMsPerRun = perRun(spent0.commit, spent1.commit)
+	lvl.PluginErrors = int(spent1.errors - spent0.errors)
+	for k, v := range spent1.failed {
+		if n := int(v - spent0.failed[k]); n > 0 {
+			if lvl.FailedEffects == nil {
+				lvl.FailedEffects = map[string]int{}
+			}
+			lvl.FailedEffects[k] = n
+		}
+	}
 	return lvl, nil
 }
 
@@ -379,6 +411,12 @@ func runsTable(title string, levels []runsLevel) table {
 	t.Notes = []string{
 		"bare Runs/s = bare Badger commits/s at the same concurrency ÷ commits/Run; ratio = Runs/s ÷ bare Runs/s (goal: 0.5).",
 		"effects/s counts settled model and tool effects (4 a Run). Latency is submit to completion of one Run.",
+	}
+	for _, l := range levels {
+		if l.PluginErrors > 0 || len(l.FailedEffects) > 0 {
+			t.Notes = append(t.Notes, fmt.Sprintf("clients %d: %d plugin calls failed; effect attempts not done: %v (retried by policy; the Runs still completed)",
+				l.Concurrency, l.PluginErrors, l.FailedEffects))
+		}
 	}
 	return t
 }

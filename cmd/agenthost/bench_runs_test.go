@@ -38,7 +38,7 @@ func TestBenchRunsAndHTTP(t *testing.T) {
 				// commit per advance: plan, dispatch 2 tools, 2 settles
 				// (the second plans step 2), finish.
 				if l.EffectsPerRun != 4 {
-					t.Errorf("level %d: %.2f effects per Run, want 4", i, l.EffectsPerRun)
+					t.Errorf("level %d: %.2f effects per Run, want 4 (plugin errors %d, effects not done %v)", i, l.EffectsPerRun, l.PluginErrors, l.FailedEffects)
 				}
 				if l.CommitsPerRun < 4 || l.CommitsPerRun > 8 {
 					t.Errorf("level %d: %.2f commits per Run, want about 6", i, l.CommitsPerRun)
