@@ -124,7 +124,11 @@ func benchPlugin(cmd *cobra.Command, bf *benchFlags, p benchPluginParams) error 
 		ctx = context.Background()
 	}
 	started := time.Now()
-	paths, err := bf.pluginPaths(p.CallPlugin, p.StartPlugin, p.LoadPlugin)
+	names := []string{p.CallPlugin, p.StartPlugin}
+	if p.LoadPlugin != p.StartPlugin {
+		names = append(names, p.LoadPlugin)
+	}
+	paths, err := bf.pluginPaths(names...)
 	if err != nil {
 		return err
 	}
