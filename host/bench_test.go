@@ -6,9 +6,6 @@ import (
 	"testing"
 
 	extism "github.com/extism/go-sdk"
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -27,43 +24,12 @@ func BenchmarkCallEmpty(b *testing.B) {
 	}
 
 	b.Run("wazero", func(b *testing.B) {
-		cache, err := wazero.NewCompilationCacheWithDir(conformance.WazeroCacheDir())
+		e := newEnv(b, Config{})
+		mod, closeRT, err := e.h.WazeroBaseline(ctx, wasm)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer cache.Close(ctx)
-		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache).WithCloseOnContextDone(true))
-		defer rt.Close(ctx)
-		wasi_snapshot_preview1.MustInstantiate(ctx, rt)
-		cm, err := rt.CompileModule(ctx, wasm)
-		if err != nil {
-			b.Fatal(err)
-		}
-		// The plugin's extism imports, stubbed: the empty export calls none.
-		builders := map[string]wazero.HostModuleBuilder{}
-		for _, def := range cm.ImportedFunctions() {
-			mod, name, _ := def.Import()
-			if mod == "wasi_snapshot_preview1" {
-				continue
-			}
-			hb, ok := builders[mod]
-			if !ok {
-				hb = rt.NewHostModuleBuilder(mod)
-				builders[mod] = hb
-			}
-			hb.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(context.Context, api.Module, []uint64) {
-				panic("stub " + name)
-			}), def.ParamTypes(), def.ResultTypes()).Export(name)
-		}
-		for _, hb := range builders {
-			if _, err := hb.Instantiate(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		mod, err := rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
-		if err != nil {
-			b.Fatal(err)
-		}
+		defer closeRT(ctx)
 		f := mod.ExportedFunction("empty")
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -75,17 +41,8 @@ func BenchmarkCallEmpty(b *testing.B) {
 	})
 
 	b.Run("extism", func(b *testing.B) {
-		cache, err := wazero.NewCompilationCacheWithDir(conformance.WazeroCacheDir())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cache.Close(ctx)
 		e := newEnv(b, Config{})
-		compiled, err := extism.NewCompiledPlugin(ctx, extism.Manifest{
-			Wasm:    []extism.Wasm{extism.WasmData{Data: wasm}},
-			Memory:  &extism.ManifestMemory{MaxVarBytes: 64 << 10},
-			Timeout: 10000,
-		}, extism.PluginConfig{RuntimeConfig: wazero.NewRuntimeConfig().WithCompilationCache(cache), EnableWasi: true}, e.h.hostFunctions())
+		compiled, err := e.h.ExtismBaseline(ctx, wasm, 10000)
 		if err != nil {
 			b.Fatal(err)
 		}

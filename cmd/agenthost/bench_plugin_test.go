@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+// decodeBenchPlugin decodes the --json output of bench plugin.
+func decodeBenchPlugin(t *testing.T, out string) (benchPluginParams, benchPluginResult) {
+	t.Helper()
+	var got struct {
+		Bench  string            `json:"bench"`
+		Params benchPluginParams `json:"params"`
+		Result benchPluginResult `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("the --json output does not decode: %v\n%s", err, out)
+	}
+	if got.Bench != "plugin" {
+		t.Fatalf("bench %q, want plugin", got.Bench)
+	}
+	return got.Params, got.Result
+}
+
+// TestBenchPluginReportsEveryPathAgainstItsBaselines runs `agenthost bench
+// plugin` with small numbers and checks that every figure is there, real
+// and consistent with the others. It asserts no speed: that is for
+// benchmarks. The loads use the warm shared cache only (--uncached=false):
+// a full compile takes about 45 s under -race; see the test below.
+func TestBenchPluginReportsEveryPathAgainstItsBaselines(t *testing.T) {
+	out, err := runBench(t, benchPluginsDir(t), "plugin",
+		"--calls", "200", "--warmup", "20", "--starts", "20", "--rounds", "2", "--loads", "1", "--uncached=false", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, r := decodeBenchPlugin(t, out)
+	if p.Calls != 200 || p.Rounds != 2 || p.Starts != 20 || p.Loads != 1 || p.Uncached {
+		t.Fatalf("params %+v: not what was asked", p)
+	}
+
+	// Each path: 2 rounds, a median inside them, heap figures.
+	checkFigure := func(f callFigure, path string, calls int) {
+		t.Helper()
+		if f.Path != path || f.Calls != calls || len(f.RoundsNs) != 2 {
+			t.Fatalf("figure %+v: want path %q, %d calls a round, 2 rounds", f, path, calls)
+		}
+		lo, hi := math.Min(f.RoundsNs[0], f.RoundsNs[1]), math.Max(f.RoundsNs[0], f.RoundsNs[1])
+		if lo <= 0 || f.NsPerOp < lo || f.NsPerOp > hi {
+			t.Fatalf("%s: ns/op %v is not the median of its rounds %v", path, f.NsPerOp, f.RoundsNs)
+		}
+		if f.AllocsPerOp < 0 || f.BytesPerOp < 0 {
+			t.Fatalf("%s: negative allocations %+v", path, f)
+		}
+	}
+	if len(r.Calls) != 3 {
+		t.Fatalf("want the wazero, extism and host paths, got %+v", r.Calls)
+	}
+	for i, path := range []string{"wazero", "extism", "host"} {
+		checkFigure(r.Calls[i], path, 200)
+	}
+	// The extism call allocates (its export lookups, DESIGN §10), and the
+	// host's goes through it: a figure of 0 would mean nothing was counted.
+	for _, f := range r.Calls[1:] {
+		if f.AllocsPerOp < 1 || f.BytesPerOp < 1 {
+			t.Fatalf("%s: %v allocs/op, %v B/op: the heap was not measured", f.Path, f.AllocsPerOp, f.BytesPerOp)
+		}
+	}
+	w, e, h := r.Calls[0].NsPerOp, r.Calls[1].NsPerOp, r.Calls[2].NsPerOp
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"host/extism", r.HostOverExtism, h / e},
+		{"host/wazero", r.HostOverWazero, h / w},
+		{"extism/wazero", r.ExtismOverWazero, e / w},
+	} {
+		if c.got <= 0 || math.Abs(c.got-c.want) > 1e-9*c.want {
+			t.Fatalf("%s is %v, but the figures give %v", c.name, c.got, c.want)
+		}
+	}
+
+	if r.Start == nil {
+		t.Fatal("no Executor.Start figure")
+	}
+	checkFigure(*r.Start, "executor start", 20)
+
+	l := r.Load
+	if l.Plugin != "calculator" || l.WasmBytes <= 0 || len(l.CachedRunsMS) != 1 || l.CachedMS <= 0 || l.CachedMS != l.CachedRunsMS[0] {
+		t.Fatalf("load %+v: want one cached load of the calculator, its median its figure", l)
+	}
+	if l.UncachedMS != 0 || len(l.UncachedRunsMS) != 0 || l.UncachedOverCached != 0 {
+		t.Fatalf("load %+v: uncached figures with --uncached=false", l)
+	}
+}
+
+// TestBenchPluginTimesALoadWithAnEmptyCache checks the uncached load: a
+// full compile of a 3 MB plugin, about 4 s, but about 45 s under -race
+// (DESIGN §9), so it is opt-in: AGENTHOST_BENCH_UNCACHED=1.
+func TestBenchPluginTimesALoadWithAnEmptyCache(t *testing.T) {
+	if os.Getenv("AGENTHOST_BENCH_UNCACHED") == "" {
+		t.Skip("a full compile; set AGENTHOST_BENCH_UNCACHED=1 to run it")
+	}
+	out, err := runBench(t, benchPluginsDir(t), "plugin", "--calls", "1", "--warmup", "0", "--starts", "0", "--rounds", "1", "--loads", "1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, r := decodeBenchPlugin(t, out)
+	if !p.Uncached || r.Start != nil {
+		t.Fatalf("params %+v, start %+v: want uncached loads and no Executor.Start", p, r.Start)
+	}
+	l := r.Load
+	if len(l.UncachedRunsMS) != 1 || len(l.CachedRunsMS) != 1 || l.UncachedMS <= 0 || l.CachedMS <= 0 ||
+		l.UncachedMS != l.UncachedRunsMS[0] || l.CachedMS != l.CachedRunsMS[0] {
+		t.Fatalf("load %+v: want one uncached and one cached load, each its median", l)
+	}
+	if math.Abs(l.UncachedOverCached-l.UncachedMS/l.CachedMS) > 1e-9*l.UncachedOverCached {
+		t.Fatalf("uncached/cached is %v, but the figures give %v", l.UncachedOverCached, l.UncachedMS/l.CachedMS)
+	}
+}
+
+// TestBenchPluginWithoutThePluginsSaysHowToBuildThem runs the bench
+// against an empty --plugins directory.
+func TestBenchPluginWithoutThePluginsSaysHowToBuildThem(t *testing.T) {
+	_, err := runBench(t, t.TempDir(), "plugin", "--quiet")
+	if err == nil || !strings.Contains(err.Error(), "conformance/executor") || !strings.Contains(err.Error(), "make plugins") {
+		t.Fatalf("want an error naming the missing plugin and `make plugins`, got %v", err)
+	}
+}
