@@ -24,7 +24,6 @@ const (
 	benchCallPlugin  = "conformance/executor" // exports "empty", a no-op
 	benchStartPlugin = "calculator"           // the tool "calculate"
 	benchLoadPlugin  = "calculator"
-	benchTenant      = "bench"
 )
 
 // benchPluginParams are the parameters of a bench plugin run.
