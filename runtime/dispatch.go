@@ -320,7 +320,6 @@ func (rt *Runtime) settle(run loop.Run, e loop.Effect, key string, o loop.Outcom
 		return
 	}
 	rt.settled(key)
-	rt.stats.EffectsSettled.Add(1)
 }
 
 // pending records the handle of a pending attempt and registers a poll.

@@ -57,6 +57,7 @@ func (rt *Runtime) observeCommit(before, after loop.Run, batch []loop.Event) {
 	for _, ev := range batch {
 		switch {
 		case ev.Type == loop.EventEffectSettled && ev.Outcome != nil:
+			rt.stats.EffectsSettled.Add(1)
 			settled[ev.EffectID] = true
 			kind := abi.KindTool
 			if ref, err := loop.ParseEffectID(ev.EffectID); err == nil && ref.Kind == "model" {

@@ -56,6 +56,11 @@ func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
 	if err != nil || res.Run.Status != loop.StatusCompleted {
 		t.Fatalf("%v %s %+v %v", err, res.Kind, res.Run.Status, res.Err)
 	}
+	// The stats count every settlement before Execute hears of the end:
+	// read at once, they are whole.
+	if n := rt.Stats().EffectsSettled.Load(); n != 4 {
+		t.Errorf("Stats().EffectsSettled = %d when Execute returned, want 4", n)
+	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	if got := strings.Join(obs.statuses, " "); got != ">pending pending>running running>completed" {

@@ -134,7 +134,7 @@ type Stats struct {
 	DroppedOutcomes   atomic.Int64 // stale or repeated outcomes dropped
 	Boundaries        atomic.Int64 // sessions given up on lost ownership
 	ExecutorCalls     atomic.Int64
-	EffectsSettled    atomic.Int64
+	EffectsSettled    atomic.Int64 // settlements committed (a timeout's or a cancellation's included), counted before the Run's waiters hear of them
 	RunsCompleted     atomic.Int64
 	RunsFailed        atomic.Int64
 	RunsCancelled     atomic.Int64
