@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -18,7 +17,6 @@ import (
 	"github.com/agenthost/agenthost/badgerstore"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/loop"
 )
 
 // TestServeSurvivesKill9 is DESIGN §9's crash test with real processes:
@@ -205,105 +203,26 @@ tenants:
 		if err != nil {
 			t.Fatalf("events of %s: %v", id, err)
 		}
-		checkEventLog(t, id, evs)
-		dispatched := map[string]int{} // tool effect → highest attempt dispatched
-		settled := map[string]*loop.Outcome{}
-		for _, ev := range evs {
-			if ref, err := loop.ParseEffectID(ev.EffectID); err != nil || ref.Kind != "tool" {
-				continue
-			}
-			switch ev.Type {
-			case loop.EventEffectDispatched:
-				dispatched[ev.EffectID] = max(dispatched[ev.EffectID], ev.Attempt)
-			case loop.EventEffectSettled:
-				settled[ev.EffectID] = ev.Outcome
+		for _, v := range checkEventLog(id, evs) {
+			t.Error(v)
+		}
+		recs := effectRecords(evs)
+		for _, r := range recs {
+			if r.Kind == "tool" && r.Dispatched > 1 {
+				t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", r.ID, r.Dispatched)
 			}
 		}
-		for eff, attempts := range dispatched {
-			jobs++
-			if attempts > 1 {
-				t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", eff, attempts)
-			}
-			for a := 1; a <= attempts+1; a++ {
-				n := slowJobExecutions(t, store, eff, a)
-				switch {
-				case n > 1:
-					t.Errorf("%s#%d: the job ran %d times", eff, a, n)
-				case a > attempts && n != 0:
-					t.Errorf("%s#%d: a job ran for an attempt never dispatched", eff, a)
-				}
-				if o := settled[eff]; a == 1 && o != nil && o.State == loop.OutcomeDone && o.Tool != nil && strings.Contains(o.Tool.Content, "finished") && n != 1 {
-					t.Errorf("%s settled done (%s) but the plugin recorded %d executions of attempt 1, want 1", eff, o.Tool.Content, n)
-				}
-			}
+		n, violations, err := checkSlowJobs(ctx, store, "demo", "slow-job", recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs += n
+		for _, v := range violations {
+			t.Error(v)
 		}
 	}
 	if jobs < runs/2 {
 		t.Errorf("only %d slow jobs were dispatched for %d Runs: the test did not exercise the tool", jobs, runs)
 	}
 	t.Logf("%d slow jobs checked; the test took %s", jobs, time.Since(began).Round(time.Second))
-}
-
-// checkEventLog checks one Run's log: sequence numbers 1..n with no gap,
-// one terminal event and it last, and no effect attempt settled twice.
-func checkEventLog(t *testing.T, runID string, evs []loop.Event) {
-	t.Helper()
-	if len(evs) == 0 {
-		t.Errorf("run %s has no events", runID)
-		return
-	}
-	settled := map[string]int{}
-	for i, ev := range evs {
-		if ev.Seq != int64(i+1) {
-			t.Errorf("run %s: event %d has seq %d", runID, i+1, ev.Seq)
-		}
-		if ev.Terminal() && i != len(evs)-1 {
-			t.Errorf("run %s: terminal event %s at seq %d is not the last (%d)", runID, ev.Type, ev.Seq, len(evs))
-		}
-		if ev.Type == loop.EventEffectSettled {
-			k := fmt.Sprintf("%s#%d", ev.EffectID, ev.Attempt)
-			if settled[k]++; settled[k] > 1 {
-				t.Errorf("run %s: effect %s settled twice", runID, k)
-			}
-		}
-	}
-	if !evs[len(evs)-1].Terminal() {
-		t.Errorf("run %s: the last event is %s, not terminal", runID, evs[len(evs)-1].Type)
-	}
-}
-
-// slowJobExecutions reads how many times the slow-job plugin created the
-// job of an effect attempt, from its KV. The plugin writes the job's
-// record (which carries the count as "exec") first and the exec/… counter
-// second; a kill between the two leaves the counter behind until a
-// repeated start repairs it, and recovery reattaches (attach, poll)
-// without a start. So the count is the larger of the two.
-func slowJobExecutions(t *testing.T, store *badgerstore.Store, effect string, attempt int) int {
-	t.Helper()
-	ctx := context.Background()
-	get := func(key string) []byte {
-		v, err := store.KVGet(ctx, "demo", "slow-job", []byte(key))
-		if err != nil {
-			t.Fatalf("kv %s: %v", key, err)
-		}
-		return v
-	}
-	n := 0
-	if v := get(fmt.Sprintf("exec/%s#%d", effect, attempt)); v != nil {
-		c, err := strconv.Atoi(string(v))
-		if err != nil {
-			t.Fatalf("exec/%s#%d = %q: %v", effect, attempt, v, err)
-		}
-		n = c
-	}
-	if v := get(fmt.Sprintf("job/%s#%d", effect, attempt)); v != nil {
-		var rec struct {
-			Exec int `json:"exec"`
-		}
-		if err := json.Unmarshal(v, &rec); err != nil {
-			t.Fatalf("job/%s#%d = %q: %v", effect, attempt, v, err)
-		}
-		n = max(n, rec.Exec)
-	}
-	return n
 }
