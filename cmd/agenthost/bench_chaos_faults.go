@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// durRange is a flag that holds a range of durations, "3s-10s" (or one
+// duration, "5s"); draw picks one uniformly.
+type durRange struct{ lo, hi time.Duration }
+
+func (r *durRange) String() string {
+	if r.lo == r.hi {
+		return r.lo.String()
+	}
+	return r.lo.String() + "-" + r.hi.String()
+}
+
+func (r *durRange) Set(s string) error {
+	lo, hi, ok := strings.Cut(s, "-")
+	if !ok {
+		hi = lo
+	}
+	a, err := time.ParseDuration(strings.TrimSpace(lo))
+	if err != nil {
+		return fmt.Errorf("want a range of durations such as 3s-10s: %w", err)
+	}
+	b, err := time.ParseDuration(strings.TrimSpace(hi))
+	if err != nil {
+		return fmt.Errorf("want a range of durations such as 3s-10s: %w", err)
+	}
+	if a <= 0 || b < a {
+		return fmt.Errorf("want a range of positive durations, low first, such as 3s-10s; got %q", s)
+	}
+	r.lo, r.hi = a, b
+	return nil
+}
+
+func (r *durRange) Type() string { return "range" }
+
+func (r durRange) draw(rng *rand.Rand) time.Duration {
+	if r.hi == r.lo {
+		return r.lo
+	}
+	return r.lo + time.Duration(rng.Int64N(int64(r.hi-r.lo)+1))
+}
+
+// chaosServer is the `agenthost serve` child the chaos bench kills,
+// pauses and restarts on the same data dir; the clients ask it for the
+// current address. It is safe for concurrent use.
+type chaosServer struct {
+	bin, cfgPath, logPath string
+
+	mu  sync.Mutex
+	cur *childServer
+}
+
+// readyBound bounds a (re)start: the child's start, its recovery's first
+// pass and /readyz answering 200.
+const readyBound = 90 * time.Second
+
+// start starts a fresh child and waits until it is ready; it returns how
+// long that took.
+func (s *chaosServer) start() (time.Duration, error) {
+	began := time.Now()
+	p, err := startChildServer(s.bin, s.cfgPath, s.logPath, readyBound)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.cur = p
+	s.mu.Unlock()
+	if err := p.waitReady(readyBound); err != nil {
+		return 0, fmt.Errorf("%w\n%s", err, tailFile(s.logPath, 40))
+	}
+	return time.Since(began), nil
+}
+
+func (s *chaosServer) current() *childServer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// addr is the current child's address ("" before the first start).
+func (s *chaosServer) addr() string {
+	if p := s.current(); p != nil {
+		return p.addr
+	}
+	return ""
+}
+
+// kill SIGKILLs the current child, waits for it to exit, and starts a new
+// one on the same data dir; it returns how long the new one took to be
+// ready.
+func (s *chaosServer) kill() (time.Duration, error) {
+	s.current().kill()
+	return s.start()
+}
+
+// pause SIGSTOPs the current child for d, SIGCONTs it, and returns how
+// long after the SIGCONT /readyz answered 200 again, or an error if it
+// did not within bound.
+func (s *chaosServer) pause(d, bound time.Duration) (time.Duration, error) {
+	p := s.current()
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return 0, fmt.Errorf("SIGSTOP: %w", err)
+	}
+	time.Sleep(d) // the fault's input: how long the server is frozen
+	if err := p.signal(syscall.SIGCONT); err != nil {
+		return 0, fmt.Errorf("SIGCONT: %w", err)
+	}
+	resumed := time.Now()
+	if err := p.waitReady(bound); err != nil {
+		return 0, fmt.Errorf("after SIGCONT: %w", err)
+	}
+	return time.Since(resumed), nil
+}
