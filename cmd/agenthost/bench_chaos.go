@@ -186,24 +186,40 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 		workers.Add(1)
 		go func() { defer workers.Done(); clients.worker(i) }()
 	}
-	m := bf.startMeter(cmd, "chaos: runs acknowledged", 0, func() int64 { a, _ := clients.snapshot(); return int64(len(a)) })
+	// Progress is printed by this goroutine only (between faults, see
+	// wait), never by a meter's: cmd's stderr need not be safe for
+	// concurrent writes.
+	lastProgress := time.Now()
+	wait := func(d time.Duration) {
+		for d > 0 {
+			step := min(d, 5*time.Second)
+			time.Sleep(step) // the fault's input: when it falls
+			d -= step
+			if time.Since(lastProgress) < 5*time.Second {
+				continue
+			}
+			lastProgress = time.Now()
+			acked, _ := clients.snapshot()
+			bf.progressf(cmd, "chaos: %s runs submitted %d, acknowledged %d; kills %d, pauses %d",
+				time.Since(began).Round(time.Second), clients.submitted.get(), len(acked), res.Kills, res.Pauses)
+		}
+	}
 
 	var faultViolations []string
 	rng := rand.New(rand.NewPCG(o.seed, 0))
 	end := began.Add(o.duration)
 	lastKind := ""
 	for n := 1; ; n++ {
-		wait := o.faultEvery.draw(rng)
-		if time.Now().Add(wait).After(end) {
-			time.Sleep(time.Until(end)) // the rest of the chaos phase, with no fault
+		next := o.faultEvery.draw(rng)
+		if time.Now().Add(next).After(end) {
+			wait(time.Until(end)) // the rest of the chaos phase, with no fault
 			break
 		}
-		time.Sleep(wait) // the fault's input: when it falls
+		wait(next)
 		if p := srv.current(); p.exited() {
 			faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself before fault %d: %v", n, p.err))
 			keep = true
 			if _, err := srv.start(); err != nil {
-				m.Stop()
 				return fmt.Errorf("bench chaos: restarting the server: %w", err)
 			}
 		}
@@ -218,7 +234,6 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 			lastKind = "kill"
 			ready, err := srv.kill()
 			if err != nil {
-				m.Stop()
 				keep = true
 				return fmt.Errorf("bench chaos: seed %d: the server did not come back after SIGKILL %d: %w (work dir kept: %s)", o.seed, res.Kills+1, err, dir)
 			}
@@ -249,15 +264,13 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	if p := srv.current(); p.exited() {
 		faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself during the last phase: %v", p.err))
 		if _, err := srv.start(); err != nil {
-			m.Stop()
 			return fmt.Errorf("bench chaos: restarting the server: %w", err)
 		}
 	}
 	workers.Wait()
-	m.Stop()
 	acked, clientViolations := clients.snapshot()
 	bf.progressf(cmd, "chaos: faults stopped after %s; waiting for %d acknowledged Runs to end", time.Since(began).Round(time.Second), len(acked))
-	notEnded := chaosDrain(clients, acked, deadline)
+	notEnded := chaosDrain(clients, acked, deadline, func(format string, args ...any) { bf.progressf(cmd, format, args...) })
 	res.DrainS = time.Since(drainBegan).Seconds()
 	if len(notEnded) > 0 {
 		faultViolations = append(faultViolations, fmt.Sprintf("%d acknowledged Runs did not end within the drain's %s: %s", len(notEnded), o.drain, strings.Join(firstN(notEnded, 10), ", ")))
@@ -347,12 +360,17 @@ tenants:
 // chaosDrain waits until every acknowledged Run is terminal, approving
 // what waits for a person, until deadline; it returns the Runs that did
 // not end.
-func chaosDrain(c *chaosClients, acked []ackedRun, deadline time.Time) []string {
+func chaosDrain(c *chaosClients, acked []ackedRun, deadline time.Time, progressf func(string, ...any)) []string {
 	open := map[string]ackedRun{}
 	for _, r := range acked {
 		open[r.ID] = r
 	}
+	last := time.Now()
 	for len(open) > 0 && time.Now().Before(deadline) {
+		if time.Since(last) >= 5*time.Second {
+			progressf("chaos: draining: %d Runs not ended yet", len(open))
+			last = time.Now()
+		}
 		for id, r := range open {
 			if c.step(r, nil) {
 				delete(open, id)

@@ -111,7 +111,12 @@ const retryPause = 100 * time.Millisecond
 func (c *chaosClients) worker(id int) {
 	rng := rand.New(rand.NewPCG(c.seed, uint64(id)+1))
 	for n := 0; !c.stopping.Load(); n++ {
-		kind := chaosKinds[rng.IntN(len(chaosKinds))]
+		// Each worker starts with a different kind, so that even a short
+		// run has every kind; then the kinds are random.
+		kind := chaosKinds[(id+n)%len(chaosKinds)]
+		if n >= len(chaosKinds) {
+			kind = chaosKinds[rng.IntN(len(chaosKinds))]
+		}
 		tenant := c.tenants[rng.IntN(len(c.tenants))]
 		session := fmt.Sprintf("w%d-%d", id, n)
 		var runs []ackedRun
