@@ -55,7 +55,8 @@ func newBenchChaosCmd(bf *benchFlags) *cobra.Command {
 tenants whose Runs use the conformance plugins, and for --duration lets
 --concurrency clients submit Runs of every kind: instant tools, slow tools
 (slow_job, slow), failing tools (fail, flaky), tools that wait for an
-approval (the clients approve or deny them) and hostile ones (an endless
+approval (the clients approve or deny them), slow ones the clients cancel
+while in flight, and hostile ones (an endless
 loop, a memory bomb, a trap, huge or malformed output, a file read, HTTP to a
 host not allowed). Every --fault-every it either SIGKILLs the server and
 restarts it on the same data dir, or SIGSTOPs it for --pause and SIGCONTs
@@ -119,9 +120,10 @@ type chaosResult struct {
 	Acknowledged int                       `json:"acknowledged"`
 	Kinds        map[string]map[string]int `json:"runs_by_kind"` // kind → status (and "acknowledged") → Runs
 	ByStatus     map[string]int            `json:"runs_by_status"`
-	Retries      int64                     `json:"request_retries"`
+	Retries      int64                     `json:"submission_retries"`
 	ClientErrors int64                     `json:"client_errors"`
 	Approved     int64                     `json:"approved"`
+	Cancels      int64                     `json:"cancels"`
 	Denied       int64                     `json:"denied"`
 
 	Dispatched     int            `json:"attempts_dispatched"`
@@ -294,7 +296,7 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	res.Submitted = clients.submitted.get()
 	res.Acknowledged = len(acked)
 	res.Retries, res.ClientErrors = clients.retries.get(), clients.errors.get()
-	res.Approved, res.Denied = clients.approved.get(), clients.denied.get()
+	res.Approved, res.Denied, res.Cancels = clients.approved.get(), clients.denied.get(), clients.cancels.get()
 	res.Violations = append(res.Violations, faultViolations...)
 	res.Violations = append(res.Violations, clientViolations...)
 	res.Violations = append(res.Violations, chaosCheckStore(cmd.Context(), cfg.DataDir, acked, tenants, res)...)
@@ -372,7 +374,7 @@ func chaosDrain(c *chaosClients, acked []ackedRun, deadline time.Time, progressf
 			last = time.Now()
 		}
 		for id, r := range open {
-			if c.step(r, nil) {
+			if run, ok := c.step(r, nil); ok && run.Status.Terminal() {
 				delete(open, id)
 			}
 		}
@@ -515,10 +517,10 @@ func chaosReadLog(path string, res *chaosResult) []string {
 
 // chaosTables is the human-readable summary.
 func chaosTables(res *chaosResult) []table {
-	faults := table{Title: "Faults", Header: []string{"kills", "pauses", "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "request retries", "client errors"},
+	faults := table{Title: "Faults", Header: []string{"kills", "pauses", "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "submission retries", "client errors"},
 		Rows: [][]string{{strconv.Itoa(res.Kills), strconv.Itoa(res.Pauses), fmt.Sprintf("%.0f", res.MaxReadyMS), fmt.Sprintf("%.0f", res.MaxResumMS),
 			strconv.FormatInt(res.Retries, 10), strconv.FormatInt(res.ClientErrors, 10)}},
-		Notes: []string{fmt.Sprintf("seed %d; %.0f s in all, of which %.0f s draining; approvals answered: %d yes, %d no", res.Seed, res.ElapsedS, res.DrainS, res.Approved, res.Denied)}}
+		Notes: []string{fmt.Sprintf("seed %d; %.0f s in all, of which %.0f s draining; approvals answered: %d yes, %d no; cancellations asked: %d", res.Seed, res.ElapsedS, res.DrainS, res.Approved, res.Denied, res.Cancels)}}
 	statuses := []string{"completed", "failed", "cancelled", "pending", "running", "waiting"}
 	runs := table{Title: "Runs", Header: append([]string{"kind", "acknowledged"}, statuses...)}
 	for _, k := range append(append([]string(nil), chaosKinds...), "total") {

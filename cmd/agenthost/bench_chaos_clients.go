@@ -18,7 +18,7 @@ import (
 
 // chaosKinds are the kinds of Run the clients submit, in the summary's
 // order.
-var chaosKinds = []string{"instant", "slow_job", "slow", "failing", "approval", "hostile", "queued"}
+var chaosKinds = []string{"instant", "slow_job", "slow", "failing", "approval", "hostile", "queued", "cancel"}
 
 // hostileTools are the misbehaviours of the hostile plugin the clients
 // call; each must fail cleanly and leave the server serving.
@@ -48,6 +48,9 @@ func chaosScripts(kind string, rng *rand.Rand) []string {
 			args = `{"url":"http://example.com/"}`
 		}
 		return []string{fmt.Sprintf(`call:%s(%s)|answer:$results`, tool, args)}
+	case "cancel":
+		// The client cancels it while the tools are in flight (follow).
+		return []string{`call:slow_job({"seconds":4,"label":"doomed"}),slow({"text":"doomed"})|answer:$results`}
 	case "queued":
 		// The second Run waits in the session until the first ends; its
 		// model sees the first in its history and answers at once.
@@ -75,9 +78,9 @@ type chaosClients struct {
 	acked      []ackedRun
 	violations []string
 
-	submitted, retries, errors, approved, denied counter
-	stopping                                     atomic.Bool  // the chaos phase is over: start nothing new
-	giveUp                                       atomic.Int64 // unix nanos after which a submission stops retrying
+	submitted, retries, errors, approved, denied, cancels counter
+	stopping                                              atomic.Bool  // the chaos phase is over: start nothing new
+	giveUp                                                atomic.Int64 // unix nanos after which a submission stops retrying
 }
 
 type chaosTenant struct{ ID, Token string }
@@ -176,30 +179,55 @@ func (c *chaosClients) submit(t chaosTenant, session, kind, key, input string) (
 // the drain takes over from there.
 func (c *chaosClients) follow(r ackedRun, rng *rand.Rand, bound time.Duration) {
 	deadline := time.Now().Add(bound)
+	cancelled := false
 	for !c.stopping.Load() && time.Now().Before(deadline) {
-		if c.step(r, rng) {
+		run, ok := c.step(r, rng)
+		if ok && run.Status.Terminal() {
 			return
+		}
+		if ok && r.Kind == "cancel" && !cancelled && run.Waiting != nil && len(run.Waiting.Pending) > 0 {
+			cancelled = c.cancel(r)
 		}
 		time.Sleep(150 * time.Millisecond) // the poll's cadence, bounded by deadline
 	}
 }
 
-// step looks at a Run once and answers its approvals; it reports whether
-// the Run is terminal.
-func (c *chaosClients) step(r ackedRun, rng *rand.Rand) bool {
+// cancel asks for a Run's cancellation once; it reports whether the
+// server answered (202, or 409 when the Run had ended: either way there
+// is nothing more to ask). A request a fault cut off is asked again at
+// the next look.
+func (c *chaosClients) cancel(r ackedRun) bool {
+	code, raw, err := c.do(r.Token, "POST", "/v1/runs/"+r.ID+"/cancel", map[string]any{"reason": "chaos cancels it"}, nil, nil)
+	switch {
+	case err != nil:
+		c.errors.Add(1)
+		return false
+	case code == http.StatusAccepted:
+		c.cancels.Add(1)
+		return true
+	case code == http.StatusConflict:
+		return true
+	case code == http.StatusServiceUnavailable:
+		return false
+	}
+	c.violation("cancel of run %s/%s answered %d: %s", r.Tenant, r.ID, code, truncateBytes(raw, 200))
+	return true
+}
+
+// step looks at a Run once and answers its approvals (each yes or no at
+// random; all yes when rng is nil). It returns the Run as it saw it, and
+// false if it could not see it.
+func (c *chaosClients) step(r ackedRun, rng *rand.Rand) (httpapi.RunJSON, bool) {
 	var run httpapi.RunJSON
 	code, _, err := c.do(r.Token, "GET", "/v1/runs/"+r.ID, nil, nil, &run)
 	if err != nil || code != http.StatusOK {
 		if err != nil {
 			c.errors.Add(1)
 		}
-		return false
+		return run, false
 	}
-	if run.Status.Terminal() {
-		return true
-	}
-	if run.Waiting == nil || len(run.Waiting.Approvals) == 0 {
-		return false
+	if run.Status.Terminal() || run.Waiting == nil || len(run.Waiting.Approvals) == 0 {
+		return run, true
 	}
 	var decisions []map[string]any
 	for _, a := range run.Waiting.Approvals {
@@ -215,7 +243,7 @@ func (c *chaosClients) step(r ackedRun, rng *rand.Rand) bool {
 	code, _, err = c.do(r.Token, "POST", "/v1/runs/"+r.ID+"/input", map[string]any{"approvals": decisions}, nil, nil)
 	if err != nil {
 		c.errors.Add(1)
-		return false
+		return run, true
 	}
 	if code == http.StatusOK {
 		for _, d := range decisions {
@@ -226,7 +254,7 @@ func (c *chaosClients) step(r ackedRun, rng *rand.Rand) bool {
 			}
 		}
 	}
-	return false
+	return run, true
 }
 
 func (c *chaosClients) snapshot() ([]ackedRun, []string) {
