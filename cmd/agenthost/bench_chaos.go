@@ -122,6 +122,7 @@ type chaosResult struct {
 	ByStatus     map[string]int            `json:"runs_by_status"`
 	Retries      int64                     `json:"submission_retries"`
 	ClientErrors int64                     `json:"client_errors"`
+	PauseErrors  int64                     `json:"client_errors_during_pauses"`
 	Approved     int64                     `json:"approved"`
 	Cancels      int64                     `json:"cancels"`
 	Denied       int64                     `json:"denied"`
@@ -183,6 +184,14 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	res := &chaosResult{Seed: o.seed, Kinds: map[string]map[string]int{}, ByStatus: map[string]int{},
 		EffectsSettled: map[string]int{}, Recovery: map[string]int{}}
 	clients := newChaosClients(srv, tenants, o.seed, o.timeout)
+	defer func() {
+		// On an early return: stop the clients' retries and the child.
+		clients.stopping.Store(true)
+		clients.giveUp.Store(1)
+		if p := srv.current(); !p.exited() {
+			p.kill()
+		}
+	}()
 	var workers sync.WaitGroup
 	for i := 0; i < o.concurrency; i++ {
 		workers.Add(1)
@@ -220,7 +229,6 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 		wait(next)
 		if p := srv.current(); p.exited() {
 			faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself before fault %d: %v", n, p.err))
-			keep = true
 			if _, err := srv.start(); err != nil {
 				return fmt.Errorf("bench chaos: restarting the server: %w", err)
 			}
@@ -245,7 +253,10 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 		} else {
 			lastKind = "pause"
 			d := o.pause.draw(rng)
+			errorsBefore := clients.errors.get()
 			answered, err := srv.pause(d, o.resumeBound)
+			cutOff := clients.errors.get() - errorsBefore
+			res.PauseErrors += cutOff
 			res.Pauses++
 			if err != nil {
 				faultViolations = append(faultViolations, fmt.Sprintf("pause %d: the server did not answer within %s of SIGCONT: %v", res.Pauses, o.resumeBound, err))
@@ -253,7 +264,7 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 				continue
 			}
 			res.MaxResumMS = max(res.MaxResumMS, msf(answered))
-			bf.progressf(cmd, "chaos: %s pause %d: SIGSTOP for %s, ready %s after SIGCONT", at, res.Pauses, d.Round(time.Millisecond), answered.Round(time.Millisecond))
+			bf.progressf(cmd, "chaos: %s pause %d: SIGSTOP for %s (%d requests cut off), ready %s after SIGCONT", at, res.Pauses, d.Round(time.Millisecond), cutOff, answered.Round(time.Millisecond))
 		}
 	}
 
@@ -517,9 +528,9 @@ func chaosReadLog(path string, res *chaosResult) []string {
 
 // chaosTables is the human-readable summary.
 func chaosTables(res *chaosResult) []table {
-	faults := table{Title: "Faults", Header: []string{"kills", "pauses", "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "submission retries", "client errors"},
+	faults := table{Title: "Faults", Header: []string{"kills", "pauses", "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "submission retries", "client errors", "of which during pauses"},
 		Rows: [][]string{{strconv.Itoa(res.Kills), strconv.Itoa(res.Pauses), fmt.Sprintf("%.0f", res.MaxReadyMS), fmt.Sprintf("%.0f", res.MaxResumMS),
-			strconv.FormatInt(res.Retries, 10), strconv.FormatInt(res.ClientErrors, 10)}},
+			strconv.FormatInt(res.Retries, 10), strconv.FormatInt(res.ClientErrors, 10), strconv.FormatInt(res.PauseErrors, 10)}},
 		Notes: []string{fmt.Sprintf("seed %d; %.0f s in all, of which %.0f s draining; approvals answered: %d yes, %d no; cancellations asked: %d", res.Seed, res.ElapsedS, res.DrainS, res.Approved, res.Denied, res.Cancels)}}
 	statuses := []string{"completed", "failed", "cancelled", "pending", "running", "waiting"}
 	runs := table{Title: "Runs", Header: append([]string{"kind", "acknowledged"}, statuses...)}

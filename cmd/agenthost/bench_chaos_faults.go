@@ -75,6 +75,7 @@ func (s *chaosServer) start() (time.Duration, error) {
 	s.cur = p
 	s.mu.Unlock()
 	if err := p.waitReady(readyBound); err != nil {
+		p.kill()
 		return 0, fmt.Errorf("%w\n%s", err, tailFile(s.logPath, 40))
 	}
 	return time.Since(began), nil
