@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
 )
 
 // TestChaosShort is the short chaos run of DESIGN §9: `agenthost bench
@@ -63,5 +67,70 @@ func TestChaosShort(t *testing.T) {
 	}
 	if r.Acknowledged == 0 || r.ByStatus["completed"] == 0 {
 		t.Errorf("seed %d: %d Runs acknowledged, by status %v: the clients did no work", r.Seed, r.Acknowledged, r.ByStatus)
+	}
+}
+
+// TestChaosChecks shows that the invariant checks the chaos bench (and
+// TestServeSurvivesKill9) rely on see the faults they are for: a run of
+// zero violations means something only if a broken log yields some.
+func TestChaosChecks(t *testing.T) {
+	const run = "run_chk"
+	spec := &loop.Spec{ID: run, ModelPolicy: loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 2},
+		Tools: []loop.ToolSpec{{Name: "flaky", Policy: loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 3}}, {Name: "echo", Policy: loop.Policy{Mode: loop.PolicyFail}}}}
+	m1, t0, t1 := loop.ModelEffectID(run, 1), loop.ToolEffectID(run, 1, 0), loop.ToolEffectID(run, 1, 1)
+	calls := &loop.Outcome{State: loop.OutcomeDone, Model: &abi.ModelOutcome{Message: abi.Message{Role: abi.MessageAssistant,
+		ToolCalls: []abi.ToolCall{{ID: "c1", Name: "flaky"}, {ID: "c2", Name: "echo"}}}}}
+	done := &loop.Outcome{State: loop.OutcomeDone, Tool: &abi.ToolOutcome{Content: "ok"}}
+	ev := func(typ loop.EventType, effect string, attempt int, o *loop.Outcome) loop.Event {
+		return loop.Event{Type: typ, EffectID: effect, Attempt: attempt, Outcome: o}
+	}
+	// good is a Run whose flaky call needed its three attempts.
+	good := []loop.Event{
+		{Type: loop.EventRunCreated, Spec: spec},
+		ev(loop.EventEffectDispatched, m1, 1, nil), ev(loop.EventEffectSettled, m1, 1, calls),
+		ev(loop.EventEffectDispatched, t0, 1, nil), ev(loop.EventEffectDispatched, t1, 1, nil),
+		ev(loop.EventEffectSettled, t1, 1, done),
+		ev(loop.EventEffectDispatched, t0, 2, nil), ev(loop.EventEffectDispatched, t0, 3, nil),
+		ev(loop.EventEffectSettled, t0, 3, done),
+		{Type: loop.EventRunCompleted},
+	}
+	numbered := func(evs []loop.Event) []loop.Event {
+		out := append([]loop.Event(nil), evs...)
+		for i := range out {
+			out[i].Seq = int64(i + 1)
+		}
+		return out
+	}
+	check := func(evs []loop.Event) []string {
+		out := checkEventLog(run, evs)
+		return append(out, checkPolicies(run, spec, effectRecords(evs))...)
+	}
+	insert := func(at int, extra ...loop.Event) []loop.Event {
+		out := append(append(append([]loop.Event(nil), good[:at]...), extra...), good[at:]...)
+		return numbered(out)
+	}
+	for _, c := range []struct {
+		name string
+		evs  []loop.Event
+		want string // a fragment of the one violation; "" for none
+	}{
+		{"a log within its policies passes", numbered(good), ""},
+		{"an attempt settled twice is caught", insert(6, ev(loop.EventEffectSettled, t1, 1, done)), "settled twice"},
+		{"a fail-policy tool dispatched twice is caught", insert(6, ev(loop.EventEffectDispatched, t1, 2, nil)), "allows 1"},
+		{"a retry beyond max_attempts is caught", insert(9, ev(loop.EventEffectDispatched, t0, 4, nil)), "allows 3"},
+		{"a model step beyond its policy is caught", insert(3, ev(loop.EventEffectDispatched, m1, 3, nil)), "allows 2"},
+		{"a gap in the sequence is caught", append(numbered(good[:4]), numbered(good)[5:]...), "has seq"},
+		{"a log that does not end terminal is caught", numbered(good[:len(good)-1]), "not terminal"},
+		{"an event after the terminal one is caught", numbered(append(append([]loop.Event(nil), good...), ev(loop.EventEffectDispatched, t1, 1, nil))), "is not the last"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := check(c.evs)
+			switch {
+			case c.want == "" && len(got) > 0:
+				t.Errorf("violations %q, want none", got)
+			case c.want != "" && (len(got) == 0 || !strings.Contains(strings.Join(got, "\n"), c.want)):
+				t.Errorf("violations %q, want one with %q", got, c.want)
+			}
+		})
 	}
 }
