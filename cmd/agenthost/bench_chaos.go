@@ -56,7 +56,8 @@ tenants whose Runs use the conformance plugins, and for --duration lets
 --concurrency clients submit Runs of every kind: instant tools, slow tools
 (slow_job, slow), failing tools (fail, flaky), tools that wait for an
 approval (the clients approve or deny them), slow ones the clients cancel
-while in flight, and hostile ones (an endless
+while in flight, one that loses its work (its policy fails the Run), and
+hostile ones (an endless
 loop, a memory bomb, a trap, huge or malformed output, a file read, HTTP to a
 host not allowed). Every --fault-every it either SIGKILLs the server and
 restarts it on the same data dir, or SIGSTOPs it for --pause and SIGCONTs
@@ -338,8 +339,8 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 
 // chaosConfig is the child server's config: the conformance builder and
 // model, the scripted, hostile and slow-job executors, and tenants with
-// one token each, an approval-gated tool (wire) and retry policies on
-// the tools that can be retried.
+// one token each, an approval-gated tool (wire), retry policies on the
+// tools that can be retried, and fail_run on the one that loses its work.
 func chaosConfig(plugins map[string]string, cache string, tenants []chaosTenant) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `data_dir: data
@@ -365,6 +366,7 @@ tenants:
       wire: {approval: always}
       flaky: {policy: {mode: retry, max_attempts: 3, backoff: 100ms, max_backoff: 500ms}}
       slow: {policy: {mode: retry, max_attempts: 3, backoff: 100ms, max_backoff: 500ms}}
+      lost: {policy: {mode: fail_run}}
 `, t.ID, httpapi.HashToken(t.Token))
 	}
 	return b.String()

@@ -18,7 +18,7 @@ import (
 
 // chaosKinds are the kinds of Run the clients submit, in the summary's
 // order.
-var chaosKinds = []string{"instant", "slow_job", "slow", "failing", "approval", "hostile", "queued", "cancel"}
+var chaosKinds = []string{"instant", "slow_job", "slow", "failing", "approval", "hostile", "queued", "cancel", "lost"}
 
 // hostileTools are the misbehaviours of the hostile plugin the clients
 // call; each must fail cleanly and leave the server serving.
@@ -51,6 +51,10 @@ func chaosScripts(kind string, rng *rand.Rand) []string {
 	case "cancel":
 		// The client cancels it while the tools are in flight (follow).
 		return []string{`call:slow_job({"seconds":4,"label":"doomed"}),slow({"text":"doomed"})|answer:$results`}
+	case "lost":
+		// The lost tool answers pending, then unknown: its policy
+		// (fail_run in chaosConfig) fails the Run.
+		return []string{`call:lost({}),echo({"text":"bystander"})|answer:$results`}
 	case "queued":
 		// The second Run waits in the session until the first ends; its
 		// model sees the first in its history and answers at once.
