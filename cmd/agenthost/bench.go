@@ -29,6 +29,8 @@ type benchFlags struct {
 	bin      string
 	cpuprof  string
 	stopProf func()
+	progMu   sync.Mutex
+	prog     *progressWriter
 }
 
 func newBenchCmd() *cobra.Command {
@@ -57,7 +59,7 @@ gives the figures and the commands that produced them.`,
 	pf := cmd.PersistentFlags()
 	pf.BoolVar(&bf.json, "json", false, "print the result as JSON on stdout instead of a table")
 	pf.BoolVarP(&bf.quiet, "quiet", "q", false, "print no progress on stderr")
-	pf.StringVar(&bf.plugins, "plugins", "build/plugins", "the directory `make plugins` builds the plugins into")
+	pf.StringVar(&bf.plugins, "plugins", "build/plugins", "the `DIR` that make plugins builds the plugins into")
 	pf.StringVar(&bf.cacheDir, "cache-dir", ".cache/wazero", "the wazero compilation cache (\"\" for none: every plugin is compiled afresh)")
 	pf.StringVar(&bf.workDir, "work-dir", "", "where the temporary stores go (default: the system's temp dir)")
 	pf.StringVar(&bf.bin, "agenthost-bin", "", "the agenthost binary child processes run (default: this one)")
@@ -180,7 +182,30 @@ func (bf *benchFlags) progressf(cmd *cobra.Command, format string, args ...any) 
 	if bf.quiet {
 		return
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "bench: "+format+"\n", args...)
+	bf.progress(cmd).printf("bench: "+format+"\n", args...)
+}
+
+// progressWriter serializes the progress lines of a bench's goroutines
+// (its meters and its main line) on one writer.
+type progressWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (p *progressWriter) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, format, args...)
+}
+
+// progress returns the command's progress writer, made on first use.
+func (bf *benchFlags) progress(cmd *cobra.Command) *progressWriter {
+	bf.progMu.Lock()
+	defer bf.progMu.Unlock()
+	if bf.prog == nil {
+		bf.prog = &progressWriter{w: cmd.ErrOrStderr()}
+	}
+	return bf.prog
 }
 
 // meter prints count's progress toward total once a second on stderr
@@ -195,7 +220,7 @@ func (bf *benchFlags) startMeter(cmd *cobra.Command, label string, total int64, 
 	if bf.quiet {
 		return m
 	}
-	w := cmd.ErrOrStderr()
+	w := bf.progress(cmd)
 	m.done.Add(1)
 	go func() {
 		defer m.done.Done()
@@ -210,9 +235,9 @@ func (bf *benchFlags) startMeter(cmd *cobra.Command, label string, total int64, 
 				n := count()
 				rate := float64(n) / time.Since(start).Seconds()
 				if total > 0 {
-					fmt.Fprintf(w, "bench: %s %d/%d (%.0f/s)\n", label, n, total, rate)
+					w.printf("bench: %s %d/%d (%.0f/s)\n", label, n, total, rate)
 				} else {
-					fmt.Fprintf(w, "bench: %s %d (%.0f/s)\n", label, n, rate)
+					w.printf("bench: %s %d (%.0f/s)\n", label, n, rate)
 				}
 			}
 		}
