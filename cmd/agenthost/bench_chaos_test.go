@@ -25,7 +25,7 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos run takes a minute")
 	}
-	t.Parallel() // it waits on a child process most of the time
+	t.Parallel()                 // it waits on a child process most of the time
 	duration := 60 * time.Second // of faults; plus start, drain and checks
 	if s := os.Getenv("AGENTHOST_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
