@@ -347,6 +347,9 @@ func chaosConfig(plugins map[string]string, cache string, tenants []chaosTenant)
 sync_writes: true
 cache_dir: %q
 retention: 0
+# Scans often enough that the watchdog sees each incarnation's Runs (a
+# stuck one is reported after two scans): its count must stay 0.
+watchdog_interval: 1s
 log: {format: text, level: info}
 plugins:
   builder: {path: %q, role: builder}

@@ -45,6 +45,9 @@ type Config struct {
 	// RetentionInterval is the time between the retention passes of
 	// `agenthost serve` (the first runs at start).
 	RetentionInterval time.Duration
+	// WatchdogInterval is the time between the watchdog's scans for stuck
+	// Runs; a Run is reported when two scans in a row find it stuck.
+	WatchdogInterval time.Duration
 	// Listen is the HTTP address of `agenthost serve`.
 	Listen string
 	Log    Log
@@ -140,9 +143,11 @@ var (
 	DefaultListen   = "127.0.0.1:8080"
 	// DefaultRetentionInterval is the time between retention passes.
 	DefaultRetentionInterval = time.Hour
-	DefaultLogFormat         = "text"
-	DefaultLogLevel          = "info"
-	DefaultHistoryRuns       = 20
+	// DefaultWatchdogInterval is the time between watchdog scans.
+	DefaultWatchdogInterval = 30 * time.Second
+	DefaultLogFormat        = "text"
+	DefaultLogLevel         = "info"
+	DefaultHistoryRuns      = 20
 )
 
 // ToolPolicy returns the policy of tool under tenant t, given whether the

@@ -72,7 +72,8 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.SyncWrites || cfg.Log.Level != "info" || cfg.Log.Format != "text" || cfg.Listen != DefaultListen {
+	if !cfg.SyncWrites || cfg.Log.Level != "info" || cfg.Log.Format != "text" || cfg.Listen != DefaultListen ||
+		cfg.WatchdogInterval != 30*time.Second {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	if cfg.DataDir != filepath.Join(cfg.Dir, "data") {
@@ -96,6 +97,7 @@ data_dir: 42
 sync_writes: "perhaps"
 retention: forever
 retention_interval: often
+watchdog_interval: -3s
 colour: blue
 log: {level: loud}
 plugins:
@@ -117,6 +119,7 @@ tenants:
 		"sync_writes: want true or false",
 		"retention: \"forever\" is not a duration",
 		"retention_interval: \"often\" is not a duration",
+		"watchdog_interval: \"-3s\" is not a duration",
 		"colour: unknown key",
 		"log.level: \"loud\" is not one of debug, info, warn, error",
 		"plugins.b.memory_pages: 70000 is out of range",

@@ -34,7 +34,7 @@ func (e *Error) Error() string {
 // a free map of strings.
 var (
 	topKeys = []string{
-		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "listen",
+		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "watchdog_interval", "listen",
 		"log.format", "log.level", "max_instance_memory",
 	}
 	pluginKeys = []string{
@@ -158,6 +158,10 @@ func (d *decoder) decode(all map[string]any) *Config {
 	c.RetentionInterval = d.duration(all, "retention_interval", DefaultRetentionInterval)
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = DefaultRetentionInterval
+	}
+	c.WatchdogInterval = d.duration(all, "watchdog_interval", DefaultWatchdogInterval)
+	if c.WatchdogInterval == 0 {
+		c.WatchdogInterval = DefaultWatchdogInterval
 	}
 	c.Listen = d.str(all, "listen", DefaultListen)
 	c.Log.Format = d.oneOf(all, "log.format", DefaultLogFormat, "text", "json")
