@@ -79,6 +79,9 @@ type recoveryResult struct {
 	// once (its own exec count in its KV). Both must be 0.
 	DoubleSettlements int `json:"double_settlements"`
 	JobsRerun         int `json:"jobs_rerun"`
+	// JobsFailed counts slow jobs whose settlement is not the job's
+	// finished result (a failure or a tool error): must be 0.
+	JobsFailed int `json:"jobs_failed"`
 	// Problems lists what the checks found wrong (empty when OK).
 	Problems []string `json:"problems,omitempty"`
 	OK       bool     `json:"ok"`
@@ -120,6 +123,7 @@ twice, and the slow-job plugin must have run no job twice.`,
 	f.IntVar(&p.Runs, "runs", 1000, "Runs in flight at the kill (the figure docs/BENCHMARKS.md quotes is 10000)")
 	f.IntVar(&p.Concurrency, "concurrency", 128, "Runs the child submits at once")
 	f.IntVar(&p.JobSeconds, "job-seconds", 1, "how long each slow job runs, in seconds (whole)")
+	f.BoolVar(&p.SyncWrites, "sync-writes", true, "the store's sync_writes (false: commits are not fsynced, as a crash test would lose them)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up when the child or the recovery takes longer than this")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process from the open until every Run is terminal to `FILE` (go tool pprof)")
 	return cmd
@@ -197,8 +201,8 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 		Notes: []string{
 			fmt.Sprintf("child: %d Runs in flight in %.0f ms (concurrency %d), then SIGKILL", p.Runs, res.SubmitMS, p.Concurrency),
 			fmt.Sprintf("sessions taken over %d; decisions %s", res.SessionsTaken, formatDecisions(res.Decisions)),
-			fmt.Sprintf("Runs completed %d, failed %d, cancelled %d, not terminal %d; effects settled twice %d; jobs run twice %d",
-				res.Completed, res.Failed, res.Cancelled, res.NotTerminal, res.DoubleSettlements, res.JobsRerun),
+			fmt.Sprintf("Runs completed %d, failed %d, cancelled %d, not terminal %d; effects settled twice %d; jobs run twice %d; jobs not finished %d",
+				res.Completed, res.Failed, res.Cancelled, res.NotTerminal, res.DoubleSettlements, res.JobsRerun, res.JobsFailed),
 		},
 	}
 	if err := bf.emit(cmd.OutOrStdout(), out, tbl); err != nil {
@@ -427,6 +431,12 @@ func checkRecovered(ctx context.Context, store runtime.Store, n int, res *recove
 				if settled[k]++; settled[k] == 2 {
 					res.DoubleSettlements++
 				}
+				if ref, err := loop.ParseEffectID(ev.EffectID); err == nil && ref.Kind == "tool" && !jobFinished(ev.Outcome) {
+					res.JobsFailed++
+					if res.JobsFailed == 1 {
+						res.Problems = append(res.Problems, fmt.Sprintf("slow job %s did not finish: %s", k, describeOutcome(ev.Outcome)))
+					}
+				}
 			case loop.EventEffectDispatched:
 				if ref, err := loop.ParseEffectID(ev.EffectID); err != nil || ref.Kind != "tool" {
 					continue
@@ -440,6 +450,9 @@ func checkRecovered(ctx context.Context, store runtime.Store, n int, res *recove
 				}
 			}
 		}
+	}
+	if res.JobsFailed > 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d slow jobs did not finish", res.JobsFailed))
 	}
 	if res.DoubleSettlements > 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d effect attempts settled twice", res.DoubleSettlements))
@@ -489,9 +502,10 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 		// Never closed: the process is killed.
 		logw = f
 	}
+	var held counter
 	w := wiring{Executor: func(plugin string, ex runtime.Executor) runtime.Executor {
 		if plugin == recoveryJobTool {
-			return heldPolls{ex}
+			return heldPolls{Executor: ex, polls: &held}
 		}
 		return ex
 	}}
@@ -516,7 +530,7 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 			for i := range next {
 				res, err := sys.runtime.Execute(ctx, runtime.Request{Tenant: recoveryTenant, Session: fmt.Sprintf("s%06d", i), Input: input})
 				if err == nil && (res.Kind != runtime.ResultWaiting || res.Waiting == nil || len(res.Waiting.Pending) != 1) {
-					err = fmt.Errorf("run %s ended %s (%v), not waiting on its one slow job", res.Run.ID, res.Kind, res.Err)
+					err = fmt.Errorf("run %s ended %s (status %s, failure %+v, %v), not waiting on its one slow job", res.Run.ID, res.Kind, res.Run.Status, res.Run.Failure, res.Err)
 				}
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })
@@ -535,6 +549,9 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 	if firstErr != nil {
 		return fmt.Errorf("bench: recovery-child: %w", firstErr)
 	}
+	if n := held.get(); n > 0 {
+		bf.progressf(cmd, "recovery: child: the runtime polled pending jobs %d times before their poll_after of %s (answered pending, not passed to the plugin)", n, recoveryHold)
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %d %.1f\n", recoveryReady, p.Runs, msf(time.Since(start)))
 	// Wait for the SIGKILL. Should the parent go away instead, stdin
 	// closes: exit as abruptly as the kill would have.
@@ -543,10 +560,14 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 	return nil
 }
 
-// heldPolls wraps the slow-job executor of the child so that its pending
-// jobs are next polled only after recoveryHold: no job settles before the
-// kill, and every one is left to recovery.
-type heldPolls struct{ runtime.Executor }
+// heldPolls wraps the slow-job executor of the child so that no job
+// settles before the kill and every one is left to recovery: a pending
+// job is next polled only after recoveryHold, and a poll made all the same
+// does not reach the plugin (it answers pending, and is counted).
+type heldPolls struct {
+	runtime.Executor
+	polls *counter
+}
 
 func (h heldPolls) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
 	r, err := h.Executor.Start(ctx, c)
@@ -556,10 +577,25 @@ func (h heldPolls) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectR
 	return r, err
 }
 
-func (h heldPolls) Poll(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
-	r, err := h.Executor.Poll(ctx, c)
-	if err == nil && r.State == abi.StatePending {
-		r.PollAfterMS = recoveryHold.Milliseconds()
+func (h heldPolls) Poll(_ context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	h.polls.Add(1)
+	return abi.EffectReply{State: abi.StatePending, Handle: c.Input.Handle, PollAfterMS: recoveryHold.Milliseconds()}, nil
+}
+
+// jobFinished reports whether a slow job's settlement is its finished
+// result.
+func jobFinished(o *loop.Outcome) bool {
+	return o != nil && o.State == loop.OutcomeDone && o.Tool != nil && !o.Tool.IsError
+}
+
+func describeOutcome(o *loop.Outcome) string {
+	switch {
+	case o == nil:
+		return "no outcome"
+	case o.Error != nil:
+		return fmt.Sprintf("%s: %+v", o.State, *o.Error)
+	case o.Tool != nil:
+		return fmt.Sprintf("%s: %s", o.State, o.Tool.Content)
 	}
-	return r, err
+	return string(o.State)
 }
