@@ -177,12 +177,11 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 		if err := pprof.StartCPUProfile(pf); err != nil {
 			return fmt.Errorf("bench: recovery: --cpuprofile: %w", err)
 		}
+		// Stopped at the latest here; measureRecovery stops it as soon as
+		// every Run is terminal, before its checks.
 		defer pprof.StopCPUProfile()
 	}
 	res, err := measureRecovery(cmd, bf, cfg, logf, p.Runs, timeout)
-	if cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, tailFile(logf.Name(), 20))
 	}
@@ -362,7 +361,10 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 		}
 	}
 	m.Stop()
-	if ready == 0 { // the last Run ended before the poll saw Ready
+	// --cpuprofile covers the recovery, not the checks.
+	pprof.StopCPUProfile()
+	// The last Run may have ended before a poll saw Ready.
+	if ready == 0 {
 		ready = terminalAt
 	}
 	if decidedAt == 0 {
