@@ -68,6 +68,10 @@ type recoveryResult struct {
 	// RunsPerSec is Runs recovered to terminal per second (Runs/TerminalMS).
 	RunsPerSec float64 `json:"runs_per_sec"`
 
+	// Commits and ExecutorCalls are the new incarnation's store commits
+	// and plugin calls until every Run was terminal.
+	Commits       int64            `json:"commits"`
+	ExecutorCalls int64            `json:"executor_calls"`
 	SessionsTaken int64            `json:"sessions_taken"`
 	Decisions     map[string]int64 `json:"decisions"`
 	Completed     int              `json:"completed"`
@@ -200,6 +204,8 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 		Notes: []string{
 			fmt.Sprintf("child: %d Runs in flight in %.0f ms (concurrency %d), then SIGKILL", p.Runs, res.SubmitMS, p.Concurrency),
 			fmt.Sprintf("sessions taken over %d; decisions %s", res.SessionsTaken, formatDecisions(res.Decisions)),
+			fmt.Sprintf("commits %d (%.1f a Run), executor calls %d (%.1f a Run)", res.Commits, float64(res.Commits)/float64(p.Runs),
+				res.ExecutorCalls, float64(res.ExecutorCalls)/float64(p.Runs)),
 			fmt.Sprintf("Runs completed %d, failed %d, cancelled %d, not terminal %d; effects settled twice %d; jobs run twice %d; jobs not finished %d",
 				res.Completed, res.Failed, res.Cancelled, res.NotTerminal, res.DoubleSettlements, res.JobsRerun, res.JobsFailed),
 		},
@@ -374,6 +380,7 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	res.OpenMS, res.ReadyMS, res.DecidedMS, res.TerminalMS = msf(opened), msf(ready), msf(decidedAt), msf(terminalAt)
 	res.RunsPerSec = float64(n) / terminalAt.Seconds()
 	res.SessionsTaken = r.SessionsTaken.Load()
+	res.Commits, res.ExecutorCalls = rt.Stats().Commits.Load(), rt.Stats().ExecutorCalls.Load()
 	res.Decisions = map[string]int64{"reattach": r.Reattach.Load(), "settle": r.Settle.Load(), "retry": r.Retry.Load(),
 		"fail": r.Fail.Load(), "fail_run": r.FailRun.Load(), "defer": r.Defer.Load()}
 	bf.progressf(cmd, "recovery: every Run terminal after %s; checking the event logs", terminalAt.Round(time.Millisecond))
