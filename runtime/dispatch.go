@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agenthost/agenthost/loop"
@@ -77,10 +76,10 @@ func (rt *Runtime) beginCall(run loop.Run, key string) bool {
 	if rt.stopped {
 		return false
 	}
-	tr := rt.tracked[key]
+	tr := rt.tracked.get(key)
 	if tr == nil {
 		tr = &tracking{}
-		rt.tracked[key] = tr
+		rt.tracked.put(key, tr)
 	}
 	if tr.calling || tr.polling || tr.cancelling || tr.done {
 		return false
@@ -101,7 +100,7 @@ func (rt *Runtime) reserveDispatches(run loop.Run, fx sideEffects) bool {
 		return false
 	}
 	for _, d := range fx.dispatched {
-		rt.tracked[assignment(run, d.effect.ID, d.effect.Attempt)] = &tracking{calling: true}
+		rt.tracked.put(assignment(run, d.effect.ID, d.effect.Attempt), &tracking{calling: true})
 		rt.busy[runKey(run.Tenant, run.ID)]++
 	}
 	return true
@@ -113,7 +112,7 @@ func (rt *Runtime) unreserveDispatches(run loop.Run, fx sideEffects) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, d := range fx.dispatched {
-		delete(rt.tracked, assignment(run, d.effect.ID, d.effect.Attempt))
+		rt.tracked.delete(assignment(run, d.effect.ID, d.effect.Attempt))
 		rk := runKey(run.Tenant, run.ID)
 		if rt.busy[rk]--; rt.busy[rk] <= 0 {
 			delete(rt.busy, rk)
@@ -129,10 +128,10 @@ func (rt *Runtime) beginCancel(run loop.Run, key string) bool {
 	if rt.stopped {
 		return false
 	}
-	tr := rt.tracked[key]
+	tr := rt.tracked.get(key)
 	if tr == nil {
 		tr = &tracking{}
-		rt.tracked[key] = tr
+		rt.tracked.put(key, tr)
 	}
 	if tr.cancelling || tr.done {
 		return false
@@ -162,7 +161,7 @@ func (rt *Runtime) launch(run loop.Run, key string, f func()) {
 // or found committed before).
 func (rt *Runtime) settled(key string) {
 	rt.mu.Lock()
-	rt.tracked[key] = &tracking{done: true}
+	rt.tracked.put(key, &tracking{done: true})
 	rt.mu.Unlock()
 }
 
@@ -170,7 +169,7 @@ func (rt *Runtime) settled(key string) {
 // still executing on record, so that a later advance adopts it again.
 func (rt *Runtime) untrack(key string) {
 	rt.mu.Lock()
-	delete(rt.tracked, key)
+	rt.tracked.delete(key)
 	rt.mu.Unlock()
 }
 
@@ -179,11 +178,7 @@ func (rt *Runtime) forgetRun(run loop.Run) {
 	prefix := run.Tenant + "/" + run.Session + "/" + run.ID + "."
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	for k := range rt.tracked {
-		if strings.HasPrefix(k, prefix) {
-			delete(rt.tracked, k)
-		}
-	}
+	rt.tracked.deleteRun(prefix)
 }
 
 // effectCall builds the input of an executor call.
@@ -328,7 +323,7 @@ func (rt *Runtime) pending(run loop.Run, e loop.Effect, key string, reply abi.Ef
 	ctx, cancel := rt.commitCtx()
 	defer cancel()
 	rt.mu.Lock()
-	if tr := rt.tracked[key]; tr != nil {
+	if tr := rt.tracked.get(key); tr != nil {
 		// From here on the Watcher owns the attempt; the commit below ends
 		// the synchronous call.
 		tr.calling, tr.polling = false, true
@@ -451,7 +446,7 @@ func (rt *Runtime) takeWatched(it WatchItem) (*Tenant, loop.Run, loop.Effect, st
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	tr := rt.tracked[key]
+	tr := rt.tracked.get(key)
 	if tr == nil || !tr.polling || tr.cancelling {
 		return nil, loop.Run{}, loop.Effect{}, key, false
 	}
@@ -487,7 +482,7 @@ func (rt *Runtime) runWatchItem(it WatchItem) {
 			return
 		}
 		rt.mu.Lock()
-		tr := rt.tracked[key]
+		tr := rt.tracked.get(key)
 		rt.mu.Unlock()
 		ctx, cancel := rt.callCtx()
 		defer cancel()

@@ -230,10 +230,10 @@ func (rt *Runtime) InFlight(tenant string) int {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	n := 0
-	for k, tr := range rt.tracked {
+	rt.tracked.all(func(k string, tr *tracking) {
 		if !tr.done && strings.HasPrefix(k, prefix) {
 			n++
 		}
-	}
+	})
 	return n
 }

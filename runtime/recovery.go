@@ -237,7 +237,7 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 		}
 		d.n++
 		rt.deferred[key] = d
-		if tr := rt.tracked[key]; tr != nil {
+		if tr := rt.tracked.get(key); tr != nil {
 			tr.calling, tr.polling = false, true
 		}
 		rt.mu.Unlock()
@@ -370,7 +370,7 @@ func (rt *Runtime) stuck(run loop.Run) bool {
 	busy := rt.busy[rk]
 	handled := 0
 	for _, e := range run.Executing() {
-		if tr := rt.tracked[assignment(run, e.ID, e.Attempt)]; tr != nil && !tr.done {
+		if tr := rt.tracked.get(assignment(run, e.ID, e.Attempt)); tr != nil && !tr.done {
 			handled++
 		}
 	}

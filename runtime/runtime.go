@@ -88,7 +88,7 @@ type Runtime struct {
 	stopped  bool
 	expired  bool
 	sessions map[string]*sessionState // by tenant/session
-	tracked  map[string]*tracking     // by assignment key
+	tracked  trackingTable            // by assignment key
 	waiters  map[string][]waiter      // by tenant/run
 	busy     map[string]int           // synchronous calls in flight, by tenant/run
 	runLocks map[string]*runLock      // by tenant/run, while an advance holds or waits
@@ -182,7 +182,7 @@ func New(opts Options) (*Runtime, error) {
 		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
 		drivers:  make(chan struct{}, opts.MaxDrivers),
 		sessions: map[string]*sessionState{},
-		tracked:  map[string]*tracking{},
+		tracked:  newTrackingTable(),
 		waiters:  map[string][]waiter{},
 		busy:     map[string]int{},
 		runLocks: map[string]*runLock{},
@@ -447,11 +447,11 @@ func (rt *Runtime) boundary(tenant, session string, cause error) {
 	rt.stats.Boundaries.Add(1)
 	rt.mu.Lock()
 	delete(rt.sessions, sessionKey(tenant, session))
-	for k := range rt.tracked {
-		if strings.HasPrefix(k, tenant+"/"+session+"/") && rt.tracked[k].done {
-			delete(rt.tracked, k)
+	rt.tracked.all(func(k string, tr *tracking) {
+		if strings.HasPrefix(k, tenant+"/"+session+"/") && tr.done {
+			rt.tracked.delete(k)
 		}
-	}
+	})
 	rt.mu.Unlock()
 	rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
 	rt.notifySession(tenant, session, Result{Kind: ResultBoundary, Err: cause})
