@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -48,6 +49,13 @@ func (s *Store) KVGet(ctx context.Context, tenant, plugin string, k []byte) ([]b
 
 // KVSet implements runtime.PluginKV. The plugin's usage (the sum of its
 // key and value sizes) is updated in the same transaction as the value.
+//
+// Every write of a (tenant, plugin) reads and writes its usage key, so
+// concurrent writes would conflict with each other in Badger and, past a
+// few writers, lose every retry. Instead they queue on the plugin's
+// kvWriter: the first writer commits what is queued in one transaction,
+// each write judged against the quota in order, while the next ones queue
+// behind it (one fsync for many writes, no conflicts).
 func (s *Store) KVSet(ctx context.Context, tenant, plugin string, k, value []byte) error {
 	if err := checkKVScope(tenant, plugin); err != nil {
 		return fmt.Errorf("badgerstore: kv set: %w", err)
@@ -62,36 +70,133 @@ func (s *Store) KVSet(ctx context.Context, tenant, plugin string, k, value []byt
 		return err
 	}
 	defer s.leave()
-	value = append([]byte(nil), value...)
+	op := &kvOp{key: kvKey(tenant, plugin, k), size: int64(len(k)), value: append([]byte(nil), value...), done: make(chan struct{})}
+	w := s.kvWriter(tenant, plugin)
+	w.mu.Lock()
+	w.queue = append(w.queue, op)
+	if w.busy {
+		w.mu.Unlock()
+		<-op.done
+	} else {
+		w.busy = true
+		w.mu.Unlock()
+		s.drainKV(context.WithoutCancel(ctx), tenant, plugin, w)
+	}
+	if err := op.err; err != nil {
+		if errors.Is(err, runtime.ErrKVQuota) || errors.Is(err, runtime.ErrClosed) {
+			return err
+		}
+		return fmt.Errorf("badgerstore: kv set %s/%s: %w: %w", tenant, plugin, runtime.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
+// kvOp is one queued KV write: value empty deletes the key.
+type kvOp struct {
+	key   []byte
+	size  int64 // of the plugin's key
+	value []byte
+	err   error
+	done  chan struct{}
+}
+
+// kvWriter is the write queue of one (tenant, plugin): busy while a
+// writer drains it.
+type kvWriter struct {
+	mu    sync.Mutex
+	busy  bool
+	queue []*kvOp
+}
+
+// kvBatchBytes bounds the values one KV transaction carries, well below
+// Badger's transaction size limit.
+const kvBatchBytes = 4 << 20
+
+func (s *Store) kvWriter(tenant, plugin string) *kvWriter {
+	id := tenant + "\x00" + plugin
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	if s.kvWriters == nil {
+		s.kvWriters = map[string]*kvWriter{}
+	}
+	w := s.kvWriters[id]
+	if w == nil {
+		w = &kvWriter{}
+		s.kvWriters[id] = w
+	}
+	return w
+}
+
+// drainKV commits w's queue in batches until it is empty, then marks w
+// idle. The caller's own write is in the first batch.
+func (s *Store) drainKV(ctx context.Context, tenant, plugin string, w *kvWriter) {
+	for {
+		w.mu.Lock()
+		n, bytes := 0, 0
+		for n < len(w.queue) && (n == 0 || bytes+len(w.queue[n].value) <= kvBatchBytes) {
+			bytes += len(w.queue[n].value)
+			n++
+		}
+		if n == 0 {
+			w.busy = false
+			w.mu.Unlock()
+			return
+		}
+		batch := w.queue[:n:n]
+		if w.queue = w.queue[n:]; len(w.queue) == 0 {
+			w.queue = nil // let the drained ops go
+		}
+		w.mu.Unlock()
+		s.commitKV(ctx, tenant, plugin, batch)
+		for _, op := range batch {
+			close(op.done)
+		}
+	}
+}
+
+// commitKV applies a batch of writes in order in one transaction: each
+// against the usage the writes before it left, one over the quota refused
+// alone with ErrKVQuota.
+func (s *Store) commitKV(ctx context.Context, tenant, plugin string, batch []*kvOp) {
 	err := s.update(ctx, func(txn *badger.Txn) error {
 		usage, err := getU64(txn, kvUsageKey(tenant, plugin))
 		if err != nil {
 			return err
 		}
-		var oldSize int64
-		item, err := txn.Get(kvKey(tenant, plugin, k))
-		switch {
-		case err == nil:
-			oldSize = int64(len(k)) + item.ValueSize()
-		case !errors.Is(err, badger.ErrKeyNotFound):
-			return err
-		}
-		total := int64(usage) - oldSize
-		if len(value) == 0 {
-			if oldSize == 0 {
-				return nil
+		total := int64(usage)
+		sizes := map[string]int64{} // key → its entry's size after the writes so far
+		for _, op := range batch {
+			op.err = nil
+			old, seen := sizes[string(op.key)]
+			if !seen {
+				item, err := txn.Get(op.key)
+				switch {
+				case err == nil:
+					old = op.size + item.ValueSize()
+				case !errors.Is(err, badger.ErrKeyNotFound):
+					return err
+				}
 			}
-			if err := txn.Delete(kvKey(tenant, plugin, k)); err != nil {
+			next := int64(0)
+			if len(op.value) > 0 {
+				next = op.size + int64(len(op.value))
+			}
+			if next > 0 && total-old+next > s.opts.KVQuotaBytes {
+				op.err = fmt.Errorf("badgerstore: kv set %s/%s: %w: the plugin would hold %d bytes, its quota is %d", tenant, plugin, runtime.ErrKVQuota, total-old+next, s.opts.KVQuotaBytes)
+				sizes[string(op.key)] = old
+				continue
+			}
+			switch {
+			case next > 0:
+				err = txn.Set(op.key, op.value)
+			case old > 0:
+				err = txn.Delete(op.key)
+			}
+			if err != nil {
 				return err
 			}
-		} else {
-			total += int64(len(k) + len(value))
-			if total > s.opts.KVQuotaBytes {
-				return fmt.Errorf("badgerstore: kv set %s/%s: %w: the plugin would hold %d bytes, its quota is %d", tenant, plugin, runtime.ErrKVQuota, total, s.opts.KVQuotaBytes)
-			}
-			if err := txn.Set(kvKey(tenant, plugin, k), value); err != nil {
-				return err
-			}
+			total += next - old
+			sizes[string(op.key)] = next
 		}
 		if total <= 0 {
 			return txn.Delete(kvUsageKey(tenant, plugin))
@@ -99,12 +204,10 @@ func (s *Store) KVSet(ctx context.Context, tenant, plugin string, k, value []byt
 		return txn.Set(kvUsageKey(tenant, plugin), be64(uint64(total)))
 	})
 	if err != nil {
-		if errors.Is(err, runtime.ErrKVQuota) || errors.Is(err, runtime.ErrClosed) {
-			return err
+		for _, op := range batch {
+			op.err = err
 		}
-		return fmt.Errorf("badgerstore: kv set %s/%s: %w: %w", tenant, plugin, runtime.ErrStoreUnavailable, err)
 	}
-	return nil
 }
 
 // KVDelete implements runtime.PluginKV.

@@ -111,6 +111,9 @@ type Store struct {
 	closed bool
 	stopGC chan struct{}
 	gcDone chan struct{}
+
+	kvMu      sync.Mutex
+	kvWriters map[string]*kvWriter // by tenant and plugin: KVSet's write queues
 }
 
 var _ runtime.Store = (*Store)(nil)

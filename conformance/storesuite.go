@@ -902,6 +902,47 @@ func testKV(t *testing.T, h *harness) {
 	}
 	err := h.s.KVSet(h.ctx, "t", "", []byte("k"), []byte("v"))
 	h.wantErr(err, runtime.ErrInvalidRequest, "KVSet with an empty plugin name")
+
+	// Many writers of one plugin at once (a pool of instances) all
+	// succeed, and the usage stays exact: 32 writers overwrite and delete
+	// their own keys 20 times, then exactly the rest of the quota fits.
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := []byte(fmt.Sprintf("c%02d", w)) // 3 bytes
+			for i := 0; i < 20; i++ {
+				val := []byte(strings.Repeat("v", 1+i%2))
+				if i%5 == 4 {
+					val = nil // a delete now and then
+				}
+				if err := h.s.KVSet(h.ctx, "t", "pc", key, val); err != nil {
+					errs <- fmt.Errorf("writer %d, write %d: %w", w, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent KV writers of one plugin: %v", err)
+	}
+	// Every key ends with write 19, a delete: the plugin holds nothing,
+	// so 3 entries of 66 bytes and one of 2 fill the 200-byte quota
+	// exactly, and one more is refused.
+	for _, k := range []string{"f1", "f2", "f3"} {
+		if err := h.s.KVSet(h.ctx, "t", "pc", []byte(k), []byte(strings.Repeat("v", suiteKVMaxValue))); err != nil {
+			t.Fatalf("after concurrent writes that deleted everything, the whole quota must fit: %s: %v", k, err)
+		}
+	}
+	if err := h.s.KVSet(h.ctx, "t", "pc", []byte("g"), []byte("v")); err != nil {
+		t.Fatalf("the last 2 bytes of the quota: %v", err)
+	}
+	err = h.s.KVSet(h.ctx, "t", "pc", []byte("h"), []byte("v"))
+	h.wantErr(err, runtime.ErrKVQuota, "2 bytes past the quota after concurrent writes")
 }
 func testIsolation(t *testing.T, h *harness) {
 	// Tenants "a"/"ab", sessions "s"/"s1", runs "r"/"r1": each ID is a
