@@ -79,7 +79,7 @@ tenants:
 	logPath := filepath.Join(dir, "serve.log")
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tail(logPath, 80))
+			t.Logf("server log (tail):\n%s", tailFile(logPath, 80))
 		}
 	})
 
@@ -129,20 +129,20 @@ tenants:
 	defer close(stopSubmit)
 
 	for k := 1; k <= kills; k++ {
-		proc.waitReady(t, 60*time.Second)
+		mustReady(t, proc, 60*time.Second)
 		delay := time.Duration(200+rng.IntN(2300)) * time.Millisecond
 		t.Logf("kill %d: SIGKILL %s after ready", k, delay)
 		time.Sleep(delay) // the test's input: where the crash falls
 		if err := proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		proc.wait(t, 30*time.Second)
+		mustExit(t, proc, 30*time.Second)
 		next := startServe(t, bin, cfgPath, logPath)
 		mu.Lock()
 		proc = next
 		mu.Unlock()
 	}
-	proc.waitReady(t, 60*time.Second)
+	mustReady(t, proc, 60*time.Second)
 	select {
 	case err := <-submitted:
 		if err != nil {
@@ -186,7 +186,7 @@ tenants:
 	if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := proc.wait(t, 60*time.Second); code != 0 {
+	if code := mustExit(t, proc, 60*time.Second); code != 0 {
 		t.Fatalf("after SIGTERM agenthost serve exited %d, want 0", code)
 	}
 

@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -200,92 +197,32 @@ func readSSE(r io.Reader, fn func(sseEvent) (stop bool)) error {
 	return sc.Err()
 }
 
-// serveProc is an `agenthost serve` process.
-type serveProc struct {
-	cmd  *exec.Cmd
-	addr string
-	done chan struct{} // closed when the process has exited
-	err  error         // cmd.Wait's, once done
-}
-
-// startServe starts the binary's serve on a free port, its logs appended
-// to logPath, and returns once it prints its address.
-func startServe(t testing.TB, bin, cfgPath, logPath string) *serveProc {
+// startServe starts the binary's serve on a free port (startChildServer),
+// its logs appended to logPath, and kills it when the test ends.
+func startServe(t testing.TB, bin, cfgPath, logPath string) *childServer {
 	t.Helper()
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := startChildServer(bin, cfgPath, logPath, 90*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
-	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0")
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serveProc{cmd: cmd, done: make(chan struct{})}
-	addrc := make(chan string, 1)
-	var once sync.Once
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if _, rest, ok := strings.Cut(sc.Text(), "serving on http://"); ok {
-				once.Do(func() { addrc <- strings.Fields(rest)[0] })
-			}
-		}
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	select {
-	case p.addr = <-addrc:
-	case <-p.done:
-		t.Fatalf("agenthost serve exited before serving: %v\n%s", p.err, tail(logPath, 40))
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("agenthost serve did not print its address in 90s\n%s", tail(logPath, 40))
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
+	t.Cleanup(p.kill)
 	return p
 }
 
-// waitReady waits until /readyz answers 200.
-func (p *serveProc) waitReady(t testing.TB, timeout time.Duration) {
+// mustReady waits until p's /readyz answers 200.
+func mustReady(t testing.TB, p *childServer, timeout time.Duration) {
 	t.Helper()
-	c := newClient(p.addr, "")
-	waitUntil(t, timeout, "readyz at "+p.addr, func() (bool, error) {
-		select {
-		case <-p.done:
-			t.Fatalf("agenthost serve exited: %v", p.err)
-		default:
-		}
-		code, raw, err := c.do("GET", "/readyz", nil, nil, nil)
-		return code == http.StatusOK, fmt.Errorf("%d %v %s", code, err, raw)
-	})
+	if err := p.waitReady(timeout); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// wait waits for the process to exit and returns its exit code.
-func (p *serveProc) wait(t testing.TB, timeout time.Duration) int {
+// mustExit waits for p to exit and returns its exit code.
+func mustExit(t testing.TB, p *childServer, timeout time.Duration) int {
 	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		t.Fatalf("agenthost serve did not exit within %s", timeout)
+	code, err := p.waitExit(timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-// tail returns the last n lines of a file, for failure messages.
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return code
 }

@@ -19,7 +19,7 @@ func TestServeTenantIsolation(t *testing.T) {
 	cfg := e2eConfig(t, dir)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tail(filepath.Join(dir, "serve.log"), 60))
+			t.Logf("server log (tail):\n%s", tailFile(filepath.Join(dir, "serve.log"), 60))
 		}
 	})
 	srv := startInProcess(t, cfg)
