@@ -46,24 +46,13 @@ are interleaved with rounds of bare Badger commits, as in ` + "`bench runs`" + `
 }
 
 func benchHTTP(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := benchContext(cmd)
 	started := time.Now()
-	dir, cleanup, err := bf.tempDir("http")
+	dir, cfg, cleanup, err := runsSetup(bf, "http", p)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	yaml, err := benchRunsConfig(bf, dir, p)
-	if err != nil {
-		return err
-	}
-	cfg, err := writeBenchConfig(dir, yaml)
-	if err != nil {
-		return err
-	}
 	cfg.Listen = "127.0.0.1:0"
 	bf.progressf(cmd, "starting the server (a cold plugin compile takes seconds; --cache-dir keeps it)")
 	srv, err := startServer(ctx, cfg, slog.New(slog.DiscardHandler))

@@ -118,10 +118,7 @@ func newBenchPluginCmd(bf *benchFlags) *cobra.Command {
 }
 
 func benchPlugin(cmd *cobra.Command, bf *benchFlags, p benchPluginParams) error {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := benchContext(cmd)
 	started := time.Now()
 	names := []string{p.CallPlugin, p.StartPlugin}
 	if p.LoadPlugin != p.StartPlugin {

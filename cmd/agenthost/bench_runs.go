@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/metrics"
 	"github.com/agenthost/agenthost/internal/benchkit"
@@ -229,6 +230,32 @@ tenants:
 `, nil
 }
 
+// runsSetup makes the work dir of `bench runs` or `bench http` and its
+// config; cleanup removes the dir.
+func runsSetup(bf *benchFlags, name string, p *runsParams) (dir string, cfg *config.Config, cleanup func(), err error) {
+	dir, cleanup, err = bf.tempDir(name)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	yaml, err := benchRunsConfig(bf, dir, p)
+	if err == nil {
+		cfg, err = writeBenchConfig(dir, yaml)
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, nil, err
+	}
+	return dir, cfg, cleanup, nil
+}
+
+// benchContext is the command's context, or the background one.
+func benchContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
+
 // checkBenchRun checks that a Run did what the bench claims it does.
 func checkBenchRun(run loop.Run) error {
 	if run.Status != loop.StatusCompleted || run.Result != benchAnswer || run.Step != 2 {
@@ -239,24 +266,13 @@ func checkBenchRun(run loop.Run) error {
 }
 
 func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := benchContext(cmd)
 	started := time.Now()
-	dir, cleanup, err := bf.tempDir("runs")
+	dir, cfg, cleanup, err := runsSetup(bf, "runs", p)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	yaml, err := benchRunsConfig(bf, dir, p)
-	if err != nil {
-		return err
-	}
-	cfg, err := writeBenchConfig(dir, yaml)
-	if err != nil {
-		return err
-	}
 	bf.progressf(cmd, "loading the plugins (a cold compile takes seconds; --cache-dir keeps it)")
 	m := metrics.New()
 	sys, err := openSystem(ctx, cfg, []string{benchTenant}, slog.New(slog.DiscardHandler),
