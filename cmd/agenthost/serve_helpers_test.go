@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,57 +32,12 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bo
 	}
 }
 
-// apiClient speaks to an agenthost server as one tenant.
-type apiClient struct {
-	base  string // http://host:port
-	token string
-	http  *http.Client
-}
+// apiClient speaks to an agenthost server as one tenant: the bench's
+// client (do), with the tests' helpers.
+type apiClient struct{ *benchClient }
 
 func newClient(addr, token string) *apiClient {
-	return &apiClient{base: "http://" + addr, token: token, http: &http.Client{Timeout: 30 * time.Second}}
-}
-
-// do sends a request with a JSON body (when body is not nil) and decodes a
-// JSON answer into out (when not nil). It returns the status and the raw
-// body.
-func (c *apiClient) do(method, path string, body any, header map[string]string, out any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, c.base+path, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, raw, err
-	}
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return resp.StatusCode, raw, fmt.Errorf("decoding %s %s: %w: %s", method, path, err, raw)
-		}
-	}
-	return resp.StatusCode, raw, nil
+	return &apiClient{newBenchClient(addr, token, 30*time.Second)}
 }
 
 // runView is the part of a Run's JSON the tests read.
