@@ -53,9 +53,10 @@ func (s *Store) KVGet(ctx context.Context, tenant, plugin string, k []byte) ([]b
 // Every write of a (tenant, plugin) reads and writes its usage key, so
 // concurrent writes would conflict with each other in Badger and, past a
 // few writers, lose every retry. Instead they queue on the plugin's
-// kvWriter: the first writer commits what is queued in one transaction,
-// each write judged against the quota in order, while the next ones queue
-// behind it (one fsync for many writes, no conflicts).
+// kvWriter: one writer at a time, the leader, commits the writes queued
+// at its head in one transaction, each judged against the quota in
+// order, while the next ones queue behind it; then the first of those
+// leads (one fsync for many writes, no conflicts).
 func (s *Store) KVSet(ctx context.Context, tenant, plugin string, k, value []byte) error {
 	if err := checkKVScope(tenant, plugin); err != nil {
 		return fmt.Errorf("badgerstore: kv set: %w", err)
@@ -74,13 +75,17 @@ func (s *Store) KVSet(ctx context.Context, tenant, plugin string, k, value []byt
 	w := s.kvWriter(tenant, plugin)
 	w.mu.Lock()
 	w.queue = append(w.queue, op)
-	if w.busy {
-		w.mu.Unlock()
-		<-op.done
-	} else {
-		w.busy = true
-		w.mu.Unlock()
-		s.drainKV(context.WithoutCancel(ctx), tenant, plugin, w)
+	lead := !w.busy
+	if lead {
+		w.busy, op.lead = true, true
+	}
+	w.mu.Unlock()
+	if !lead {
+		<-op.done // committed by a leader, or made the leader
+		lead = op.lead
+	}
+	if lead {
+		s.leadKV(context.WithoutCancel(ctx), tenant, plugin, w)
 	}
 	if err := op.err; err != nil {
 		if errors.Is(err, runtime.ErrKVQuota) || errors.Is(err, runtime.ErrClosed) {
@@ -97,11 +102,14 @@ type kvOp struct {
 	size  int64 // of the plugin's key
 	value []byte
 	err   error
-	done  chan struct{}
+	// lead is set (before done is closed, under the writer's mu) on the
+	// op whose caller commits the next batch.
+	lead bool
+	done chan struct{}
 }
 
 // kvWriter is the write queue of one (tenant, plugin): busy while a
-// writer drains it.
+// leader commits a batch of it.
 type kvWriter struct {
 	mu    sync.Mutex
 	busy  bool
@@ -127,31 +135,35 @@ func (s *Store) kvWriter(tenant, plugin string) *kvWriter {
 	return w
 }
 
-// drainKV commits w's queue in batches until it is empty, then marks w
-// idle. The caller's own write is in the first batch.
-func (s *Store) drainKV(ctx context.Context, tenant, plugin string, w *kvWriter) {
-	for {
-		w.mu.Lock()
-		n, bytes := 0, 0
-		for n < len(w.queue) && (n == 0 || bytes+len(w.queue[n].value) <= kvBatchBytes) {
-			bytes += len(w.queue[n].value)
-			n++
-		}
-		if n == 0 {
-			w.busy = false
-			w.mu.Unlock()
-			return
-		}
-		batch := w.queue[:n:n]
-		if w.queue = w.queue[n:]; len(w.queue) == 0 {
-			w.queue = nil // let the drained ops go
-		}
-		w.mu.Unlock()
-		s.commitKV(ctx, tenant, plugin, batch)
-		for _, op := range batch {
-			close(op.done)
-		}
+// leadKV commits one batch from the head of w's queue, which is the
+// leader's own write, then hands the lead to the next queued write (or
+// marks w idle). A leader commits one batch only, so that no caller
+// serves the others' writes for long.
+func (s *Store) leadKV(ctx context.Context, tenant, plugin string, w *kvWriter) {
+	w.mu.Lock()
+	n, bytes := 0, 0
+	for n < len(w.queue) && (n == 0 || bytes+len(w.queue[n].value) <= kvBatchBytes) {
+		bytes += len(w.queue[n].value)
+		n++
 	}
+	batch := w.queue[:n:n]
+	if w.queue = w.queue[n:]; len(w.queue) == 0 {
+		w.queue = nil // let the committed ops go
+	}
+	w.mu.Unlock()
+	s.commitKV(ctx, tenant, plugin, batch)
+	for _, op := range batch[1:] { // batch[0] is the leader's own
+		close(op.done)
+	}
+	w.mu.Lock()
+	if len(w.queue) == 0 {
+		w.busy = false
+	} else {
+		next := w.queue[0]
+		next.lead = true
+		close(next.done)
+	}
+	w.mu.Unlock()
 }
 
 // commitKV applies a batch of writes in order in one transaction: each
