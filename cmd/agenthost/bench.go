@@ -301,7 +301,9 @@ func (bf *benchFlags) emit(w io.Writer, out benchOutput, tables ...table) error 
 	for _, t := range tables {
 		fmt.Fprintf(w, "\n%s\n", t.Title)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, strings.Join(t.Header, "\t")+"\t")
+		if len(t.Header) > 0 {
+			fmt.Fprintln(tw, strings.Join(t.Header, "\t")+"\t")
+		}
 		for _, r := range t.Rows {
 			fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
 		}

@@ -556,31 +556,32 @@ func chaosTables(res *chaosResult) []table {
 		runs.Rows = append(runs.Rows, row)
 	}
 	runs.Notes = []string{fmt.Sprintf("%d submissions started, %d acknowledged", res.Submitted, res.Acknowledged)}
-	effects := table{Title: "Effects", Header: []string{"settled", "attempts"}}
-	keys := make([]string, 0, len(res.EffectsSettled))
-	for k := range res.EffectsSettled {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		effects.Rows = append(effects.Rows, []string{k, strconv.Itoa(res.EffectsSettled[k])})
-	}
+	effects := countTable("Effects", []string{"settled", "attempts"}, res.EffectsSettled)
 	effects.Notes = []string{fmt.Sprintf("%d attempts dispatched; %d slow jobs checked against the plugin's execution counts", res.Dispatched, res.SlowJobs)}
-	recovery := table{Title: "Recovery", Header: []string{"decision", "count"}}
-	keys = keys[:0]
-	for k := range res.Recovery {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		recovery.Rows = append(recovery.Rows, []string{k, strconv.Itoa(res.Recovery[k])})
-	}
+	recovery := countTable("Recovery", []string{"decision", "count"}, res.Recovery)
 	recovery.Notes = []string{fmt.Sprintf("%d sessions taken over from a killed server; %d watchdog reports", res.SessionsTaken, res.Watchdog)}
 	verdict := table{Title: fmt.Sprintf("Violations: %d", len(res.Violations)), Header: []string{"#", "violation"}}
 	for i, v := range res.Violations {
 		verdict.Rows = append(verdict.Rows, []string{strconv.Itoa(i + 1), v})
 	}
+	if len(res.Violations) == 0 {
+		verdict.Header, verdict.Notes = nil, []string{"every invariant held"}
+	}
 	return []table{faults, runs, effects, recovery, verdict}
+}
+
+// countTable is a table of counts by name, sorted by name.
+func countTable(title string, header []string, counts map[string]int) table {
+	t := table{Title: title, Header: header}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Rows = append(t.Rows, []string{k, strconv.Itoa(counts[k])})
+	}
+	return t
 }
 
 func firstN(s []string, n int) []string {
