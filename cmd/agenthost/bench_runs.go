@@ -75,7 +75,6 @@ func (p *runsParams) check(conc string) error {
 type runsLevel struct {
 	Concurrency   int     `json:"concurrency"`
 	Runs          int     `json:"runs"`
-	Failed        int     `json:"failed"`
 	Seconds       float64 `json:"seconds"`
 	RunsPerSec    float64 `json:"runs_per_sec"`
 	EffectsPerSec float64 `json:"effects_per_sec"`
@@ -353,10 +352,8 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 		benchkit.Parallel(c, n, func(i int) {
 			d, err := one()
 			roundLat[i] = d
-			if err != nil {
-				if firstErr.CompareAndSwap(nil, &err) {
-					lvl.Failed++ // under the CAS: counted by one goroutine at a time
-				}
+			if err != nil { // the first failed Run ends the bench, with its error
+				firstErr.CompareAndSwap(nil, &err)
 			}
 			done.Add(1)
 		})
