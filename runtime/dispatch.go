@@ -76,11 +76,7 @@ func (rt *Runtime) beginCall(run loop.Run, key string) bool {
 	if rt.stopped {
 		return false
 	}
-	tr := rt.tracked.get(key)
-	if tr == nil {
-		tr = &tracking{}
-		rt.tracked.put(key, tr)
-	}
+	tr := rt.tracked.getOrAdd(key)
 	if tr.calling || tr.polling || tr.cancelling || tr.done {
 		return false
 	}
@@ -128,11 +124,7 @@ func (rt *Runtime) beginCancel(run loop.Run, key string) bool {
 	if rt.stopped {
 		return false
 	}
-	tr := rt.tracked.get(key)
-	if tr == nil {
-		tr = &tracking{}
-		rt.tracked.put(key, tr)
-	}
+	tr := rt.tracked.getOrAdd(key)
 	if tr.cancelling || tr.done {
 		return false
 	}

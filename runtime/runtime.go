@@ -265,19 +265,9 @@ func (rt *Runtime) renewLease() {
 // releases the sessions this node owns. Effects still executing are left
 // on record for recovery. Stop is safe to call more than once.
 func (rt *Runtime) Stop(ctx context.Context) error {
-	rt.mu.Lock()
-	if rt.stopped {
-		rt.mu.Unlock()
+	if rt.markStopped() {
 		return nil
 	}
-	rt.stopped = true
-	for _, tm := range []Timer{rt.renew, rt.recoveryTimer, rt.watchdogTimer} {
-		if tm != nil {
-			tm.Stop()
-		}
-	}
-	rt.mu.Unlock()
-	rt.watcher.Stop()
 	done := make(chan struct{})
 	go func() { rt.wg.Wait(); close(done) }()
 	select {
@@ -321,8 +311,16 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 // operator's emergency stop; Stop is the graceful way.
 func (rt *Runtime) Halt() {
 	rt.halted.Store(true)
+	rt.markStopped()
+	rt.stopLife()
+}
+
+// markStopped refuses new work from here on: it marks the runtime
+// stopped and stops its timers and the Watcher. It reports whether the
+// runtime was stopped before.
+func (rt *Runtime) markStopped() (already bool) {
 	rt.mu.Lock()
-	rt.stopped = true
+	already, rt.stopped = rt.stopped, true
 	for _, tm := range []Timer{rt.renew, rt.recoveryTimer, rt.watchdogTimer} {
 		if tm != nil {
 			tm.Stop()
@@ -330,7 +328,7 @@ func (rt *Runtime) Halt() {
 	}
 	rt.mu.Unlock()
 	rt.watcher.Stop()
-	rt.stopLife()
+	return already
 }
 
 func (rt *Runtime) nowMS() int64 { return UnixMS(rt.clock.Now()) }

@@ -32,6 +32,16 @@ func runPrefix(key string) string {
 
 func (t *trackingTable) get(key string) *tracking { return t.byKey[key] }
 
+// getOrAdd returns key's entry, adding an empty one when there is none.
+func (t *trackingTable) getOrAdd(key string) *tracking {
+	tr := t.byKey[key]
+	if tr == nil {
+		tr = &tracking{}
+		t.put(key, tr)
+	}
+	return tr
+}
+
 func (t *trackingTable) put(key string, tr *tracking) {
 	t.byKey[key] = tr
 	p := runPrefix(key)
