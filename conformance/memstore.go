@@ -357,6 +357,20 @@ func (s *MemStore) SessionRuns(ctx context.Context, tenant, session string, afte
 	return out, nil
 }
 
+// sessionRunsLocked returns a session's Runs in submission order; s.mu
+// is held.
+func (s *MemStore) sessionRunsLocked(tenant, session string) []*memRun {
+	sess := s.sessions[memSessionKey{tenant, session}]
+	if sess == nil {
+		return nil
+	}
+	out := make([]*memRun, 0, len(sess.order))
+	for _, id := range sess.order {
+		out = append(out, s.runs[memRunKey{tenant, id}])
+	}
+	return out
+}
+
 // ActiveRuns implements runtime.Store.
 func (s *MemStore) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.Run, error) {
 	if err := checkIDs("tenant", tenant, "session", session); err != nil {
@@ -366,13 +380,8 @@ func (s *MemStore) ActiveRuns(ctx context.Context, tenant, session string) ([]lo
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	sess := s.sessions[memSessionKey{tenant, session}]
-	if sess == nil {
-		return nil, nil
-	}
 	var out []loop.Run
-	for _, id := range sess.order {
-		r := s.runs[memRunKey{tenant, id}]
+	for _, r := range s.sessionRunsLocked(tenant, session) {
 		if !r.run.Status.Terminal() {
 			out = append(out, decodeRun(r.snapshot))
 		}
@@ -520,13 +529,8 @@ func (s *MemStore) ExecutingEffects(ctx context.Context, tenant, session string)
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	sess := s.sessions[memSessionKey{tenant, session}]
-	if sess == nil {
-		return nil, nil
-	}
 	var out []runtime.EffectRecord
-	for _, id := range sess.order {
-		r := s.runs[memRunKey{tenant, id}]
+	for _, r := range s.sessionRunsLocked(tenant, session) {
 		out = append(out, runtime.ExecutingRecords(r.run)...)
 	}
 	return out, nil
