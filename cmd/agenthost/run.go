@@ -182,48 +182,39 @@ func (p *progress) advance(seq int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.seq = seq
-	close(p.ch)
-	p.ch = make(chan struct{})
+	p.changed()
 }
 
 func (p *progress) finish(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done, p.err = true, err
+	p.changed()
+}
+
+// changed wakes the waiters; p.mu is held.
+func (p *progress) changed() {
 	close(p.ch)
 	p.ch = make(chan struct{})
 }
 
 // waitFor returns once the follower printed event seq, or ended.
 func (p *progress) waitFor(ctx context.Context, seq int64) error {
-	for {
-		p.mu.Lock()
-		if p.seq >= seq {
-			p.mu.Unlock()
-			return nil
-		}
-		if p.done {
-			err := p.err
-			p.mu.Unlock()
-			if err == nil {
-				return nil // the Run ended: nothing more comes
-			}
-			return err
-		}
-		ch := p.ch
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return p.wait(ctx, func() bool { return p.seq >= seq })
 }
 
 // waitDone returns once the follower printed the terminal event.
-func (p *progress) waitDone(ctx context.Context) error {
+func (p *progress) waitDone(ctx context.Context) error { return p.wait(ctx, nil) }
+
+// wait returns nil once reached (when not nil) holds, or the follower's
+// error once it ended, or ctx's.
+func (p *progress) wait(ctx context.Context, reached func() bool) error {
 	for {
 		p.mu.Lock()
+		if reached != nil && reached() {
+			p.mu.Unlock()
+			return nil
+		}
 		if p.done {
 			err := p.err
 			p.mu.Unlock()
