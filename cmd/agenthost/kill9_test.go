@@ -77,11 +77,7 @@ tenants:
     model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s}
 `)
 	logPath := filepath.Join(dir, "serve.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tailFile(logPath, 80))
-		}
-	})
+	logTailOnFailure(t, logPath, 80)
 
 	// The current server's address, for the submitter.
 	var mu sync.Mutex

@@ -32,11 +32,7 @@ func cli(t *testing.T, args ...string) (string, error) {
 func TestRunsCLI(t *testing.T) {
 	dir := t.TempDir()
 	cfg := e2eConfig(t, dir)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tailFile(filepath.Join(dir, "serve.log"), 60))
-		}
-	})
+	logTailOnFailure(t, filepath.Join(dir, "serve.log"), 60)
 	srv := startInProcess(t, cfg)
 	acme := newClient(srv.Addr(), acmeToken)
 	flags := []string{"--server", "http://" + srv.Addr(), "--token", acmeToken}

@@ -121,11 +121,7 @@ func settledTools(t *testing.T, srv *server, tenant, runID string) map[string]lo
 func TestServeEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	cfg := e2eConfig(t, dir)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tailFile(filepath.Join(dir, "serve.log"), 60))
-		}
-	})
+	logTailOnFailure(t, filepath.Join(dir, "serve.log"), 60)
 	srv := startInProcess(t, cfg)
 	acme := newClient(srv.Addr(), acmeToken)
 

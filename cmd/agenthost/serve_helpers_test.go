@@ -179,3 +179,13 @@ func mustExit(t testing.TB, p *childServer, timeout time.Duration) int {
 	}
 	return code
 }
+
+// logTailOnFailure logs the last n lines of a server's log file when the
+// test fails.
+func logTailOnFailure(t testing.TB, path string, n int) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log (tail):\n%s", tailFile(path, n))
+		}
+	})
+}

@@ -17,11 +17,7 @@ import (
 func TestServeTenantIsolation(t *testing.T) {
 	dir := t.TempDir()
 	cfg := e2eConfig(t, dir)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tailFile(filepath.Join(dir, "serve.log"), 60))
-		}
-	})
+	logTailOnFailure(t, filepath.Join(dir, "serve.log"), 60)
 	srv := startInProcess(t, cfg)
 	acme, globex := newClient(srv.Addr(), acmeToken), newClient(srv.Addr(), globexToken)
 
