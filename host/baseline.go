@@ -27,11 +27,7 @@ func (h *Host) ExtismBaseline(ctx context.Context, wasm []byte, timeoutMS uint64
 	if timeoutMS == 0 {
 		return nil, fmt.Errorf("host: extism baseline: a timeout of 0 ms would compile under another RuntimeConfig than Load's: give one > 0")
 	}
-	compiled, err := extism.NewCompiledPlugin(ctx, extism.Manifest{
-		Wasm:    []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
-		Memory:  &extism.ManifestMemory{MaxPages: 0, MaxVarBytes: 64 << 10, MaxHttpResponseBytes: 0},
-		Timeout: timeoutMS,
-	}, extism.PluginConfig{RuntimeConfig: h.runtimeConfig(), EnableWasi: true}, h.hostFunctions())
+	compiled, err := h.compileExtism(ctx, wasm, Sandbox{}, timeoutMS)
 	if err != nil {
 		return nil, fmt.Errorf("host: extism baseline: compiling: %w", err)
 	}

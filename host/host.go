@@ -131,24 +131,11 @@ func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 		return fail(err)
 	}
 
-	manifest := extism.Manifest{
-		Wasm: []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
-		// Set explicitly: built in Go, both default to 0, not to extism's
-		// JSON defaults (DESIGN §10). Vars are host memory; extism's own
-		// http_request is never granted, so it may buffer nothing.
-		Memory:       &extism.ManifestMemory{MaxPages: 0, MaxVarBytes: 64 << 10, MaxHttpResponseBytes: 0},
-		Config:       spec.Sandbox.Config,
-		AllowedPaths: spec.Sandbox.AllowedPaths,
-		AllowedHosts: nil, // never: see RATIONALE.md, "Why our own agenthost_http?"
-		Timeout:      uint64(spec.Limits.CallTimeout.Milliseconds()),
+	timeoutMS := uint64(spec.Limits.CallTimeout.Milliseconds())
+	if timeoutMS == 0 {
+		timeoutMS = 1
 	}
-	if manifest.Timeout == 0 {
-		manifest.Timeout = 1
-	}
-	compiled, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{
-		RuntimeConfig: h.runtimeConfig(),
-		EnableWasi:    true,
-	}, h.hostFunctions())
+	compiled, err := h.compileExtism(ctx, wasm, spec.Sandbox, timeoutMS)
 	if err != nil {
 		return fail(fmt.Errorf("compiling: %w", err))
 	}
@@ -267,4 +254,26 @@ func (h *Host) evictIdleFor(ctx context.Context, need int64) bool {
 		owners[i].evict(ctx, idle[i])
 	}
 	return h.budget.used.Load()+need <= h.budget.limit
+}
+
+// compileExtism compiles wasm with the extism go-sdk as the host compiles
+// every plugin: under the host's RuntimeConfig and compilation cache, with
+// WASI, the host functions, the sandbox's config and paths, a call timeout
+// of timeoutMS, and no extism http_request.
+func (h *Host) compileExtism(ctx context.Context, wasm []byte, sb Sandbox, timeoutMS uint64) (*extism.CompiledPlugin, error) {
+	manifest := extism.Manifest{
+		Wasm: []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
+		// Set explicitly: built in Go, both default to 0, not to extism's
+		// JSON defaults (DESIGN §10). Vars are host memory; extism's own
+		// http_request is never granted, so it may buffer nothing.
+		Memory:       &extism.ManifestMemory{MaxPages: 0, MaxVarBytes: 64 << 10, MaxHttpResponseBytes: 0},
+		Config:       sb.Config,
+		AllowedPaths: sb.AllowedPaths,
+		AllowedHosts: nil, // never: see RATIONALE.md, "Why our own agenthost_http?"
+		Timeout:      timeoutMS,
+	}
+	return extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{
+		RuntimeConfig: h.runtimeConfig(),
+		EnableWasi:    true,
+	}, h.hostFunctions())
 }
