@@ -109,12 +109,18 @@ func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, err
 	if err != nil {
 		return loop.Run{}, false, err
 	}
+	// The creation is committed and reported under the Run's advance lock,
+	// as every later commit is: no driver (nor the recovery pass, which may
+	// find the Run the moment it is stored) can start it and report that
+	// before its creation is reported.
+	unlock := rt.lockRun(runKey(req.Tenant, req.RunID))
 	res, err := rt.store.CreateRun(ctx, CreateRun{Run: run, Event: ev, CommandID: req.IdempotencyKey})
+	if err == nil && !res.Duplicate {
+		rt.opts.Observer.RunStatus(req.Tenant, "", res.Run.Status)
+	}
+	unlock()
 	if err != nil {
 		return loop.Run{}, false, err
-	}
-	if !res.Duplicate {
-		rt.opts.Observer.RunStatus(req.Tenant, "", res.Run.Status)
 	}
 	rt.kick(req.Tenant, req.Session)
 	return res.Run, res.Duplicate, nil
@@ -154,6 +160,9 @@ func (rt *Runtime) Wait(ctx context.Context, tenant, runID string) (Result, erro
 	}
 	if run.Status.Terminal() {
 		rt.removeWaiter(tenant, runID, w)
+		// The advance that ended the Run may still be reporting it to the
+		// Observer; it holds the Run's lock until it is done.
+		rt.lockRun(runKey(tenant, runID))()
 		return Result{Kind: ResultTerminal, Run: run}, nil
 	}
 	// A driver pass always ends with a notification, so kicking the session

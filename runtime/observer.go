@@ -10,6 +10,12 @@ import (
 // Observer receives what the runtime does, for metrics. cmd implements it
 // with Prometheus; the runtime imports no metrics library. Every method
 // must return quickly and never block: it is called on the commit path.
+//
+// The calls that report one Run's commits (RunStatus, EffectSettled,
+// Usage) are made under that Run's advance lock, just after each commit:
+// they arrive in commit order, creation first, and all of them before
+// Execute or Wait returns the Run's end. Calls for different Runs
+// interleave.
 type Observer interface {
 	// Committed reports one commit attempt and how long the store took.
 	Committed(d time.Duration, err error)

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -73,6 +74,126 @@ func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
 	}
 	if obs.usage != res.Run.Usage || obs.commits < 5 {
 		t.Fatalf("usage %+v (run %+v), commits %d", obs.usage, res.Run.Usage, obs.commits)
+	}
+}
+
+// createHookStore calls afterCreate once a Run's creation is stored, before
+// CreateRun returns to Submit.
+type createHookStore struct {
+	runtime.Store
+	afterCreate func(runtime.CreateRun)
+}
+
+func (s createHookStore) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
+	res, err := s.Store.CreateRun(ctx, c)
+	if err == nil {
+		s.afterCreate(c)
+	}
+	return res, err
+}
+
+// A driver that finds a Run the moment it is stored (here through Wait; in
+// CI it was the recovery pass Start begins) must not report the Run's start
+// before Submit reports its creation.
+func TestObserverHearsACreationBeforeTheStartOfTheRun(t *testing.T) {
+	e := conformance.NewRuntimeEnv(t, harnesses()["memstore"], nil)
+	obs := &recordingObserver{}
+	var rt *runtime.Runtime
+	store := createHookStore{Store: e.Store, afterCreate: func(c runtime.CreateRun) {
+		go rt.Wait(context.Background(), c.Run.Tenant, c.Run.ID) //nolint:errcheck // it kicks the session's driver
+		// Until the driver has either started the Run or queued on its lock.
+		deadline := time.Now().Add(20 * time.Second)
+		for runtime.RunLockRefs(rt, c.Run.Tenant, c.Run.ID) < 2 {
+			obs.mu.Lock()
+			started := len(obs.statuses) > 0
+			obs.mu.Unlock()
+			if started {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the driver neither started run %s nor waited for its lock in 20s", c.Run.ID)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}}
+	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
+		NodeID: "observed", Observer: obs, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop(t.Context())
+	res, err := rt.Execute(t.Context(), runtime.Request{Tenant: "acme", Session: "early", Input: `answer:done`})
+	if err != nil || res.Run.Status != loop.StatusCompleted {
+		t.Fatalf("%v %s %+v %v", err, res.Kind, res.Run.Status, res.Err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if got := strings.Join(obs.statuses, " "); got != ">pending pending>running running>completed" {
+		t.Fatalf("statuses %q", got)
+	}
+}
+
+// endBlockingObserver holds the report of a Run's end until released.
+type endBlockingObserver struct {
+	runtime.NopObserver
+	ending, release chan struct{}
+}
+
+func (o *endBlockingObserver) RunStatus(_ string, _, to loop.Status) {
+	if to.Terminal() {
+		close(o.ending)
+		<-o.release
+	}
+}
+
+// Wait may find a Run already terminal in the store while the advance that
+// ended it is still reporting that; it must not return before the report.
+func TestWaitReturnsARunsEndAfterTheObserverHeardIt(t *testing.T) {
+	e := conformance.NewRuntimeEnv(t, harnesses()["memstore"], nil)
+	obs := &endBlockingObserver{ending: make(chan struct{}), release: make(chan struct{})}
+	rt, err := runtime.New(runtime.Options{Store: e.Store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
+		NodeID: "observed", Observer: obs, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop(t.Context())
+	run, _, err := rt.Submit(t.Context(), runtime.Request{Tenant: "acme", Session: "late", Input: `answer:done`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-obs.ending
+	waited := make(chan runtime.Result, 1)
+	go func() {
+		res, err := rt.Wait(context.Background(), "acme", run.ID)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- res
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for runtime.RunLockRefs(rt, "acme", run.ID) < 2 { // until Wait queues behind the report
+		select {
+		case res := <-waited:
+			close(obs.release)
+			t.Fatalf("Wait returned %s (%s) while the observer was still hearing of the end", res.Kind, res.Run.Status)
+		default:
+		}
+		if time.Now().After(deadline) {
+			close(obs.release)
+			t.Fatal("Wait neither returned nor waited for the Run's lock in 20s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(obs.release)
+	if res := <-waited; res.Kind != runtime.ResultTerminal || res.Run.Status != loop.StatusCompleted {
+		t.Fatalf("Wait: %s %s", res.Kind, res.Run.Status)
 	}
 }
 

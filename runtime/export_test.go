@@ -1,0 +1,12 @@
+package runtime
+
+// RunLockRefs returns how many goroutines hold or wait for a Run's
+// advance lock.
+func RunLockRefs(rt *Runtime, tenant, runID string) int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if l := rt.runLocks[runKey(tenant, runID)]; l != nil {
+		return l.refs
+	}
+	return 0
+}
