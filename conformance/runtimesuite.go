@@ -48,6 +48,7 @@ func RuntimeSuite(t *testing.T, h RuntimeHarness) {
 		{"cancel with tools in flight sends cancel to the executors", testCancelInFlight},
 		{"approvals by tool call id while other calls run", testApprovals},
 		{"a run waiting for input resumes with it", testAwaitInput},
+		{"an input made with IfSeq applies only at that version", testInputIfSeq},
 		{"a retriable failure retries with backoff up to max attempts", testRetries},
 		{"an unknown attempt falls under the tool's policy", testLostEffect},
 		{"the deadline fails a run with an effect in flight", testDeadline},
@@ -307,6 +308,49 @@ func testApprovals(t *testing.T, e *RuntimeEnv) {
 	wantStatus(t, run, loop.StatusCompleted)
 	if !strings.HasPrefix(run.Result, "w1,slow:s,error (approval_denied): the call was denied: not today") {
 		t.Fatalf("result %q", run.Result)
+	}
+}
+
+func testInputIfSeq(t *testing.T, e *RuntimeEnv) {
+	res := e.Execute("s1", `ask:Which city?|ask:Which day?|answer:ok`)
+	if res.Kind != runtime.ResultWaiting || res.Waiting.Input == nil {
+		t.Fatalf("want a wait for input, got %s %+v", res.Kind, res.Waiting)
+	}
+	first := res.Run.Seq
+	if _, err := e.Runtime.ProvideInput(e.ctx(), "acme", res.Run.ID, "Paris", runtime.IfSeq(first-1)); !errors.Is(err, runtime.ErrRunChanged) {
+		t.Fatalf("an input naming an older version: %v, want ErrRunChanged", err)
+	}
+	if run, err := e.Runtime.LoadRun(e.ctx(), "acme", res.Run.ID); err != nil || run.Seq != first {
+		t.Fatalf("a refused input wrote: seq %d, want %d (%v)", run.Seq, first, err)
+	}
+	if _, err := e.Runtime.ProvideInput(e.ctx(), "acme", res.Run.ID, "Paris", runtime.IfSeq(first)); err != nil {
+		t.Fatal(err)
+	}
+	// The Run asks its second question. The first answer, sent again with
+	// the version it was meant for (a retry), must not answer it.
+	second, err := e.Runtime.Wait(e.ctx(), "acme", res.Run.ID)
+	if err != nil || second.Waiting == nil || second.Waiting.Input == nil || second.Waiting.Input.Prompt != "Which day?" {
+		t.Fatalf("want the second question, got %+v %v", second.Waiting, err)
+	}
+	if _, err := e.Runtime.ProvideInput(e.ctx(), "acme", res.Run.ID, "Paris", runtime.IfSeq(first)); !errors.Is(err, runtime.ErrRunChanged) {
+		t.Fatalf("a retried answer to the first question: %v, want ErrRunChanged", err)
+	}
+	if _, err := e.Runtime.ProvideInput(e.ctx(), "acme", res.Run.ID, "Monday", runtime.IfSeq(second.Run.Seq)); err != nil {
+		t.Fatal(err)
+	}
+	run := e.UntilTerminal(e.Runtime, res.Run.ID, 100*time.Millisecond)
+	wantStatus(t, run, loop.StatusCompleted)
+	var inputs []string
+	for _, m := range run.Transcript {
+		if m.Role == abi.MessageUser {
+			inputs = append(inputs, m.Content)
+		}
+	}
+	if got := strings.Join(inputs, ","); !strings.HasSuffix(got, "Paris,Monday") || strings.Count(got, "Paris") != 1 {
+		t.Fatalf("user messages %q", got)
+	}
+	if _, err := e.Runtime.Cancel(e.ctx(), "acme", res.Run.ID, "late", runtime.IfSeq(second.Run.Seq)); !errors.Is(err, runtime.ErrRunChanged) {
+		t.Fatalf("a cancel naming an older version of an ended Run: %v, want ErrRunChanged", err)
 	}
 }
 

@@ -28,6 +28,9 @@ type advanceReq struct {
 	// release names the assignment key of the synchronous call this advance
 	// concludes; its tracking and busy count are released at the end.
 	release string
+	// input qualifies an input from outside (IfSeq); what names it.
+	input inputOptions
+	what  string
 }
 
 // fromExecutor reports whether pre is news from an executor or the clock
@@ -102,6 +105,11 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		}
 		if req.session == "" {
 			req.session = run.Session
+		}
+		// Checked at each load, under the Run's lock: the commit below
+		// expects this seq, so the input applies to the version named.
+		if err := req.input.check(run, req.what); err != nil {
+			return run, err
 		}
 		if run.Status.Terminal() {
 			err := fmt.Errorf("%w: run %s is %s", loop.ErrTerminal, run.ID, run.Status)

@@ -32,6 +32,10 @@ var (
 	// ErrExecutorUnavailable: no executor can carry out the effect (the
 	// plugin is missing or failed to load).
 	ErrExecutorUnavailable = errors.New("runtime: executor unavailable")
+	// ErrRunChanged: an input made with IfSeq found the Run's log past the
+	// seq the caller read; nothing was written. Read the Run again and
+	// answer what it waits for now.
+	ErrRunChanged = errors.New("runtime: the run changed since the version the request names")
 )
 
 // ErrInvalidRequest: a store request is malformed (a Commit whose events

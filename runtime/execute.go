@@ -181,27 +181,50 @@ func (rt *Runtime) await(ctx context.Context, tenant, runID string, w chan Resul
 	}
 }
 
+// An InputOption qualifies an input to a Run: Cancel, Approve or
+// ProvideInput.
+type InputOption func(*inputOptions)
+
+type inputOptions struct {
+	ifSeq    int64
+	checkSeq bool
+}
+
+// IfSeq applies the input only while the Run's log ends at seq, the
+// version the caller read (loop.Run.Seq; the API's "seq" and ETag).
+// Otherwise nothing is written and the error wraps ErrRunChanged. An
+// answer made this way cannot land on a question the caller never saw,
+// however often it is retried.
+func IfSeq(seq int64) InputOption {
+	return func(o *inputOptions) { o.ifSeq, o.checkSeq = seq, true }
+}
+
 // Cancel asks for a Run to be cancelled. The effects in flight receive
 // cancel; the Run ends cancelled when none is left.
-func (rt *Runtime) Cancel(ctx context.Context, tenant, runID, reason string) (loop.Run, error) {
-	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventCancelRequested, Reason: reason}, "cancel")
+func (rt *Runtime) Cancel(ctx context.Context, tenant, runID, reason string, opts ...InputOption) (loop.Run, error) {
+	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventCancelRequested, Reason: reason}, "cancel", opts)
 }
 
 // Approve records approvals and denials of gated tool calls, addressed by
 // tool call ID.
-func (rt *Runtime) Approve(ctx context.Context, tenant, runID string, approvals []abi.ApprovalDecision) (loop.Run, error) {
-	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventApprovalRecorded, Approvals: approvals}, "approve")
+func (rt *Runtime) Approve(ctx context.Context, tenant, runID string, approvals []abi.ApprovalDecision, opts ...InputOption) (loop.Run, error) {
+	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventApprovalRecorded, Approvals: approvals}, "approve", opts)
 }
 
 // ProvideInput answers a Run that waits for the user's input.
-func (rt *Runtime) ProvideInput(ctx context.Context, tenant, runID, text string) (loop.Run, error) {
-	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventInputProvided, Input: text}, "input")
+func (rt *Runtime) ProvideInput(ctx context.Context, tenant, runID, text string, opts ...InputOption) (loop.Run, error) {
+	return rt.input(ctx, tenant, runID, loop.Event{Type: loop.EventInputProvided, Input: text}, "input", opts)
 }
 
 // input applies an event from outside (a person, an API client) to a Run.
 // The Loop's refusals (ErrNotAwaiting, ErrUnknownToolCall, ErrTerminal …)
-// come back unchanged and nothing is written.
-func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Event, what string) (loop.Run, error) {
+// come back unchanged and nothing is written; so does ErrRunChanged, for
+// an input made with IfSeq.
+func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Event, what string, opts []InputOption) (loop.Run, error) {
+	var o inputOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := checkIDs("tenant", tenant, "run", runID); err != nil {
 		return loop.Run{}, err
 	}
@@ -212,11 +235,14 @@ func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Even
 	if err != nil {
 		return loop.Run{}, err
 	}
+	if err := o.check(run, what); err != nil {
+		return run, err
+	}
 	if run.Status.Terminal() {
 		return run, fmt.Errorf("%w: run %s is %s; %s refused", loop.ErrTerminal, runID, run.Status, what)
 	}
 	cur, err := rt.advance(ctx, advanceReq{
-		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev,
+		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, input: o, what: what,
 		commandID: func(r loop.Run) string { return fmt.Sprintf("%s/%s@%d", what, r.ID, r.Seq) },
 	})
 	if err != nil {
@@ -224,6 +250,14 @@ func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Even
 	}
 	rt.kick(tenant, run.Session)
 	return cur, nil
+}
+
+// check returns ErrRunChanged if the input names a seq the Run is past.
+func (o inputOptions) check(run loop.Run, what string) error {
+	if o.checkSeq && run.Seq != o.ifSeq {
+		return fmt.Errorf("%w: run %s is at seq %d, not %d; %s refused", ErrRunChanged, run.ID, run.Seq, o.ifSeq, what)
+	}
+	return nil
 }
 
 // LoadRun returns a Run's snapshot.

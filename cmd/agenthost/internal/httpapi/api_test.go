@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -246,6 +247,51 @@ func TestAnswerARunWaitingForInput(t *testing.T) {
 	r = e.do("POST", "/v1/runs/"+other.ID+"/input", tokenAcme, `{"message": "hello"}`)
 	require.Equal(t, http.StatusConflict, r.Status)
 	require.Equal(t, httpapi.CodeNotAwaiting, r.errCode(t))
+}
+
+// An answer sent with If-Match applies only to the version of the Run its
+// client read: a retry of it cannot answer a later question.
+func TestIfMatchMakesAnAnswerSafeToRetry(t *testing.T) {
+	e := newEnv(t)
+	run := e.submit(tokenAcme, "s1", "ask:Which city?|ask:Which day?|answer:ok")
+	first := e.waitRun(tokenAcme, run.ID, "asks its first question", func(r httpapi.RunJSON) bool {
+		return r.Waiting != nil && r.Waiting.Input != nil && r.Waiting.Input.Prompt == "Which city?"
+	})
+	got := e.do("GET", "/v1/runs/"+run.ID, tokenAcme, "")
+	require.Equal(t, fmt.Sprintf(`"%d"`, first.Seq), got.Header.Get("ETag"))
+	tag := got.Header.Get("ETag")
+
+	// Malformed preconditions: 400, and what to send instead.
+	for _, bad := range []string{`W/` + tag, tag + `, "1"`, `12`, `"twelve"`, `""`} {
+		r := e.do("POST", "/v1/runs/"+run.ID+"/input", tokenAcme, `{"message": "Paris"}`, "If-Match", bad)
+		require.Equal(t, http.StatusBadRequest, r.Status, "If-Match %s: %s", bad, r.Body)
+		require.Contains(t, r.message(t), `If-Match: "12"`)
+	}
+	// An older version: 412 run_changed, nothing written.
+	r := e.do("POST", "/v1/runs/"+run.ID+"/input", tokenAcme, `{"message": "Paris"}`, "If-Match", fmt.Sprintf(`"%d"`, first.Seq-1))
+	require.Equal(t, http.StatusPreconditionFailed, r.Status, "body: %s", r.Body)
+	require.Equal(t, httpapi.CodeRunChanged, r.errCode(t))
+	require.Equal(t, first.Seq, e.get(tokenAcme, run.ID).Seq)
+
+	r = e.do("POST", "/v1/runs/"+run.ID+"/input", tokenAcme, `{"message": "Paris"}`, "If-Match", tag)
+	require.Equal(t, http.StatusOK, r.Status, "body: %s", r.Body)
+	require.Equal(t, fmt.Sprintf(`"%d"`, r.run(t).Seq), r.Header.Get("ETag"))
+	e.waitRun(tokenAcme, run.ID, "asks its second question", func(r httpapi.RunJSON) bool {
+		return r.Waiting != nil && r.Waiting.Input != nil && r.Waiting.Input.Prompt == "Which day?"
+	})
+	// The same answer again, as a client retries after a cut-off reply.
+	r = e.do("POST", "/v1/runs/"+run.ID+"/input", tokenAcme, `{"message": "Paris"}`, "If-Match", tag)
+	require.Equal(t, http.StatusPreconditionFailed, r.Status, "body: %s", r.Body)
+	require.Equal(t, httpapi.CodeRunChanged, r.errCode(t))
+
+	// "*" is no precondition.
+	r = e.do("POST", "/v1/runs/"+run.ID+"/input", tokenAcme, `{"message": "Monday"}`, "If-Match", "*")
+	require.Equal(t, http.StatusOK, r.Status, "body: %s", r.Body)
+	e.waitStatus(tokenAcme, run.ID, loop.StatusCompleted)
+
+	// Cancel takes it too; a stale one is refused before the Run's end is.
+	r = e.do("POST", "/v1/runs/"+run.ID+"/cancel", tokenAcme, "", "If-Match", tag)
+	require.Equal(t, http.StatusPreconditionFailed, r.Status, "body: %s", r.Body)
 }
 
 func TestCancelWithToolsInFlight(t *testing.T) {

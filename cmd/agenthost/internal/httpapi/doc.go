@@ -16,10 +16,11 @@
 //	POST /v1/sessions/{id}/runs   {"input": "...", "metadata": {}} → 201 Run
 //	                              (Idempotency-Key: a replay → 200, same Run, Idempotent-Replayed: true)
 //	GET  /v1/sessions/{id}/runs   ?after=<ordinal>&limit=<1..500, default 50> → 200 {"runs": [...], "next_after": n}
-//	GET  /v1/runs/{id}            → 200 Run
+//	GET  /v1/runs/{id}            → 200 Run (ETag: "<seq>")
 //	GET  /v1/runs/{id}/events     Server-Sent Events; resumes after Last-Event-ID or ?after=
 //	POST /v1/runs/{id}/input      {"approvals": [{"tool_call_id", "approved", "reason"}]} or {"message": "..."} → 200 Run
 //	POST /v1/runs/{id}/cancel     optional {"reason": "..."} → 202 Run
+//	                              (input and cancel take If-Match: "<seq>": 412 run_changed once the Run moved on)
 //	GET  /healthz                 200 while the process serves
 //	GET  /readyz                  503 until Config.Ready says ready (recovery's first pass), then 200
 //	GET  /metrics                 Config.Metrics (Prometheus)
@@ -60,6 +61,7 @@
 //	404 not_found, run_not_found, session_not_found   no such route; no such Run or session for this tenant
 //	405 method_not_allowed                            (with Allow)
 //	409 run_terminal, not_awaiting, unknown_tool_call the Run has ended; it does not wait for that; no such tool call
+//	412 run_changed                                   the Run is past the version If-Match names; nothing written
 //	413 body_too_large                                over Config.MaxBodyBytes (default 1 MiB)
 //	429 quota_active_runs, quota_in_flight_effects, quota_token_budget (with Retry-After)
 //	503 unavailable                                   stopping, draining, or the session is moving (with Retry-After)

@@ -27,6 +27,7 @@ const (
 	CodeRunTerminal     = "run_terminal"      // the Run has ended
 	CodeNotAwaiting     = "not_awaiting"      // the Run does not wait for that input or approval
 	CodeUnknownToolCall = "unknown_tool_call" // no tool call of the Run's current step has that ID
+	CodeRunChanged      = "run_changed"       // the Run is past the version If-Match names
 	CodeQuotaActiveRuns = "quota_active_runs"
 	CodeQuotaInFlight   = "quota_in_flight_effects"
 	CodeQuotaTokens     = "quota_token_budget"
@@ -111,6 +112,11 @@ func (s *Server) runError(r *http.Request, runID string, err error) *apiError {
 	case errors.Is(err, loop.ErrNotAwaiting):
 		return errorf(http.StatusConflict, CodeNotAwaiting,
 			"%v; GET /v1/runs/%s shows what the Run waits for under \"waiting\"", err, runID)
+	case errors.Is(err, runtime.ErrRunChanged):
+		// The runtime found the Run moved on between the handler's read
+		// and its write.
+		return errorf(http.StatusPreconditionFailed, CodeRunChanged,
+			"%v; nothing was written. GET /v1/runs/%s for what it waits for now, and send again with its ETag", err, runID)
 	case errors.Is(err, loop.ErrInvalidEvent):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "the Run refused the request: %v", err)
 	}

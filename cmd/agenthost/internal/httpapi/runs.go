@@ -53,7 +53,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 		w.Header().Set(ReplayedHeader, "true")
 		status = http.StatusOK
 	}
-	writeJSON(w, status, NewRunJSON(run))
+	writeRun(w, status, run)
 	return nil
 }
 
@@ -91,7 +91,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, tenant string) e
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, NewRunJSON(run))
+	writeRun(w, http.StatusOK, run)
 	return nil
 }
 
@@ -100,20 +100,27 @@ func (s *Server) postInput(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
+	im, err := parseIfMatch(r)
+	if err != nil {
+		return err
+	}
 	req, err := DecodeInputRequest(r.Body)
 	if err != nil {
 		return err
 	}
+	if err := im.check(run); err != nil {
+		return err
+	}
 	var cur loop.Run
 	if req.Message != nil {
-		cur, err = s.cfg.Runtime.ProvideInput(r.Context(), tenant, run.ID, *req.Message)
+		cur, err = s.cfg.Runtime.ProvideInput(r.Context(), tenant, run.ID, *req.Message, im.opts()...)
 	} else {
-		cur, err = s.cfg.Runtime.Approve(r.Context(), tenant, run.ID, req.Decisions())
+		cur, err = s.cfg.Runtime.Approve(r.Context(), tenant, run.ID, req.Decisions(), im.opts()...)
 	}
 	if err != nil {
 		return s.runError(r, run.ID, err)
 	}
-	writeJSON(w, http.StatusOK, NewRunJSON(cur))
+	writeRun(w, http.StatusOK, cur)
 	return nil
 }
 
@@ -122,8 +129,15 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
+	im, err := parseIfMatch(r)
+	if err != nil {
+		return err
+	}
 	req, err := decodeCancelRequest(r.Body)
 	if err != nil {
+		return err
+	}
+	if err := im.check(run); err != nil {
 		return err
 	}
 	if run.Status.Terminal() {
@@ -133,14 +147,14 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, tenant string
 	if reason == "" {
 		reason = "cancelled through the API"
 	}
-	cur, err := s.cfg.Runtime.Cancel(r.Context(), tenant, run.ID, reason)
+	cur, err := s.cfg.Runtime.Cancel(r.Context(), tenant, run.ID, reason, im.opts()...)
 	if errors.Is(err, loop.ErrNoChange) { // already being cancelled or ending
 		cur, err = s.cfg.Runtime.LoadRun(r.Context(), tenant, run.ID)
 	}
 	if err != nil {
 		return s.runError(r, run.ID, err)
 	}
-	writeJSON(w, http.StatusAccepted, NewRunJSON(cur))
+	writeRun(w, http.StatusAccepted, cur)
 	return nil
 }
 

@@ -18,9 +18,9 @@ import (
 type Runtime interface {
 	Submit(ctx context.Context, req runtime.Request) (loop.Run, bool, error)
 	LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error)
-	Approve(ctx context.Context, tenant, runID string, approvals []abi.ApprovalDecision) (loop.Run, error)
-	ProvideInput(ctx context.Context, tenant, runID, text string) (loop.Run, error)
-	Cancel(ctx context.Context, tenant, runID, reason string) (loop.Run, error)
+	Approve(ctx context.Context, tenant, runID string, approvals []abi.ApprovalDecision, opts ...runtime.InputOption) (loop.Run, error)
+	ProvideInput(ctx context.Context, tenant, runID, text string, opts ...runtime.InputOption) (loop.Run, error)
+	Cancel(ctx context.Context, tenant, runID, reason string, opts ...runtime.InputOption) (loop.Run, error)
 	Follow(ctx context.Context, tenant, runID string, fromSeq int64, fn func(runtime.StreamItem) error) error
 	InFlight(tenant string) int
 }
