@@ -55,20 +55,22 @@ func newBenchChaosCmd(bf *benchFlags) *cobra.Command {
 tenants whose Runs use the conformance plugins, and for --duration lets
 --concurrency clients submit Runs of every kind: instant tools, slow tools
 (slow_job, slow), failing tools (fail, flaky), tools that wait for an
-approval (the clients approve or deny them), slow ones the clients cancel
-while in flight, one that loses its work (its policy fails the Run), and
-hostile ones (an endless
-loop, a memory bomb, a trap, huge or malformed output, a file read, HTTP to a
-host not allowed). Every --fault-every it either SIGKILLs the server and
-restarts it on the same data dir, or SIGSTOPs it for --pause and SIGCONTs
+approval (the clients approve or deny them), a model that asks the user
+one or two questions (the clients answer each, under If-Match), slow ones
+the clients cancel while in flight, one that loses its work (its policy
+fails the Run), and hostile ones (an endless loop, a memory bomb, a trap,
+huge or malformed output, a file read, HTTP to a host not allowed). Every
+--fault-every it either SIGKILLs the server and restarts it on the same
+data dir, or SIGSTOPs it for --pause and SIGCONTs
 it; the clients see their requests time out and retry them, a submission
 with the same Idempotency-Key.
 
 Then it stops the faults, waits for every acknowledged Run to end (approving
-what still waits), stops the server with SIGTERM (it must exit 0), reopens
+and answering what still waits), stops the server with SIGTERM (it must exit 0), reopens
 the data dir with Badger and checks DESIGN §9's invariants on every
 acknowledged Run: it is terminal; its event log is numbered 1..n with one
-terminal event, last; no effect attempt was settled twice; no effect was
+terminal event, last; no effect attempt was settled twice; every input
+answers the question the Run was waiting on, once; no effect was
 dispatched more attempts than its policy allows; no slow job ran twice (the
 plugin counts its executions in its KV); the watchdog found no stuck Run; and
 the server answered within --resume-bound after every SIGCONT.
@@ -127,6 +129,7 @@ type chaosResult struct {
 	Approved     int64                     `json:"approved"`
 	Cancels      int64                     `json:"cancels"`
 	Denied       int64                     `json:"denied"`
+	Answered     int64                     `json:"answered"`
 
 	Dispatched     int            `json:"attempts_dispatched"`
 	EffectsSettled map[string]int `json:"effects_settled"` // "kind state" → attempts settled
@@ -308,7 +311,7 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	res.Submitted = clients.submitted.get()
 	res.Acknowledged = len(acked)
 	res.Retries, res.ClientErrors = clients.retries.get(), clients.errors.get()
-	res.Approved, res.Denied, res.Cancels = clients.approved.get(), clients.denied.get(), clients.cancels.get()
+	res.Approved, res.Denied, res.Answered, res.Cancels = clients.approved.get(), clients.denied.get(), clients.answered.get(), clients.cancels.get()
 	res.Violations = append(res.Violations, faultViolations...)
 	res.Violations = append(res.Violations, clientViolations...)
 	res.Violations = append(res.Violations, chaosCheckStore(cmd.Context(), cfg.DataDir, acked, tenants, res)...)
@@ -460,6 +463,7 @@ func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tena
 			continue
 		}
 		out = append(out, checkEventLog(r.ID, evs)...)
+		out = append(out, checkInputs(r.ID, evs)...)
 		var spec *loop.Spec
 		for _, ev := range evs {
 			if ev.Type == loop.EventRunCreated {
@@ -536,7 +540,7 @@ func chaosTables(res *chaosResult) []table {
 	faults := table{Title: "Faults", Header: []string{"kills", "pauses", "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "submission retries", "client errors", "of which during pauses"},
 		Rows: [][]string{{strconv.Itoa(res.Kills), strconv.Itoa(res.Pauses), fmt.Sprintf("%.0f", res.MaxReadyMS), fmt.Sprintf("%.0f", res.MaxResumMS),
 			strconv.FormatInt(res.Retries, 10), strconv.FormatInt(res.ClientErrors, 10), strconv.FormatInt(res.PauseErrors, 10)}},
-		Notes: []string{fmt.Sprintf("seed %d; %.0f s in all, of which %.0f s draining; approvals answered: %d yes, %d no; cancellations asked: %d", res.Seed, res.ElapsedS, res.DrainS, res.Approved, res.Denied, res.Cancels)}}
+		Notes: []string{fmt.Sprintf("seed %d; %.0f s in all, of which %.0f s draining; approvals answered: %d yes, %d no; questions answered: %d; cancellations asked: %d", res.Seed, res.ElapsedS, res.DrainS, res.Approved, res.Denied, res.Answered, res.Cancels)}}
 	statuses := []string{"completed", "failed", "cancelled", "pending", "running", "waiting"}
 	runs := table{Title: "Runs", Header: append([]string{"kind", "acknowledged"}, statuses...)}
 	for _, k := range append(append([]string(nil), chaosKinds...), "total") {

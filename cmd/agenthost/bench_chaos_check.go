@@ -44,6 +44,36 @@ func checkEventLog(runID string, evs []loop.Event) []string {
 	return out
 }
 
+// chaosAnswer is the user's answer the chaos clients give to a question
+// a Run asks: derived from the question, so that the log shows which
+// question each input answered.
+func chaosAnswer(prompt string) string { return "re: " + prompt }
+
+// checkInputs checks the user inputs in one Run's log: each answers the
+// question the Run was waiting on (the last model step's await_input), and
+// only once. A Run that completed had every question answered.
+func checkInputs(runID string, evs []loop.Event) []string {
+	var out []string
+	asked := ""
+	for _, ev := range evs {
+		switch {
+		case ev.Type == loop.EventEffectSettled && ev.Outcome != nil && ev.Outcome.Model != nil && ev.Outcome.Model.AwaitInput != nil:
+			asked = ev.Outcome.Model.AwaitInput.Prompt
+		case ev.Type == loop.EventInputProvided:
+			switch {
+			case asked == "":
+				out = append(out, fmt.Sprintf("run %s: input %q at seq %d answers no open question", runID, ev.Input, ev.Seq))
+			case ev.Input != chaosAnswer(asked):
+				out = append(out, fmt.Sprintf("run %s: input %q at seq %d does not answer the open question %q", runID, ev.Input, ev.Seq, asked))
+			}
+			asked = ""
+		case ev.Type == loop.EventRunCompleted && asked != "":
+			out = append(out, fmt.Sprintf("run %s completed at seq %d with the question %q unanswered", runID, ev.Seq, asked))
+		}
+	}
+	return out
+}
+
 // effectRecord is one effect of a Run as its log tells it.
 type effectRecord struct {
 	ID         string

@@ -18,7 +18,7 @@ import (
 
 // chaosKinds are the kinds of Run the clients submit, in the summary's
 // order.
-var chaosKinds = []string{"instant", "slow_job", "slow", "failing", "approval", "hostile", "queued", "cancel", "lost"}
+var chaosKinds = []string{"instant", "slow_job", "slow", "failing", "approval", "input", "hostile", "queued", "cancel", "lost"}
 
 // hostileTools are the misbehaviours of the hostile plugin the clients
 // call; each must fail cleanly and leave the server serving.
@@ -41,6 +41,13 @@ func chaosScripts(kind string, rng *rand.Rand) []string {
 			return []string{`call:wire({"text":"transfer"})|answer:$results`}
 		}
 		return []string{`call:wire({"text":"one"}),wire({"text":"two"}),echo({"text":"free"})|answer:$results`}
+	case "input":
+		// The model asks the user one or two questions; the clients answer
+		// each with chaosAnswer, under If-Match.
+		if rng.IntN(2) == 0 {
+			return []string{`ask:Which city?|answer:noted`}
+		}
+		return []string{`ask:Which city?|call:echo({"text":"booked"})|ask:Which day?|answer:$results`}
 	case "hostile":
 		tool := hostileTools[rng.IntN(len(hostileTools))]
 		args := "{}"
@@ -82,9 +89,9 @@ type chaosClients struct {
 	acked      []ackedRun
 	violations []string
 
-	submitted, retries, errors, approved, denied, cancels counter
-	stopping                                              atomic.Bool  // the chaos phase is over: start nothing new
-	giveUp                                                atomic.Int64 // unix nanos after which a submission stops retrying
+	submitted, retries, errors, approved, denied, answered, cancels counter
+	stopping                                                        atomic.Bool  // the chaos phase is over: start nothing new
+	giveUp                                                          atomic.Int64 // unix nanos after which a submission stops retrying
 }
 
 type chaosTenant struct{ ID, Token string }
@@ -219,8 +226,8 @@ func (c *chaosClients) cancel(r ackedRun) bool {
 }
 
 // step looks at a Run once and answers its approvals (each yes or no at
-// random; all yes when rng is nil). It returns the Run as it saw it, and
-// false if it could not see it.
+// random; all yes when rng is nil) or its question. It returns the Run as
+// it saw it, and false if it could not see it.
 func (c *chaosClients) step(r ackedRun, rng *rand.Rand) (httpapi.RunJSON, bool) {
 	var run httpapi.RunJSON
 	code, _, err := c.do(r.Token, "GET", "/v1/runs/"+r.ID, nil, nil, &run)
@@ -230,7 +237,30 @@ func (c *chaosClients) step(r ackedRun, rng *rand.Rand) (httpapi.RunJSON, bool) 
 		}
 		return run, false
 	}
-	if run.Status.Terminal() || run.Waiting == nil || len(run.Waiting.Approvals) == 0 {
+	if run.Status.Terminal() || run.Waiting == nil {
+		return run, true
+	}
+	if q := run.Waiting.Input; q != nil {
+		// An answer cut off by a fault may have been recorded, and a
+		// request the server read before a SIGSTOP is served after the
+		// SIGCONT, so this answer may reach the Run after it moved on to
+		// its next question: If-Match makes the server refuse it then
+		// (412), and the next look answers the question of that moment.
+		hdr := map[string]string{"If-Match": fmt.Sprintf(`"%d"`, run.Seq)}
+		code, raw, err := c.do(r.Token, "POST", "/v1/runs/"+r.ID+"/input", map[string]any{"message": chaosAnswer(q.Prompt)}, hdr, nil)
+		switch {
+		case err != nil:
+			c.errors.Add(1)
+		case code == http.StatusOK:
+			c.answered.Add(1)
+		case code == http.StatusPreconditionFailed, code == http.StatusConflict, code == http.StatusServiceUnavailable:
+			// It moved on, it ended, or the server is not ready: look again.
+		default:
+			c.violation("answer to run %s/%s answered %d: %s", r.Tenant, r.ID, code, truncateBytes(raw, 200))
+		}
+		return run, true
+	}
+	if len(run.Waiting.Approvals) == 0 {
 		return run, true
 	}
 	var decisions []map[string]any

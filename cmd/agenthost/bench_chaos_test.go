@@ -104,7 +104,21 @@ func TestChaosChecks(t *testing.T) {
 	}
 	check := func(evs []loop.Event) []string {
 		out := checkEventLog(run, evs)
+		out = append(out, checkInputs(run, evs)...)
 		return append(out, checkPolicies(run, spec, effectRecords(evs))...)
+	}
+	// asking is a Run whose model asked the user a question, which was
+	// answered before the model's final answer.
+	m2 := loop.ModelEffectID(run, 2)
+	ask := &loop.Outcome{State: loop.OutcomeDone, Model: &abi.ModelOutcome{Message: abi.Message{Role: abi.MessageAssistant, Content: "Which city?"},
+		AwaitInput: &abi.AwaitInput{Prompt: "Which city?"}}}
+	final := &loop.Outcome{State: loop.OutcomeDone, Model: &abi.ModelOutcome{Message: abi.Message{Role: abi.MessageAssistant, Content: "noted"}}}
+	input := func(text string) loop.Event { return loop.Event{Type: loop.EventInputProvided, Input: text} }
+	asking := func(inputs ...loop.Event) []loop.Event {
+		evs := []loop.Event{{Type: loop.EventRunCreated, Spec: spec}, ev(loop.EventEffectDispatched, m1, 1, nil), ev(loop.EventEffectSettled, m1, 1, ask)}
+		evs = append(evs, inputs...)
+		evs = append(evs, ev(loop.EventEffectDispatched, m2, 1, nil), ev(loop.EventEffectSettled, m2, 1, final), loop.Event{Type: loop.EventRunCompleted})
+		return numbered(evs)
 	}
 	insert := func(at int, extra ...loop.Event) []loop.Event {
 		out := append(append(append([]loop.Event(nil), good[:at]...), extra...), good[at:]...)
@@ -123,6 +137,10 @@ func TestChaosChecks(t *testing.T) {
 		{"a gap in the sequence is caught", append(numbered(good[:4]), numbered(good)[5:]...), "has seq"},
 		{"a log that does not end terminal is caught", numbered(good[:len(good)-1]), "not terminal"},
 		{"an event after the terminal one is caught", numbered(append(append([]loop.Event(nil), good...), ev(loop.EventEffectDispatched, t1, 1, nil))), "is not the last"},
+		{"a question answered once passes", asking(input(chaosAnswer("Which city?"))), ""},
+		{"an answer to another question is caught", asking(input(chaosAnswer("Which day?"))), "does not answer the open question"},
+		{"an answer given twice is caught", asking(input(chaosAnswer("Which city?")), input(chaosAnswer("Which city?"))), "answers no open question"},
+		{"a Run completed with its question open is caught", asking(), "unanswered"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := check(c.evs)
