@@ -110,7 +110,17 @@ func (e *apiError) Error() string {
 // call sends a request and decodes a 2xx JSON answer into out; any other
 // answer becomes an error that carries the server's own error body.
 func (c *runsClient) call(ctx context.Context, method, path string, body any, out any) error {
-	resp, err := c.send(ctx, method, path, body, nil)
+	return c.callIf(ctx, method, path, body, -1, out)
+}
+
+// callIf is call with If-Match set to the Run version ifSeq, unless it is
+// negative: the server applies the request only while the Run is at it.
+func (c *runsClient) callIf(ctx context.Context, method, path string, body any, ifSeq int64, out any) error {
+	var header http.Header
+	if ifSeq >= 0 {
+		header = http.Header{"If-Match": {`"` + strconv.FormatInt(ifSeq, 10) + `"`}}
+	}
+	resp, err := c.send(ctx, method, path, body, header)
 	if err != nil {
 		return err
 	}
@@ -195,7 +205,7 @@ func (c *runsClient) printRun(w io.Writer, raw json.RawMessage) error {
 		return err
 	}
 	fmt.Fprintf(w, "run %s (session %s): %s\n", r.ID, r.Session, r.Status)
-	fmt.Fprintf(w, "  created %s, updated %s, %d steps, %d events\n", r.CreatedAt, r.UpdatedAt, r.Step, r.Seq)
+	fmt.Fprintf(w, "  created %s, updated %s, %d steps, %d events (its version, for --if-seq)\n", r.CreatedAt, r.UpdatedAt, r.Step, r.Seq)
 	fmt.Fprintf(w, "  usage: %d input tokens, %d output tokens\n", r.Usage.InputTokens, r.Usage.OutputTokens)
 	fmt.Fprintf(w, "  input: %s\n", oneLineText(r.Input))
 	if r.Result != nil {
@@ -309,6 +319,7 @@ func (c *runsClient) showCmd() *cobra.Command {
 
 func (c *runsClient) cancelCmd() *cobra.Command {
 	var reason string
+	var ifSeq int64
 	cmd := &cobra.Command{
 		Use:     "cancel RUN",
 		Short:   "Cancel a Run (tools in flight are asked to stop)",
@@ -320,17 +331,19 @@ func (c *runsClient) cancelCmd() *cobra.Command {
 				body = map[string]string{"reason": reason}
 			}
 			var raw json.RawMessage
-			if err := c.call(cmd.Context(), "POST", "/v1/runs/"+url.PathEscape(args[0])+"/cancel", body, &raw); err != nil {
+			if err := c.callIf(cmd.Context(), "POST", "/v1/runs/"+url.PathEscape(args[0])+"/cancel", body, ifSeq, &raw); err != nil {
 				return err
 			}
 			return c.printRun(cmd.OutOrStdout(), raw)
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (kept in the Run's log)")
+	ifSeqFlag(cmd, &ifSeq)
 	return cmd
 }
 
 func (c *runsClient) approveCmd() *cobra.Command {
+	var ifSeq int64
 	var calls []string
 	var deny bool
 	var reason string
@@ -356,7 +369,7 @@ carried out; the model is told it was denied, with the reason.`,
 				decisions = append(decisions, d)
 			}
 			var raw json.RawMessage
-			if err := c.call(cmd.Context(), "POST", "/v1/runs/"+url.PathEscape(args[0])+"/input", map[string]any{"approvals": decisions}, &raw); err != nil {
+			if err := c.callIf(cmd.Context(), "POST", "/v1/runs/"+url.PathEscape(args[0])+"/input", map[string]any{"approvals": decisions}, ifSeq, &raw); err != nil {
 				return err
 			}
 			return c.printRun(cmd.OutOrStdout(), raw)
@@ -365,11 +378,13 @@ carried out; the model is told it was denied, with the reason.`,
 	cmd.Flags().StringArrayVar(&calls, "call", nil, "a tool call ID to answer (repeatable)")
 	cmd.Flags().BoolVar(&deny, "deny", false, "deny the calls instead of approving them")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (the model sees it for a denial)")
+	ifSeqFlag(cmd, &ifSeq)
 	return cmd
 }
 
 func (c *runsClient) inputCmd() *cobra.Command {
 	var message string
+	var ifSeq int64
 	cmd := &cobra.Command{
 		Use:     "input RUN --message TEXT",
 		Short:   "Answer the question a Run's model asked the user",
@@ -380,14 +395,20 @@ func (c *runsClient) inputCmd() *cobra.Command {
 				return fmt.Errorf("runs input: pass --message TEXT, the answer to the model's question (see: agenthost runs show %s)", args[0])
 			}
 			var raw json.RawMessage
-			if err := c.call(cmd.Context(), "POST", "/v1/runs/"+url.PathEscape(args[0])+"/input", map[string]string{"message": message}, &raw); err != nil {
+			if err := c.callIf(cmd.Context(), "POST", "/v1/runs/"+url.PathEscape(args[0])+"/input", map[string]string{"message": message}, ifSeq, &raw); err != nil {
 				return err
 			}
 			return c.printRun(cmd.OutOrStdout(), raw)
 		},
 	}
 	cmd.Flags().StringVar(&message, "message", "", "the answer (required)")
+	ifSeqFlag(cmd, &ifSeq)
 	return cmd
+}
+
+// ifSeqFlag adds --if-seq, which sends If-Match with a Run's version.
+func ifSeqFlag(cmd *cobra.Command, ifSeq *int64) {
+	cmd.Flags().Int64Var(ifSeq, "if-seq", -1, `apply only while the Run is still at this version (the event count "runs show" prints); if it moved on, nothing is written`)
 }
 
 func (c *runsClient) eventsCmd() *cobra.Command {

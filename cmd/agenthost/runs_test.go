@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,8 +91,12 @@ func TestRunsCLI(t *testing.T) {
 	}
 
 	asked := acme.submit(t, "cli-ask", "ask:Your name?|answer:thanks")
-	acme.waitRun(t, asked.ID, 30*time.Second, "waiting for input", func(r runView) bool { return r.Waiting != nil && r.Waiting.Input != nil })
-	if _, err := runs("input", asked.ID, "--message", "Ada"); err != nil {
+	waiting := acme.waitRun(t, asked.ID, 30*time.Second, "waiting for input", func(r runView) bool { return r.Waiting != nil && r.Waiting.Input != nil })
+	stale := strconv.FormatInt(waiting.Seq-1, 10)
+	if out, err := runs("input", asked.ID, "--message", "Ada", "--if-seq", stale); err == nil || !strings.Contains(err.Error(), "run_changed") {
+		t.Fatalf("an answer with an older --if-seq: %v\n%s", err, out)
+	}
+	if _, err := runs("input", asked.ID, "--message", "Ada", "--if-seq", strconv.FormatInt(waiting.Seq, 10)); err != nil {
 		t.Fatal(err)
 	}
 	if r := acme.waitRun(t, asked.ID, 30*time.Second, "terminal", runView.terminal); r.Status != "completed" {
