@@ -474,6 +474,17 @@ func testFencedAfterTakeover(t *testing.T, e *RuntimeEnv) {
 	// gone, and node-b may take the session over.
 	e.Clock.Advance(5 * time.Minute)
 	Eventually(t, "node-a to report the boundary", func() bool { return e.Runtime.Stats().Boundaries.Load() > 0 })
+	Eventually(t, "node-a to say its lease is lost", func() bool {
+		select {
+		case <-e.Runtime.LeaseLost():
+			return true
+		default:
+			return false
+		}
+	})
+	if e.Runtime.Ready() {
+		t.Fatal("node-a says it is ready after its lease was lost")
+	}
 	b := e.NewRuntime("node-b")
 	run := e.UntilTerminal(b, runID, 100*time.Millisecond)
 	wantStatus(t, run, loop.StatusCompleted)

@@ -53,7 +53,15 @@ type deferral struct {
 
 // Ready reports whether recovery's first pass is done: every session whose
 // owner was dead at start-up has been taken over and handed to a driver.
-func (rt *Runtime) Ready() bool { return rt.ready.Load() }
+// It is false again once the node's lease is lost (LeaseLost).
+func (rt *Runtime) Ready() bool {
+	select {
+	case <-rt.lost:
+		return false
+	default:
+		return rt.ready.Load()
+	}
+}
 
 // Recovery returns recovery's counters.
 func (rt *Runtime) Recovery() *RecoveryStats { return &rt.recStats }

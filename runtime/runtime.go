@@ -82,6 +82,9 @@ type Runtime struct {
 	wg       sync.WaitGroup
 	slots    chan struct{} // bounds watcher-fired work
 	drivers  chan struct{} // bounds concurrent session drivers
+	// lost is closed when the node's lease expired: the runtime has given
+	// up every session and drives nothing from then on.
+	lost chan struct{}
 
 	mu       sync.Mutex
 	started  bool
@@ -189,10 +192,21 @@ func New(opts Options) (*Runtime, error) {
 		deferred: map[string]deferral{},
 		suspects: map[string]int64{},
 	}
+	rt.lost = make(chan struct{})
 	rt.life, rt.stopLife = context.WithCancel(context.Background())
 	rt.watcher = NewWatcher(opts.Clock, rt.onWatcherFire)
 	return rt, nil
 }
+
+// LeaseLost is closed when this node's lease expired before it could be
+// renewed (the process was paused, or starved of CPU, for longer than
+// LeaseTTL). The runtime has then given up every session, and it drives
+// nothing more: its in-flight work can no longer commit. The process
+// should stop and start again; the new incarnation's recovery takes every
+// session over. A runtime does not re-register by itself, because its
+// executor calls still running could then run a second time beside
+// recovery's.
+func (rt *Runtime) LeaseLost() <-chan struct{} { return rt.lost }
 
 func setDefault(d *time.Duration, v time.Duration) {
 	if *d <= 0 {
@@ -244,7 +258,7 @@ func (rt *Runtime) renewLease() {
 	err := rt.store.RenewNode(ctx, rt.nodeID, rt.nowMS()+rt.opts.LeaseTTL.Milliseconds())
 	switch {
 	case errors.Is(err, ErrNodeExpired):
-		rt.log.Error("node lease expired: this runtime gives up every session", "err", err)
+		rt.log.Error("node lease expired: this runtime gives up every session", "lease_ttl", rt.opts.LeaseTTL, "err", err)
 		rt.mu.Lock()
 		rt.expired = true
 		sessions := rt.sessions
@@ -253,6 +267,7 @@ func (rt *Runtime) renewLease() {
 		for _, s := range sessions {
 			rt.boundary(s.tenant, s.session, err)
 		}
+		close(rt.lost)
 		return
 	case err != nil && rt.life.Err() == nil:
 		rt.log.Warn("node lease renewal failed; retrying", "err", err)
