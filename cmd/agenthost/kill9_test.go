@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/badgerstore"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
-	"github.com/agenthost/agenthost/conformance"
 )
 
 // TestServeSurvivesKill9 is DESIGN §9's crash test with real processes:
@@ -49,33 +47,9 @@ func TestServeSurvivesKill9(t *testing.T) {
 	began := time.Now()
 
 	bin := buildBinary(t)
-	paths := map[string]string{}
-	for _, name := range []string{"prompt-builder", "scripted-model", "slow-job"} {
-		p, err := conformance.BuildExampleWasm(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		paths[name] = p
-	}
 	const token = "kill9-token"
 	dir := t.TempDir()
-	cfgPath := writeConfig(t, dir, `
-data_dir: data
-sync_writes: true
-cache_dir: `+conformance.WazeroCacheDir()+`
-log: {format: text, level: info}
-plugins:
-  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder}
-  scripted-model: {path: `+paths["scripted-model"]+`, role: executor}
-  slow-job: {path: `+paths["slow-job"]+`, role: executor}
-tenants:
-  demo:
-    tokens_sha256: [`+httpapi.HashToken(token)+`]
-    builder: prompt-builder
-    model: scripted-model
-    tool_executors: [slow-job]
-    model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s}
-`)
+	cfgPath := slowJobServeConfig(t, dir, token, "")
 	logPath := filepath.Join(dir, "serve.log")
 	logTailOnFailure(t, logPath, 80)
 

@@ -47,6 +47,11 @@ requests answer 503 and event streams end, in-flight requests and commits
 finish, the runtime stops (effects still executing are left for recovery at
 the next start), and it exits 0.
 
+If the process loses its node lease (it was paused, or starved of CPU, for
+longer than lease_ttl), it can no longer commit anything: it stops the same
+way and exits 1, so that a supervisor starts it again and recovery takes
+every session over.
+
 Retention runs at start and then every retention_interval: the event logs and
 command IDs of terminal Runs older than retention are pruned.`,
 		Example: `  agenthost serve --config config.example.yaml
@@ -76,6 +81,12 @@ command IDs of terminal Runs older than retention are pruned.`,
 				log.Error("stopping: the HTTP server failed", "err", err)
 				_ = srv.Shutdown(context.Background())
 				return fmt.Errorf("serve: the HTTP server failed: %w", err)
+			case <-srv.sys.runtime.LeaseLost():
+				log.Error("stopping: this process's node lease expired, so it drives no session any more; "+
+					"start it again and recovery takes every session over (was the process paused, or starved of CPU, for longer than lease_ttl?)",
+					"lease_ttl", cfg.LeaseTTL)
+				_ = srv.Shutdown(context.Background())
+				return fmt.Errorf("serve: the node lease expired (lease_ttl %s): exiting, for a restart to recover the sessions", cfg.LeaseTTL)
 			}
 			if err := srv.Shutdown(context.Background()); err != nil {
 				return fmt.Errorf("serve: stopping: %w", err)

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/conformance"
 )
 
 // waitUntil polls cond until it reports true, failing the test at the
@@ -188,4 +191,37 @@ func logTailOnFailure(t testing.TB, path string, n int) {
 			t.Logf("server log (tail):\n%s", tailFile(path, n))
 		}
 	})
+}
+
+// slowJobServeConfig writes the config of a serve on dir/data whose tenant
+// "demo" (bearer token) runs the example prompt-builder, scripted-model and
+// slow-job plugins; extra is YAML added at the top level.
+func slowJobServeConfig(t *testing.T, dir, token, extra string) string {
+	t.Helper()
+	paths := map[string]string{}
+	for _, name := range []string{"prompt-builder", "scripted-model", "slow-job"} {
+		p, err := conformance.BuildExampleWasm(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths[name] = p
+	}
+	return writeConfig(t, dir, `
+data_dir: data
+sync_writes: true
+cache_dir: `+conformance.WazeroCacheDir()+`
+log: {format: text, level: info}
+`+extra+`
+plugins:
+  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder}
+  scripted-model: {path: `+paths["scripted-model"]+`, role: executor}
+  slow-job: {path: `+paths["slow-job"]+`, role: executor}
+tenants:
+  demo:
+    tokens_sha256: [`+httpapi.HashToken(token)+`]
+    builder: prompt-builder
+    model: scripted-model
+    tool_executors: [slow-job]
+    model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s}
+`)
 }

@@ -115,7 +115,7 @@ func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log
 	}
 	s.runtime, err = runtime.New(runtime.Options{
 		Store: s.store, Tenants: s.tenants, Clock: runtime.SystemClock{}, Logger: log, Hub: hub,
-		Observer: w.Observer, WatchdogInterval: cfg.WatchdogInterval,
+		Observer: w.Observer, WatchdogInterval: cfg.WatchdogInterval, LeaseTTL: cfg.LeaseTTL,
 	})
 	if err != nil {
 		return nil, err

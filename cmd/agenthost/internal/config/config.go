@@ -48,6 +48,10 @@ type Config struct {
 	// WatchdogInterval is the time between the watchdog's scans for stuck
 	// Runs; a Run is reported when two scans in a row find it stuck.
 	WatchdogInterval time.Duration
+	// LeaseTTL is how long the process's node lease lasts between
+	// renewals (every LeaseTTL/3). A process paused or starved for longer
+	// loses it: `agenthost serve` then exits, for a restart to recover.
+	LeaseTTL time.Duration
 	// Listen is the HTTP address of `agenthost serve`.
 	Listen string
 	Log    Log
@@ -145,9 +149,13 @@ var (
 	DefaultRetentionInterval = time.Hour
 	// DefaultWatchdogInterval is the time between watchdog scans.
 	DefaultWatchdogInterval = 30 * time.Second
-	DefaultLogFormat        = "text"
-	DefaultLogLevel         = "info"
-	DefaultHistoryRuns      = 20
+	// DefaultLeaseTTL is the node lease's default length.
+	DefaultLeaseTTL = 15 * time.Second
+	// MinLeaseTTL is the shortest lease_ttl the config accepts.
+	MinLeaseTTL        = time.Second
+	DefaultLogFormat   = "text"
+	DefaultLogLevel    = "info"
+	DefaultHistoryRuns = 20
 )
 
 // ToolPolicy returns the policy of tool under tenant t, given whether the

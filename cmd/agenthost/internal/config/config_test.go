@@ -73,7 +73,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !cfg.SyncWrites || cfg.Log.Level != "info" || cfg.Log.Format != "text" || cfg.Listen != DefaultListen ||
-		cfg.WatchdogInterval != 30*time.Second {
+		cfg.WatchdogInterval != 30*time.Second || cfg.LeaseTTL != 15*time.Second {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	if cfg.DataDir != filepath.Join(cfg.Dir, "data") {
@@ -98,6 +98,7 @@ sync_writes: "perhaps"
 retention: forever
 retention_interval: often
 watchdog_interval: -3s
+lease_ttl: 200ms
 colour: blue
 log: {level: loud}
 plugins:
@@ -120,6 +121,7 @@ tenants:
 		"retention: \"forever\" is not a duration",
 		"retention_interval: \"often\" is not a duration",
 		"watchdog_interval: \"-3s\" is not a duration",
+		"lease_ttl: 200ms is too short",
 		"colour: unknown key",
 		"log.level: \"loud\" is not one of debug, info, warn, error",
 		"plugins.b.memory_pages: 70000 is out of range",

@@ -34,7 +34,7 @@ func (e *Error) Error() string {
 // a free map of strings.
 var (
 	topKeys = []string{
-		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "watchdog_interval", "listen",
+		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "watchdog_interval", "lease_ttl", "listen",
 		"log.format", "log.level", "max_instance_memory",
 	}
 	pluginKeys = []string{
@@ -162,6 +162,14 @@ func (d *decoder) decode(all map[string]any) *Config {
 	c.WatchdogInterval = d.duration(all, "watchdog_interval", DefaultWatchdogInterval)
 	if c.WatchdogInterval == 0 {
 		c.WatchdogInterval = DefaultWatchdogInterval
+	}
+	c.LeaseTTL = d.duration(all, "lease_ttl", DefaultLeaseTTL)
+	switch {
+	case c.LeaseTTL == 0:
+		c.LeaseTTL = DefaultLeaseTTL
+	case c.LeaseTTL < MinLeaseTTL:
+		d.problem("lease_ttl", "%s is too short: the lease is renewed every lease_ttl/3, and one shorter than %s expires under ordinary load; use %s or more (default %s)",
+			c.LeaseTTL, MinLeaseTTL, MinLeaseTTL, DefaultLeaseTTL)
 	}
 	c.Listen = d.str(all, "listen", DefaultListen)
 	c.Log.Format = d.oneOf(all, "log.format", DefaultLogFormat, "text", "json")

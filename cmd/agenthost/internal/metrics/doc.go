@@ -39,7 +39,7 @@
 //	agenthost_recovery_sessions_taken_total       counter    -                               orphaned sessions taken over
 //	agenthost_watchdog_reports_total              counter    tenant                          Runs the watchdog found stuck
 //	agenthost_watcher_queue_depth                 gauge      -                               polls and wake-ups waiting in the Watcher
-//	agenthost_ready                               gauge      -                               1 once recovery's first pass is done
+//	agenthost_ready                               gauge      -                               1 once recovery's first pass is done; 0 if the node lease is lost
 //	agenthost_model_tokens_total                  counter    tenant, type                    model tokens used, type input|output
 //	agenthost_retention_pruned_total              counter    what                            pruned from terminal Runs: runs, events, commands
 //	agenthost_retention_prunes_total              counter    -                               retention passes run
