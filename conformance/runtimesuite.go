@@ -653,6 +653,11 @@ func testWatchdog(t *testing.T, e *RuntimeEnv) {
 	// Once the runtime is idle, a Run written behind its back: on record,
 	// but no driver knows of it.
 	Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() && e.Clock.Running() == 0 })
+	// One scan finds the session idle: it stays watched (a session is
+	// forgotten only at its second idle scan in a row).
+	if n := e.Runtime.WatchdogScan(context.Background()); n != 0 {
+		t.Fatalf("a scan of an idle session reported %d", n)
+	}
 	ev := loop.RunCreated(loop.Spec{Tenant: "acme", Session: "s1", ID: "run_orphan", Input: "answer:two",
 		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2}, ModelPolicy: loop.DefaultModelPolicy}, runtime.UnixMS(e.Clock.Now()))
 	ev.Seq = 1

@@ -10,3 +10,10 @@ func RunLockRefs(rt *Runtime, tenant, runID string) int {
 	}
 	return 0
 }
+
+// SessionsHeld returns how many sessions the runtime holds state for.
+func SessionsHeld(rt *Runtime) int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return len(rt.sessions)
+}

@@ -311,6 +311,10 @@ func policyOf(run loop.Run, e loop.Effect) loop.Policy {
 // non-terminal with nothing in flight, nothing awaited and no timer, in two
 // scans in a row at the same version. It kicks the session of each, so the
 // report is also a repair. It returns the number reported.
+//
+// A session it finds with no active Run in two scans in a row, and no
+// driver on it, is forgotten (idleSession): the runtime holds state for
+// the sessions with recent work, not for every session it ever drove.
 func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 	rt.mu.Lock()
 	var owned []*sessionState
@@ -324,7 +328,10 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 	seen := map[string]bool{}
 	for _, s := range owned {
 		runs, err := rt.store.ActiveRuns(ctx, s.tenant, s.session)
-		if err != nil || len(runs) == 0 {
+		if err != nil {
+			continue
+		}
+		if rt.idleSession(s, len(runs) == 0) {
 			continue
 		}
 		head := runs[0]
@@ -357,6 +364,26 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 	}
 	rt.mu.Unlock()
 	return reported
+}
+
+// idleSession counts the scans in a row that found a session with no
+// active Run (idle), and drops the session's state at the second one if no
+// driver is on it. Its claim stays in the store: a later claim by this node
+// reads it back with the same epoch, and a Run submitted to it starts a
+// driver as for any session. It reports idle.
+func (rt *Runtime) idleSession(s *sessionState, idle bool) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if !idle || s.driving || s.dirty {
+		s.idleScans = 0
+		return idle
+	}
+	if s.idleScans++; s.idleScans >= 2 {
+		if k := sessionKey(s.tenant, s.session); rt.sessions[k] == s {
+			delete(rt.sessions, k)
+		}
+	}
+	return idle
 }
 
 func (rt *Runtime) forgetSuspect(rk string) {

@@ -114,6 +114,7 @@ type sessionState struct {
 	claimed         bool
 	driving         bool
 	dirty           bool
+	idleScans       int // watchdog scans in a row that found no active Run
 }
 
 // tracking records what this process is doing about one effect attempt,
