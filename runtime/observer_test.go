@@ -41,10 +41,11 @@ func (o *recordingObserver) Usage(_ string, u abi.Usage) {
 func (o *recordingObserver) RecoveryDecision(string) {}
 func (o *recordingObserver) WatchdogReport(string)   {}
 
-func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
-	e := conformance.NewRuntimeEnv(t, harnesses()["memstore"], nil)
-	obs := &recordingObserver{}
-	rt, err := runtime.New(runtime.Options{Store: e.Store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
+// startObserved starts a runtime of the env's tenant over store, with obs
+// as its Observer; it is stopped when the test ends.
+func startObserved(t *testing.T, e *conformance.RuntimeEnv, store runtime.Store, obs runtime.Observer) *runtime.Runtime {
+	t.Helper()
+	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
 		NodeID: "observed", Observer: obs, LeaseTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +53,18 @@ func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
 	if err := rt.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Stop(t.Context())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Stop(ctx)
+	})
+	return rt
+}
+
+func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
+	e := conformance.NewRuntimeEnv(t, harnesses()["memstore"], nil)
+	obs := &recordingObserver{}
+	rt := startObserved(t, e, e.Store, obs)
 	res, err := rt.Execute(t.Context(), runtime.Request{Tenant: "acme", Session: "obs", Input: `call:echo({"text":"a"}),fail()|answer:$results`})
 	if err != nil || res.Run.Status != loop.StatusCompleted {
 		t.Fatalf("%v %s %+v %v", err, res.Kind, res.Run.Status, res.Err)
@@ -102,6 +114,8 @@ func TestObserverHearsACreationBeforeTheStartOfTheRun(t *testing.T) {
 	store := createHookStore{Store: e.Store, afterCreate: func(c runtime.CreateRun) {
 		go rt.Wait(context.Background(), c.Run.Tenant, c.Run.ID) //nolint:errcheck // it kicks the session's driver
 		// Until the driver has either started the Run or queued on its lock.
+		// Not conformance.Eventually: its Fatal would end the goroutine
+		// inside Submit, with the Run's lock held.
 		deadline := time.Now().Add(20 * time.Second)
 		for runtime.RunLockRefs(rt, c.Run.Tenant, c.Run.ID) < 2 {
 			obs.mu.Lock()
@@ -117,15 +131,7 @@ func TestObserverHearsACreationBeforeTheStartOfTheRun(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}}
-	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
-		NodeID: "observed", Observer: obs, LeaseTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Stop(t.Context())
+	rt = startObserved(t, e, store, obs)
 	res, err := rt.Execute(t.Context(), runtime.Request{Tenant: "acme", Session: "early", Input: `answer:done`})
 	if err != nil || res.Run.Status != loop.StatusCompleted {
 		t.Fatalf("%v %s %+v %v", err, res.Kind, res.Run.Status, res.Err)
@@ -155,15 +161,7 @@ func (o *endBlockingObserver) RunStatus(_ string, _, to loop.Status) {
 func TestWaitReturnsARunsEndAfterTheObserverHeardIt(t *testing.T) {
 	e := conformance.NewRuntimeEnv(t, harnesses()["memstore"], nil)
 	obs := &endBlockingObserver{ending: make(chan struct{}), release: make(chan struct{})}
-	rt, err := runtime.New(runtime.Options{Store: e.Store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
-		NodeID: "observed", Observer: obs, LeaseTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Stop(t.Context())
+	rt := startObserved(t, e, e.Store, obs)
 	run, _, err := rt.Submit(t.Context(), runtime.Request{Tenant: "acme", Session: "late", Input: `answer:done`})
 	if err != nil {
 		t.Fatal(err)
@@ -177,21 +175,22 @@ func TestWaitReturnsARunsEndAfterTheObserverHeardIt(t *testing.T) {
 		}
 		waited <- res
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.RunLockRefs(rt, "acme", run.ID) < 2 { // until Wait queues behind the report
+	release := sync.OnceFunc(func() { close(obs.release) })
+	defer release() // before the cleanup's Stop, which waits for the held report
+	var early *runtime.Result
+	conformance.Eventually(t, "Wait to return or to queue behind the report", func() bool {
 		select {
 		case res := <-waited:
-			close(obs.release)
-			t.Fatalf("Wait returned %s (%s) while the observer was still hearing of the end", res.Kind, res.Run.Status)
+			early = &res
+			return true
 		default:
+			return runtime.RunLockRefs(rt, "acme", run.ID) >= 2
 		}
-		if time.Now().After(deadline) {
-			close(obs.release)
-			t.Fatal("Wait neither returned nor waited for the Run's lock in 20s")
-		}
-		time.Sleep(time.Millisecond)
+	})
+	if early != nil {
+		t.Fatalf("Wait returned %s (%s) while the observer was still hearing of the end", early.Kind, early.Run.Status)
 	}
-	close(obs.release)
+	release()
 	if res := <-waited; res.Kind != runtime.ResultTerminal || res.Run.Status != loop.StatusCompleted {
 		t.Fatalf("Wait: %s %s", res.Kind, res.Run.Status)
 	}
