@@ -125,7 +125,7 @@ func TestReopenMakesEveryEarlierIncarnationDead(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := conformance.NewFakeClock(time.Time{})
-	now := func() int64 { return runtime.UnixMS(clock.Now()) }
+	now := func() int64 { return clock.Now().UnixMilli() }
 	s, err := Open(dir, Options{Logger: quietLogger(), Clock: clock})
 	if err != nil {
 		t.Fatal(err)

@@ -81,7 +81,7 @@ func (s *Store) putNode(ctx context.Context, verb, nodeID string, expiresMS int6
 		return err
 	}
 	defer s.leave()
-	now := runtime.UnixMS(s.opts.Clock.Now())
+	now := s.opts.Clock.Now().UnixMilli()
 	err := s.update(ctx, func(txn *badger.Txn) error {
 		var n nodeRecord
 		found, err := readJSON(txn, nodeKey(nodeID), &n)

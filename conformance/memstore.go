@@ -427,7 +427,7 @@ func (s *MemStore) RegisterNode(ctx context.Context, nodeID string, expiresMS in
 		return err
 	}
 	defer s.mu.Unlock()
-	if n := s.nodes[nodeID]; n != nil && !s.alive(nodeID, runtime.UnixMS(s.clock.Now())) {
+	if n := s.nodes[nodeID]; n != nil && !s.alive(nodeID, s.clock.Now().UnixMilli()) {
 		return fmt.Errorf("memstore: register node %s: %w: that incarnation is dead; register a fresh node id", nodeID, runtime.ErrNodeExpired)
 	}
 	s.nodes[nodeID] = &memNode{expiresMS: expiresMS, generation: s.generation}
@@ -443,7 +443,7 @@ func (s *MemStore) RenewNode(ctx context.Context, nodeID string, expiresMS int64
 		return err
 	}
 	defer s.mu.Unlock()
-	if !s.alive(nodeID, runtime.UnixMS(s.clock.Now())) {
+	if !s.alive(nodeID, s.clock.Now().UnixMilli()) {
 		return fmt.Errorf("memstore: renew node %s: %w", nodeID, runtime.ErrNodeExpired)
 	}
 	if n := s.nodes[nodeID]; expiresMS > n.expiresMS {

@@ -261,7 +261,7 @@ func testPendingThroughWatcher(t *testing.T, e *RuntimeEnv) {
 	if res.Kind != runtime.ResultWaiting || res.Waiting == nil || len(res.Waiting.Pending) != 1 {
 		t.Fatalf("want a quiescent wait on a pending effect, got %s %+v", res.Kind, res.Waiting)
 	}
-	if e.Runtime.Watcher().Len() == 0 {
+	if e.Runtime.Stats().WatcherQueueDepth == 0 {
 		t.Fatal("the pending effect is not registered with the watcher")
 	}
 	run := e.UntilTerminal(e.Runtime, res.Run.ID, 100*time.Millisecond)
@@ -473,7 +473,7 @@ func testFencedAfterTakeover(t *testing.T, e *RuntimeEnv) {
 	// Fake time jumps past node-a's lease: its next renewal finds the lease
 	// gone, and node-b may take the session over.
 	e.Clock.Advance(5 * time.Minute)
-	Eventually(t, "node-a to report the boundary", func() bool { return e.Runtime.Stats().Boundaries.Load() > 0 })
+	Eventually(t, "node-a to report the boundary", func() bool { return e.Runtime.Stats().Boundaries > 0 })
 	Eventually(t, "node-a to say its lease is lost", func() bool {
 		select {
 		case <-e.Runtime.LeaseLost():
@@ -493,7 +493,7 @@ func testFencedAfterTakeover(t *testing.T, e *RuntimeEnv) {
 	}
 	// node-a's call finishes late: its outcome must not settle anything.
 	e.Plugins.Release()
-	Eventually(t, "node-a's late outcome to be dropped", func() bool { return e.Runtime.Stats().DroppedOutcomes.Load()+e.Runtime.Stats().Boundaries.Load() > 1 })
+	Eventually(t, "node-a's late outcome to be dropped", func() bool { return e.Runtime.Stats().DroppedOutcomes+e.Runtime.Stats().Boundaries > 1 })
 	evs, err := e.Store.Events(context.Background(), "acme", runID, 1, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -575,9 +575,9 @@ func testRecoveryReattaches(t *testing.T, e *RuntimeEnv) {
 	if n := e.Tools.CallsFor(abi.ExportStart, key); n != 1 {
 		t.Fatalf("the slow job was started %d times; recovery must re-attach, not re-execute", n)
 	}
-	if e.Tools.CallsFor(abi.ExportAttach, key) != 1 || b.Recovery().Reattach.Load() != 1 || b.Recovery().SessionsTaken.Load() != 1 {
+	if e.Tools.CallsFor(abi.ExportAttach, key) != 1 || b.Recovery().Reattach != 1 || b.Recovery().SessionsTaken != 1 {
 		t.Fatalf("attach %d, reattach decisions %d, sessions taken %d", e.Tools.CallsFor(abi.ExportAttach, key),
-			b.Recovery().Reattach.Load(), b.Recovery().SessionsTaken.Load())
+			b.Recovery().Reattach, b.Recovery().SessionsTaken)
 	}
 	if run.Result != "slow:x" {
 		t.Fatalf("result %q", run.Result)
@@ -607,8 +607,8 @@ func testRecoveryRetriesUnknown(t *testing.T, e *RuntimeEnv) {
 	e.Plugins.Release()
 	run := e.UntilTerminal(b, runID, 100*time.Millisecond)
 	wantStatus(t, run, loop.StatusCompleted)
-	if run.Result != "unblocked" || b.Recovery().Retry.Load() != 1 {
-		t.Fatalf("result %q, retry decisions %d", run.Result, b.Recovery().Retry.Load())
+	if run.Result != "unblocked" || b.Recovery().Retry != 1 {
+		t.Fatalf("result %q, retry decisions %d", run.Result, b.Recovery().Retry)
 	}
 }
 
@@ -617,7 +617,7 @@ func testRecoveryDefers(t *testing.T, e *RuntimeEnv) {
 	e.Crash(e.Runtime)
 	e.Gate.Closed.Store(true)
 	b := e.Recover("node-b")
-	Eventually(t, "a deferral", func() bool { return b.Recovery().Defer.Load() >= 1 })
+	Eventually(t, "a deferral", func() bool { return b.Recovery().Defer >= 1 })
 	// The deferred record blocks no one: another session runs to the end.
 	other, err := b.Execute(e.ctx(), runtime.Request{Tenant: "acme", Session: "s2", Input: "answer:free"})
 	if err != nil || other.Kind != runtime.ResultTerminal || other.Run.Result != "free" {
@@ -628,8 +628,8 @@ func testRecoveryDefers(t *testing.T, e *RuntimeEnv) {
 	e.Gate.Closed.Store(false)
 	run = e.UntilTerminal(b, res.Run.ID, 100*time.Millisecond)
 	wantStatus(t, run, loop.StatusCompleted)
-	if run.Result != "slow:x" || b.Recovery().Reattach.Load() != 1 {
-		t.Fatalf("result %q, reattach %d", run.Result, b.Recovery().Reattach.Load())
+	if run.Result != "slow:x" || b.Recovery().Reattach != 1 {
+		t.Fatalf("result %q, reattach %d", run.Result, b.Recovery().Reattach)
 	}
 }
 
@@ -638,12 +638,12 @@ func testRecoveryMaxDefer(t *testing.T, e *RuntimeEnv) {
 	e.Crash(e.Runtime)
 	e.Gate.Closed.Store(true)
 	b := e.Recover("node-b")
-	Eventually(t, "a deferral", func() bool { return b.Recovery().Defer.Load() >= 1 })
+	Eventually(t, "a deferral", func() bool { return b.Recovery().Defer >= 1 })
 	e.Clock.Advance(31 * time.Second) // past max_defer (30s in this suite)
 	run := e.UntilTerminal(b, res.Run.ID, time.Second)
 	wantStatus(t, run, loop.StatusCompleted)
-	if !strings.HasPrefix(run.Result, "error (executor_unavailable)") || b.Recovery().Fail.Load() != 1 {
-		t.Fatalf("result %q, fail decisions %d", run.Result, b.Recovery().Fail.Load())
+	if !strings.HasPrefix(run.Result, "error (executor_unavailable)") || b.Recovery().Fail != 1 {
+		t.Fatalf("result %q, fail decisions %d", run.Result, b.Recovery().Fail)
 	}
 }
 
@@ -659,7 +659,7 @@ func testWatchdog(t *testing.T, e *RuntimeEnv) {
 		t.Fatalf("a scan of an idle session reported %d", n)
 	}
 	ev := loop.RunCreated(loop.Spec{Tenant: "acme", Session: "s1", ID: "run_orphan", Input: "answer:two",
-		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2}, ModelPolicy: loop.DefaultModelPolicy}, runtime.UnixMS(e.Clock.Now()))
+		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2}, ModelPolicy: loop.DefaultModelPolicy}, e.Clock.Now().UnixMilli())
 	ev.Seq = 1
 	run, err := loop.Apply(loop.Run{}, ev)
 	if err != nil {
@@ -671,7 +671,7 @@ func testWatchdog(t *testing.T, e *RuntimeEnv) {
 	if n := e.Runtime.WatchdogScan(context.Background()); n != 0 {
 		t.Fatalf("first scan reported %d; a run is only reported when seen stuck twice", n)
 	}
-	if n := e.Runtime.WatchdogScan(context.Background()); n != 1 || e.Runtime.Recovery().WatchdogReports.Load() != 1 {
+	if n := e.Runtime.WatchdogScan(context.Background()); n != 1 || e.Runtime.Recovery().WatchdogReports != 1 {
 		t.Fatalf("second scan reported %d", n)
 	}
 	done := e.UntilTerminal(e.Runtime, "run_orphan", 100*time.Millisecond)

@@ -84,7 +84,7 @@ type harness struct {
 	ctx   context.Context
 }
 
-func (h *harness) nowMS() int64 { return runtime.UnixMS(h.clock.Now()) }
+func (h *harness) nowMS() int64 { return h.clock.Now().UnixMilli() }
 
 func testSpec(tenant, session, id string) loop.Spec {
 	return loop.Spec{Tenant: tenant, Session: session, ID: id, Input: "what is 2+2?",

@@ -124,41 +124,10 @@ func (k AssignmentKey) String() string {
 	return k.Tenant + "/" + k.Session + "/" + k.EffectID + "#" + strconv.Itoa(k.Attempt)
 }
 
-// ParseAssignmentKey parses a key rendered by AssignmentKey.String.
-func ParseAssignmentKey(s string) (AssignmentKey, error) {
-	bad := fmt.Errorf("%w: assignment key %q is not <tenant>/<session>/<effect>#<attempt>", ErrInvalidID, s)
-	tenant, rest, ok := strings.Cut(s, "/")
-	if !ok {
-		return AssignmentKey{}, bad
-	}
-	session, rest, ok := strings.Cut(rest, "/")
-	if !ok {
-		return AssignmentKey{}, bad
-	}
-	hash := strings.LastIndexByte(rest, '#')
-	if hash < 0 {
-		return AssignmentKey{}, bad
-	}
-	attempt, ok := parseNat(rest[hash+1:])
-	if !ok || attempt < 1 || !ValidID(tenant) || !ValidID(session) {
-		return AssignmentKey{}, bad
-	}
-	if _, err := ParseEffectID(rest[:hash]); err != nil {
-		return AssignmentKey{}, bad
-	}
-	return AssignmentKey{Tenant: tenant, Session: session, EffectID: rest[:hash], Attempt: attempt}, nil
-}
-
 // SettleCommandID is the one command ID under which every settlement of an
 // (EffectID, attempt) is committed, whoever issues it and whatever the
 // outcome (DESIGN §5). The store applies the first and makes the rest
 // no-ops.
 func SettleCommandID(effectID string, attempt int) string {
 	return "settle/" + effectID + "#" + strconv.Itoa(attempt)
-}
-
-// DispatchCommandID is the command ID of the commit that dispatches an
-// effect attempt.
-func DispatchCommandID(effectID string, attempt int) string {
-	return "dispatch/" + effectID + "#" + strconv.Itoa(attempt)
 }

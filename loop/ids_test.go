@@ -52,28 +52,15 @@ func TestMalformedEffectIDsAreRefused(t *testing.T) {
 	}
 }
 
-func TestAssignmentKeyRoundTrip(t *testing.T) {
+func TestAssignmentKeyString(t *testing.T) {
 	k := AssignmentKey{Tenant: "acme", Session: "s1", EffectID: "run_7.t1.0", Attempt: 2}
 	if k.String() != "acme/s1/run_7.t1.0#2" {
 		t.Fatalf("key = %q", k.String())
 	}
-	back, err := ParseAssignmentKey(k.String())
-	if err != nil || back != k {
-		t.Fatalf("round trip: %+v, %v", back, err)
-	}
-	for _, bad := range []string{"", "acme", "acme/s1", "acme/s1/run_7.t1.0", "acme/s1/run_7.t1.0#0",
-		"acme/s1/run_7.t1.0#x", "a cme/s1/run_7.m1#1", "acme/s1/nonsense#1", "acme/s/1/run.m1#1"} {
-		if _, err := ParseAssignmentKey(bad); !errors.Is(err, ErrInvalidID) {
-			t.Errorf("ParseAssignmentKey(%q) = %v, want ErrInvalidID", bad, err)
-		}
-	}
 }
 
 func TestSettleCommandIDDependsOnlyOnEffectAndAttempt(t *testing.T) {
-	if SettleCommandID("r.m1", 1) != SettleCommandID("r.m1", 1) {
-		t.Fatal("not a function")
-	}
-	if SettleCommandID("r.m1", 1) == SettleCommandID("r.m1", 2) || SettleCommandID("r.m1", 1) == DispatchCommandID("r.m1", 1) {
+	if SettleCommandID("r.m1", 1) == SettleCommandID("r.m1", 2) || SettleCommandID("r.m1", 1) == SettleCommandID("r.m2", 1) {
 		t.Fatal("command IDs collide")
 	}
 }

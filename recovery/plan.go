@@ -95,8 +95,6 @@ type Command struct {
 	Reason string
 }
 
-// Settles reports whether the command commits a settlement.
-func (c Command) Settles() bool { return c.Settlement != nil }
 
 // CommandIDFor derives the command ID of a decision about an attempt.
 func CommandIDFor(effectID string, attempt int, d Decision) string {

@@ -62,7 +62,7 @@ func BenchmarkDurableRuns(b *testing.B) {
 			if n := failed.Load(); n > 0 {
 				b.Fatalf("%d runs did not complete", n)
 			}
-			commits := float64(rt.Stats().Commits.Load()+int64(b.N)) / float64(b.N) // + CreateRun
+			commits := float64(rt.Stats().Commits+int64(b.N)) / float64(b.N) // + CreateRun
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "runs/s")
 			b.ReportMetric(commits, "commits/run")
 			b.ReportMetric(float64(benchkit.Percentile(lat, 0.50).Microseconds())/1000, "p50-ms")
@@ -166,15 +166,15 @@ func recoverOnce(b *testing.B, n int) (ready, reattach, terminal time.Duration) 
 			ready = time.Since(start)
 		}
 		r := rt2.Recovery()
-		if reattach == 0 && r.Reattach.Load()+r.Settle.Load()+r.Retry.Load()+r.Fail.Load()+r.FailRun.Load() >= int64(n) {
+		if reattach == 0 && r.Decided() >= int64(n) {
 			reattach = time.Since(start)
 		}
-		if rt2.Stats().RunsCompleted.Load() >= int64(n) {
+		if rt2.Stats().RunsCompleted >= int64(n) {
 			return ready, reattach, time.Since(start)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	b.Fatalf("recovery of %d runs did not finish in 5 minutes: completed %d, boundaries %d", n, rt2.Stats().RunsCompleted.Load(), rt2.Stats().Boundaries.Load())
+	b.Fatalf("recovery of %d runs did not finish in 5 minutes: completed %d, boundaries %d", n, rt2.Stats().RunsCompleted, rt2.Stats().Boundaries)
 	return 0, 0, 0
 }
 
@@ -229,7 +229,7 @@ func BenchmarkDurableRunsVsBare(b *testing.B) {
 				bareTime += d
 				bareCommits += int64(runsPerRound * 6)
 			}
-			commitsPerRun := float64(rt.Stats().Commits.Load()+runs) / float64(runs)
+			commitsPerRun := float64(rt.Stats().Commits+runs) / float64(runs)
 			runsPerSec := float64(runs) / runTime.Seconds()
 			barePerSec := float64(bareCommits) / bareTime.Seconds()
 			b.ReportMetric(runsPerSec, "runs/s")

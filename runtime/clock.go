@@ -32,6 +32,3 @@ func (SystemClock) Now() time.Time { return time.Now() }
 
 // AfterFunc wraps time.AfterFunc.
 func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
-
-// UnixMS is t in Unix milliseconds, the unit of every time the Loop sees.
-func UnixMS(t time.Time) int64 { return t.UnixMilli() }

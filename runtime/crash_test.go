@@ -224,7 +224,7 @@ func crashChild(t *testing.T) {
 		}
 		report.Starts = n.slow.Calls(abi.ExportStart)
 		report.Attaches = n.slow.Calls(abi.ExportAttach)
-		report.Reattach = n.rt.Recovery().Reattach.Load()
+		report.Reattach = n.rt.Recovery().Reattach
 		_ = n.rt.Stop(ctx)
 		_ = n.host.Close(ctx)
 		_ = n.store.Close()

@@ -57,8 +57,8 @@ func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects
 		}
 	}
 	for _, a := range fx.wakes {
-		rt.watcher.Schedule(WatchItem{
-			Key: "wake/" + run.Tenant + "/" + run.ID + "/" + strconv.FormatInt(a.At, 10), Kind: WatchWake,
+		rt.watcher.Schedule(watchItem{
+			Key: "wake/" + run.Tenant + "/" + run.ID + "/" + strconv.FormatInt(a.At, 10), Kind: watchWake,
 			At: time.UnixMilli(a.At), Tenant: run.Tenant, Session: run.Session, RunID: run.ID,
 		})
 	}
@@ -343,8 +343,8 @@ func (rt *Runtime) pending(run loop.Run, e loop.Effect, key string, reply abi.Ef
 }
 
 func (rt *Runtime) schedulePoll(run loop.Run, e loop.Effect, key, handle string, interval time.Duration) {
-	ok := rt.watcher.Schedule(WatchItem{
-		Key: "poll/" + key, Kind: WatchPoll, At: rt.clock.Now().Add(interval),
+	ok := rt.watcher.Schedule(watchItem{
+		Key: "poll/" + key, Kind: watchPoll, At: rt.clock.Now().Add(interval),
 		Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID, Attempt: e.Attempt,
 		Handle: handle, Interval: interval,
 	})
@@ -393,8 +393,8 @@ func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect) {
 
 // onWatcherFire carries out a batch of due items with a bounded number of
 // goroutines, not one per item.
-func (rt *Runtime) onWatcherFire(batch []WatchItem) {
-	next := make(chan WatchItem)
+func (rt *Runtime) onWatcherFire(batch []watchItem) {
+	next := make(chan watchItem)
 	workers := min(len(batch), cap(rt.slots))
 	for i := 0; i < workers; i++ {
 		if !rt.goTracked(func() {
@@ -422,7 +422,7 @@ func (rt *Runtime) onWatcherFire(batch []WatchItem) {
 // process still watches it, marks it as being called. Otherwise it
 // forgets the attempt (or tombstones it, when it was settled meanwhile)
 // and reports false.
-func (rt *Runtime) takeWatched(it WatchItem) (*Tenant, loop.Run, loop.Effect, string, bool) {
+func (rt *Runtime) takeWatched(it watchItem) (*Tenant, loop.Run, loop.Effect, string, bool) {
 	key := loop.AssignmentKey{Tenant: it.Tenant, Session: it.Session, EffectID: it.EffectID, Attempt: it.Attempt}.String()
 	t, ok := rt.opts.Tenants.Tenant(it.Tenant)
 	run, err := rt.store.LoadRun(rt.life, it.Tenant, it.RunID)
@@ -447,9 +447,9 @@ func (rt *Runtime) takeWatched(it WatchItem) (*Tenant, loop.Run, loop.Effect, st
 	return t, run, *e, key, true
 }
 
-func (rt *Runtime) runWatchItem(it WatchItem) {
+func (rt *Runtime) runWatchItem(it watchItem) {
 	switch it.Kind {
-	case WatchWake:
+	case watchWake:
 		ctx, cancel := rt.commitCtx()
 		defer cancel()
 		ev := loop.Event{Type: loop.EventTimerFired}
@@ -459,11 +459,11 @@ func (rt *Runtime) runWatchItem(it WatchItem) {
 			rt.log.Warn("timer delivery failed", "run", it.RunID, "err", err)
 		}
 		rt.kick(it.Tenant, it.Session)
-	case WatchAttach:
+	case watchAttach:
 		if t, run, e, key, ok := rt.takeWatched(it); ok {
 			rt.recoverEffect(t, run, e, key)
 		}
-	case WatchPoll:
+	case watchPoll:
 		t, run, e, key, ok := rt.takeWatched(it)
 		if !ok {
 			return
@@ -492,7 +492,7 @@ func (rt *Runtime) runWatchItem(it WatchItem) {
 			tr.calling, tr.polling = false, true
 			rt.busy[runKey(run.Tenant, run.ID)]--
 			rt.mu.Unlock()
-			interval := NextPollInterval(it.Interval, rt.opts.PollMin, rt.opts.PollMax)
+			interval := nextPollInterval(it.Interval, rt.opts.PollMin, rt.opts.PollMax)
 			if reply.PollAfterMS > 0 {
 				interval = time.Duration(reply.PollAfterMS) * time.Millisecond
 			}

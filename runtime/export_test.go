@@ -17,3 +17,12 @@ func SessionsHeld(rt *Runtime) int {
 	defer rt.mu.Unlock()
 	return len(rt.sessions)
 }
+
+// The watcher, for its own tests.
+type (
+	Watcher   = watcher
+	WatchItem = watchItem
+)
+
+// NewWatcher is newWatcher.
+func NewWatcher(clock Clock, fire func(batch []WatchItem)) *Watcher { return newWatcher(clock, fire) }

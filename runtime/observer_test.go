@@ -71,7 +71,7 @@ func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
 	}
 	// The stats count every settlement before Execute hears of the end:
 	// read at once, they are whole.
-	if n := rt.Stats().EffectsSettled.Load(); n != 4 {
+	if n := rt.Stats().EffectsSettled; n != 4 {
 		t.Errorf("Stats().EffectsSettled = %d when Execute returned, want 4", n)
 	}
 	obs.mu.Lock()

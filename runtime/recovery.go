@@ -13,21 +13,32 @@ import (
 	"github.com/agenthost/agenthost/recovery"
 )
 
-// RecoveryStats count recovery's work by decision.
+// RecoveryStats is a snapshot of recovery's counters, taken by Recovery:
+// its passes, the sessions it took over, its decisions by kind, and the
+// Runs the watchdog reported stuck.
 type RecoveryStats struct {
-	Passes           atomic.Int64 // recovery passes run
-	SessionsTaken    atomic.Int64 // orphaned sessions taken over
-	Reattach         atomic.Int64
-	Settle           atomic.Int64
-	Retry            atomic.Int64
-	Fail             atomic.Int64
-	FailRun          atomic.Int64
-	Defer            atomic.Int64
-	WatchdogReports  atomic.Int64 // Runs found stuck
-	WatchdogSuspects atomic.Int64 // Runs seen stuck once, pending confirmation
+	Passes          int64 // recovery passes run
+	SessionsTaken   int64 // orphaned sessions taken over
+	Reattach        int64
+	Settle          int64
+	Retry           int64
+	Fail            int64
+	FailRun         int64
+	Defer           int64
+	WatchdogReports int64 // Runs found stuck
 }
 
-func (s *RecoveryStats) count(d recovery.Decision) {
+// Decided is how many decisions recovery made that ended its doubt about
+// an attempt: every decision but Defer.
+func (s RecoveryStats) Decided() int64 { return s.Reattach + s.Settle + s.Retry + s.Fail + s.FailRun }
+
+// recoveryCounters are the live counters behind RecoveryStats.
+type recoveryCounters struct {
+	Passes, SessionsTaken, WatchdogReports        atomic.Int64
+	Reattach, Settle, Retry, Fail, FailRun, Defer atomic.Int64
+}
+
+func (s *recoveryCounters) count(d recovery.Decision) {
 	switch d {
 	case recovery.Reattach:
 		s.Reattach.Add(1)
@@ -63,8 +74,16 @@ func (rt *Runtime) Ready() bool {
 	}
 }
 
-// Recovery returns recovery's counters.
-func (rt *Runtime) Recovery() *RecoveryStats { return &rt.recStats }
+// Recovery returns a snapshot of recovery's counters.
+func (rt *Runtime) Recovery() RecoveryStats {
+	c := &rt.recStats
+	return RecoveryStats{
+		Passes: c.Passes.Load(), SessionsTaken: c.SessionsTaken.Load(),
+		Reattach: c.Reattach.Load(), Settle: c.Settle.Load(), Retry: c.Retry.Load(),
+		Fail: c.Fail.Load(), FailRun: c.FailRun.Load(), Defer: c.Defer.Load(),
+		WatchdogReports: c.WatchdogReports.Load(),
+	}
+}
 
 // startRecovery runs the first pass at once and then one every
 // RecoveryInterval, and the watchdog every WatchdogInterval.
@@ -250,7 +269,7 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 		}
 		rt.mu.Unlock()
 		rt.releaseBusy(run)
-		ok := rt.watcher.Schedule(WatchItem{Key: "attach/" + key, Kind: WatchAttach, At: time.UnixMilli(cmd.RetryAtMS),
+		ok := rt.watcher.Schedule(watchItem{Key: "attach/" + key, Kind: watchAttach, At: time.UnixMilli(cmd.RetryAtMS),
 			Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID, Attempt: e.Attempt})
 		if !ok {
 			rt.untrack(key)
@@ -346,7 +365,6 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 		rt.suspects[rk] = head.Seq
 		rt.mu.Unlock()
 		if !suspected || prev != head.Seq {
-			rt.recStats.WatchdogSuspects.Add(1)
 			continue
 		}
 		reported++

@@ -62,14 +62,14 @@ func sameCommandOnce(t *testing.T, e *conformance.RuntimeEnv) {
 	// acknowledgement), plans the same command for it.
 	e.Crash(b)
 	e.Recover("node-c")
-	epoch, err := e.Store.ClaimSession(context.Background(), "acme", "s1", "node-c", runtime.UnixMS(e.Clock.Now()))
+	epoch, err := e.Store.ClaimSession(context.Background(), "acme", "s1", "node-c", e.Clock.Now().UnixMilli())
 	if err != nil {
 		t.Fatal(err)
 	}
 	eff := orphan.Effect(orphan.ID + ".t1.0")
 	cmd := recovery.Plan(recovery.Record{Tenant: "acme", Session: "s1", RunID: orphan.ID, EffectID: eff.ID, Kind: eff.Kind,
 		Attempt: eff.Attempt, Handle: eff.Handle}, recovery.AttachState{Kind: recovery.AttachUnknown},
-		recovery.Policy{Missing: loop.Policy{Mode: loop.PolicyFail}}, runtime.UnixMS(e.Clock.Now()))
+		recovery.Policy{Missing: loop.Policy{Mode: loop.PolicyFail}}, e.Clock.Now().UnixMilli())
 	ev := *cmd.Settlement
 	ev.Seq = orphan.Seq + 1
 	next, err := loop.Apply(orphan, ev)

@@ -74,7 +74,7 @@ type Runtime struct {
 	clock   Clock
 	log     *slog.Logger
 	nodeID  string
-	watcher *Watcher
+	watcher *watcher
 	hub     *Hub
 
 	life     context.Context
@@ -104,8 +104,8 @@ type Runtime struct {
 	ready    atomic.Bool
 	halted   atomic.Bool
 	active   atomic.Int64 // goroutines doing runtime work
-	stats    Stats
-	recStats RecoveryStats
+	stats    statCounters
+	recStats recoveryCounters
 }
 
 type sessionState struct {
@@ -130,19 +130,32 @@ type tracking struct {
 	done bool
 }
 
-// Stats are counters tests and metrics read. All fields are atomic.
+// Stats is a snapshot of the runtime's counters, taken by Stats.
 type Stats struct {
-	Commits           atomic.Int64 // commits that wrote
-	DuplicateCommits  atomic.Int64 // commits answered from a command ID
-	Conflicts         atomic.Int64 // version conflicts retried
-	DroppedOutcomes   atomic.Int64 // stale or repeated outcomes dropped
-	Boundaries        atomic.Int64 // sessions given up on lost ownership
-	ExecutorCalls     atomic.Int64
-	EffectsSettled    atomic.Int64 // settlements committed (a timeout's or a cancellation's included), counted before the Run's waiters hear of them
-	RunsCompleted     atomic.Int64
-	RunsFailed        atomic.Int64
-	RunsCancelled     atomic.Int64
-	UnavailableErrors atomic.Int64
+	Commits           int64 // commits that wrote
+	DuplicateCommits  int64 // commits answered from a command ID
+	Conflicts         int64 // version conflicts retried
+	DroppedOutcomes   int64 // stale or repeated outcomes dropped
+	Boundaries        int64 // sessions given up on lost ownership
+	ExecutorCalls     int64 // start, poll, attach and cancel calls made
+	EffectsSettled    int64 // settlements committed (a timeout's or a cancellation's included), counted before the Run's waiters hear of them
+	RunsCompleted     int64
+	RunsFailed        int64
+	RunsCancelled     int64
+	UnavailableErrors int64 // executor calls that found the executor unavailable
+	WatcherQueueDepth int   // polls and Run wake-ups scheduled, not yet due
+}
+
+// RunsEnded is how many Runs this runtime took to an end: completed,
+// failed or cancelled.
+func (s Stats) RunsEnded() int64 { return s.RunsCompleted + s.RunsFailed + s.RunsCancelled }
+
+// statCounters are the live counters behind Stats; the runtime's
+// goroutines add to them.
+type statCounters struct {
+	Commits, DuplicateCommits, Conflicts, DroppedOutcomes, Boundaries atomic.Int64
+	ExecutorCalls, EffectsSettled                                     atomic.Int64
+	RunsCompleted, RunsFailed, RunsCancelled, UnavailableErrors       atomic.Int64
 }
 
 // New returns a Runtime; call Start before using it.
@@ -195,7 +208,7 @@ func New(opts Options) (*Runtime, error) {
 	}
 	rt.lost = make(chan struct{})
 	rt.life, rt.stopLife = context.WithCancel(context.Background())
-	rt.watcher = NewWatcher(opts.Clock, rt.onWatcherFire)
+	rt.watcher = newWatcher(opts.Clock, rt.onWatcherFire)
 	return rt, nil
 }
 
@@ -218,11 +231,18 @@ func setDefault(d *time.Duration, v time.Duration) {
 // NodeID returns this incarnation's ID.
 func (rt *Runtime) NodeID() string { return rt.nodeID }
 
-// Stats returns the runtime's counters.
-func (rt *Runtime) Stats() *Stats { return &rt.stats }
-
-// Watcher returns the runtime's scheduler (for its queue depth).
-func (rt *Runtime) Watcher() *Watcher { return rt.watcher }
+// Stats returns a snapshot of the runtime's counters.
+func (rt *Runtime) Stats() Stats {
+	c := &rt.stats
+	return Stats{
+		Commits: c.Commits.Load(), DuplicateCommits: c.DuplicateCommits.Load(), Conflicts: c.Conflicts.Load(),
+		DroppedOutcomes: c.DroppedOutcomes.Load(), Boundaries: c.Boundaries.Load(),
+		ExecutorCalls: c.ExecutorCalls.Load(), EffectsSettled: c.EffectsSettled.Load(),
+		RunsCompleted: c.RunsCompleted.Load(), RunsFailed: c.RunsFailed.Load(), RunsCancelled: c.RunsCancelled.Load(),
+		UnavailableErrors: c.UnavailableErrors.Load(),
+		WatcherQueueDepth: rt.watcher.Len(),
+	}
+}
 
 // Start registers the node incarnation, arms its lease renewal, and starts
 // recovery: a first pass at once (Ready reports when it is done), then one
@@ -347,7 +367,7 @@ func (rt *Runtime) markStopped() (already bool) {
 	return already
 }
 
-func (rt *Runtime) nowMS() int64 { return UnixMS(rt.clock.Now()) }
+func (rt *Runtime) nowMS() int64 { return rt.clock.Now().UnixMilli() }
 
 // goTracked runs f as tracked runtime work, unless the runtime is stopping.
 func (rt *Runtime) goTracked(f func()) bool {

@@ -49,10 +49,10 @@ func TestIdleSessionsAreForgottenByTheWatchdog(t *testing.T) {
 	if n := runtime.SessionsHeld(e.Runtime); n != 0 {
 		t.Fatalf("%d sessions held once every Run ended and two scans passed, want 0", n)
 	}
-	if n := e.Runtime.Stats().Boundaries.Load(); n != 0 {
+	if n := e.Runtime.Stats().Boundaries; n != 0 {
 		t.Fatalf("%d ownership boundaries: a session's claim was lost on the way", n)
 	}
-	if n := e.Runtime.Recovery().WatchdogReports.Load(); n != 0 {
+	if n := e.Runtime.Recovery().WatchdogReports; n != 0 {
 		t.Fatalf("the watchdog reported %d Runs", n)
 	}
 }

@@ -6,24 +6,24 @@ import (
 	"time"
 )
 
-// WatchKind says what a Watcher item is for.
-type WatchKind uint8
+// watchKind says what a Watcher item is for.
+type watchKind uint8
 
 const (
-	// WatchPoll polls a pending effect attempt.
-	WatchPoll WatchKind = iota + 1
-	// WatchWake delivers TimerFired to a Run (the Loop's WakeAt).
-	WatchWake
-	// WatchAttach asks again, during recovery, an executor that was
+	// watchPoll polls a pending effect attempt.
+	watchPoll watchKind = iota + 1
+	// watchWake delivers TimerFired to a Run (the Loop's WakeAt).
+	watchWake
+	// watchAttach asks again, during recovery, an executor that was
 	// unavailable.
-	WatchAttach
+	watchAttach
 )
 
-// WatchItem is one registration in the Watcher. Key identifies it: a new
+// watchItem is one registration in the Watcher. Key identifies it: a new
 // registration with the same Key replaces the old one.
-type WatchItem struct {
+type watchItem struct {
 	Key      string
-	Kind     WatchKind
+	Kind     watchKind
 	At       time.Time
 	Tenant   string
 	Session  string
@@ -37,17 +37,17 @@ type WatchItem struct {
 	Interval time.Duration
 }
 
-// Watcher is the runtime's one scheduler: a timer heap of effect polls and
+// watcher is the runtime's one scheduler: a timer heap of effect polls and
 // Run wake-ups, armed on a single Clock timer for the earliest item. It
 // runs no goroutine per item: an item costs a heap slot until it falls
 // due. When the timer fires, every item due by then is handed to fire in
 // one batch.
 //
-// Watcher is safe for concurrent use. After Stop it drops every
+// A watcher is safe for concurrent use. After Stop it drops every
 // registration and accepts none.
-type Watcher struct {
+type watcher struct {
 	clock Clock
-	fire  func(batch []WatchItem)
+	fire  func(batch []watchItem)
 
 	mu      sync.Mutex
 	items   watchHeap
@@ -58,7 +58,7 @@ type Watcher struct {
 }
 
 type watchEntry struct {
-	item WatchItem
+	item watchItem
 	pos  int
 }
 
@@ -82,16 +82,16 @@ func (h *watchHeap) Pop() any {
 	return e
 }
 
-// NewWatcher returns a Watcher that hands due items to fire. fire is
+// newWatcher returns a Watcher that hands due items to fire. fire is
 // called from a Clock timer goroutine and should hand the batch on rather
 // than block.
-func NewWatcher(clock Clock, fire func(batch []WatchItem)) *Watcher {
-	return &Watcher{clock: clock, fire: fire, index: map[string]*watchEntry{}}
+func newWatcher(clock Clock, fire func(batch []watchItem)) *watcher {
+	return &watcher{clock: clock, fire: fire, index: map[string]*watchEntry{}}
 }
 
 // Schedule registers it, replacing any item with the same Key. It reports
 // false when the Watcher is stopped.
-func (w *Watcher) Schedule(it WatchItem) bool {
+func (w *watcher) Schedule(it watchItem) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -110,7 +110,7 @@ func (w *Watcher) Schedule(it WatchItem) bool {
 }
 
 // Cancel drops the item with key, if any.
-func (w *Watcher) Cancel(key string) {
+func (w *watcher) Cancel(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if e, ok := w.index[key]; ok {
@@ -119,23 +119,15 @@ func (w *Watcher) Cancel(key string) {
 	}
 }
 
-// Has reports whether an item with key is registered.
-func (w *Watcher) Has(key string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	_, ok := w.index[key]
-	return ok
-}
-
 // Len returns the number of registered items (the queue depth).
-func (w *Watcher) Len() int {
+func (w *watcher) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.items)
 }
 
 // Stop drops every registration and disarms the timer.
-func (w *Watcher) Stop() {
+func (w *watcher) Stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopped = true
@@ -148,7 +140,7 @@ func (w *Watcher) Stop() {
 }
 
 // armLocked makes sure one timer is armed for the earliest item.
-func (w *Watcher) armLocked() {
+func (w *watcher) armLocked() {
 	if len(w.items) == 0 {
 		return
 	}
@@ -163,7 +155,7 @@ func (w *Watcher) armLocked() {
 	w.timer = w.clock.AfterFunc(next.Sub(w.clock.Now()), w.onTimer)
 }
 
-func (w *Watcher) onTimer() {
+func (w *watcher) onTimer() {
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
@@ -171,7 +163,7 @@ func (w *Watcher) onTimer() {
 	}
 	w.timer = nil
 	now := w.clock.Now()
-	var batch []WatchItem
+	var batch []watchItem
 	for len(w.items) > 0 && !w.items[0].item.At.After(now) {
 		e := heap.Pop(&w.items).(*watchEntry)
 		delete(w.index, e.item.Key)
@@ -184,8 +176,8 @@ func (w *Watcher) onTimer() {
 	}
 }
 
-// NextPollInterval doubles a poll interval, bounded by [min, max].
-func NextPollInterval(prev, min, max time.Duration) time.Duration {
+// nextPollInterval doubles a poll interval, bounded by [min, max].
+func nextPollInterval(prev, min, max time.Duration) time.Duration {
 	next := prev * 2
 	if next < min {
 		next = min

@@ -331,14 +331,8 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	defer sys.close(context.WithoutCancel(ctx))
 	opened := time.Since(start)
 	rt := sys.runtime
-	decided := func() int64 {
-		r := rt.Recovery()
-		return r.Reattach.Load() + r.Settle.Load() + r.Retry.Load() + r.Fail.Load() + r.FailRun.Load()
-	}
-	terminal := func() int64 {
-		s := rt.Stats()
-		return s.RunsCompleted.Load() + s.RunsFailed.Load() + s.RunsCancelled.Load()
-	}
+	decided := func() int64 { return rt.Recovery().Decided() }
+	terminal := func() int64 { return rt.Stats().RunsEnded() }
 	m := bf.startMeter(cmd, "recovery: Runs terminal", int64(n), terminal)
 	var ready, decidedAt, terminalAt time.Duration
 	tick := time.NewTicker(2 * time.Millisecond) // the measurement's resolution
@@ -379,10 +373,10 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	r := rt.Recovery()
 	res.OpenMS, res.ReadyMS, res.DecidedMS, res.TerminalMS = msf(opened), msf(ready), msf(decidedAt), msf(terminalAt)
 	res.RunsPerSec = float64(n) / terminalAt.Seconds()
-	res.SessionsTaken = r.SessionsTaken.Load()
-	res.Commits, res.ExecutorCalls = rt.Stats().Commits.Load(), rt.Stats().ExecutorCalls.Load()
-	res.Decisions = map[string]int64{"reattach": r.Reattach.Load(), "settle": r.Settle.Load(), "retry": r.Retry.Load(),
-		"fail": r.Fail.Load(), "fail_run": r.FailRun.Load(), "defer": r.Defer.Load()}
+	res.SessionsTaken = r.SessionsTaken
+	res.Commits, res.ExecutorCalls = rt.Stats().Commits, rt.Stats().ExecutorCalls
+	res.Decisions = map[string]int64{"reattach": r.Reattach, "settle": r.Settle, "retry": r.Retry,
+		"fail": r.Fail, "fail_run": r.FailRun, "defer": r.Defer}
 	bf.progressf(cmd, "recovery: every Run terminal after %s; checking the event logs", terminalAt.Round(time.Millisecond))
 	if err := checkRecovered(ctx, sys.store, n, &res); err != nil {
 		return res, err

@@ -332,8 +332,8 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 	var firstErr atomic.Pointer[error]
 	progress := bf.startMeter(cmd, fmt.Sprintf("concurrency %d: Runs", c), int64(p.Runs), done.get)
 	defer progress.Stop()
-	commits0 := rt.Stats().Commits.Load()
-	effects0 := rt.Stats().EffectsSettled.Load()
+	commits0 := rt.Stats().Commits
+	effects0 := rt.Stats().EffectsSettled
 	spent0, err := spentSoFar(m)
 	if err != nil {
 		return lvl, err
@@ -347,7 +347,7 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 			continue
 		}
 		roundLat := make([]time.Duration, n)
-		c0 := rt.Stats().Commits.Load()
+		c0 := rt.Stats().Commits
 		t0 := time.Now()
 		benchkit.Parallel(c, n, func(i int) {
 			d, err := one()
@@ -363,7 +363,7 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 			return lvl, fmt.Errorf("bench: concurrency %d: %w", c, *p)
 		}
 		// As many bare commits as the round's Runs made (CreateRun included).
-		k := int(rt.Stats().Commits.Load()-c0) + n
+		k := int(rt.Stats().Commits-c0) + n
 		d, err := bare.Round(c, k)
 		if err != nil {
 			return lvl, err
@@ -374,12 +374,12 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 	lvl.Runs = len(lat)
 	lvl.Seconds = runTime.Seconds()
 	lvl.RunsPerSec = float64(lvl.Runs) / runTime.Seconds()
-	effects := rt.Stats().EffectsSettled.Load() - effects0
+	effects := rt.Stats().EffectsSettled - effects0
 	lvl.EffectsPerRun = float64(effects) / float64(lvl.Runs)
 	lvl.EffectsPerSec = float64(effects) / runTime.Seconds()
 	// Stats.Commits counts the commits of advances; each Run's CreateRun
 	// is one more.
-	lvl.CommitsPerRun = float64(rt.Stats().Commits.Load()-commits0+int64(lvl.Runs)) / float64(lvl.Runs)
+	lvl.CommitsPerRun = float64(rt.Stats().Commits-commits0+int64(lvl.Runs)) / float64(lvl.Runs)
 	s := benchkit.Summarize(lat)
 	lvl.P50ms, lvl.P95ms, lvl.P99ms, lvl.MaxMs = msf(s.P50), msf(s.P95), msf(s.P99), msf(s.Max)
 	if bareTime > 0 {

@@ -13,9 +13,8 @@ import (
 
 // RuntimeCounters is what RegisterRuntime reads; *runtime.Runtime has it.
 type RuntimeCounters interface {
-	Stats() *runtime.Stats
-	Recovery() *runtime.RecoveryStats
-	Watcher() *runtime.Watcher
+	Stats() runtime.Stats
+	Recovery() runtime.RecoveryStats
 	Ready() bool
 }
 
@@ -26,24 +25,23 @@ var _ RuntimeCounters = (*runtime.Runtime)(nil)
 // boundaries, executor calls, recovery passes and take-overs, the
 // Watcher's queue depth and readiness. Call it once, after runtime.New.
 func (m *Metrics) RegisterRuntime(rt RuntimeCounters) error {
-	st, rec := rt.Stats(), rt.Recovery()
 	counter := func(name, help string, v func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 	}
 	cs := []prometheus.Collector{
-		counter("agenthost_store_commits_total", "Commits the runtime made that wrote.", st.Commits.Load),
-		counter("agenthost_store_duplicate_commits_total", "Commits answered from an applied command ID (nothing written).", st.DuplicateCommits.Load),
-		counter("agenthost_store_conflicts_total", "Version conflicts the runtime retried.", st.Conflicts.Load),
-		counter("agenthost_runtime_dropped_outcomes_total", "Stale or repeated effect outcomes dropped.", st.DroppedOutcomes.Load),
-		counter("agenthost_runtime_ownership_boundaries_total", "Sessions this node gave up on lost ownership.", st.Boundaries.Load),
-		counter("agenthost_executor_calls_total", "Executor calls (start, poll, attach, cancel) the runtime made.", st.ExecutorCalls.Load),
-		counter("agenthost_executor_unavailable_total", "Executor calls that found the executor unavailable.", st.UnavailableErrors.Load),
-		counter("agenthost_recovery_passes_total", "Recovery passes run.", rec.Passes.Load),
-		counter("agenthost_recovery_sessions_taken_total", "Orphaned sessions recovery took over.", rec.SessionsTaken.Load),
+		counter("agenthost_store_commits_total", "Commits the runtime made that wrote.", func() int64 { return rt.Stats().Commits }),
+		counter("agenthost_store_duplicate_commits_total", "Commits answered from an applied command ID (nothing written).", func() int64 { return rt.Stats().DuplicateCommits }),
+		counter("agenthost_store_conflicts_total", "Version conflicts the runtime retried.", func() int64 { return rt.Stats().Conflicts }),
+		counter("agenthost_runtime_dropped_outcomes_total", "Stale or repeated effect outcomes dropped.", func() int64 { return rt.Stats().DroppedOutcomes }),
+		counter("agenthost_runtime_ownership_boundaries_total", "Sessions this node gave up on lost ownership.", func() int64 { return rt.Stats().Boundaries }),
+		counter("agenthost_executor_calls_total", "Executor calls (start, poll, attach, cancel) the runtime made.", func() int64 { return rt.Stats().ExecutorCalls }),
+		counter("agenthost_executor_unavailable_total", "Executor calls that found the executor unavailable.", func() int64 { return rt.Stats().UnavailableErrors }),
+		counter("agenthost_recovery_passes_total", "Recovery passes run.", func() int64 { return rt.Recovery().Passes }),
+		counter("agenthost_recovery_sessions_taken_total", "Orphaned sessions recovery took over.", func() int64 { return rt.Recovery().SessionsTaken }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "agenthost_watcher_queue_depth",
 			Help: "Pending polls and Run wake-ups in the Watcher's timer heap.",
-		}, func() float64 { return float64(rt.Watcher().Len()) }),
+		}, func() float64 { return float64(rt.Stats().WatcherQueueDepth) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "agenthost_ready",
 			Help: "1 once recovery's first pass is done, else 0.",
