@@ -95,7 +95,6 @@ type Command struct {
 	Reason string
 }
 
-
 // CommandIDFor derives the command ID of a decision about an attempt.
 func CommandIDFor(effectID string, attempt int, d Decision) string {
 	switch d {
