@@ -25,7 +25,7 @@ func BenchmarkCallEmpty(b *testing.B) {
 
 	b.Run("wazero", func(b *testing.B) {
 		e := newEnv(b, Config{})
-		mod, closeRT, err := e.h.WazeroBaseline(ctx, wasm)
+		mod, closeRT, err := e.h.wazeroBaseline(ctx, wasm)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func BenchmarkCallEmpty(b *testing.B) {
 
 	b.Run("extism", func(b *testing.B) {
 		e := newEnv(b, Config{})
-		compiled, err := e.h.ExtismBaseline(ctx, wasm, 10000)
+		compiled, err := e.h.extismBaseline(ctx, wasm, 10000)
 		if err != nil {
 			b.Fatal(err)
 		}

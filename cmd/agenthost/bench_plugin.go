@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/internal/hostlink"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -174,7 +175,7 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 	defer h.Close(context.WithoutCancel(ctx))
 	bf.progressf(cmd, "loading %s three ways (raw wazero, extism go-sdk, host)", p.CallPlugin)
 
-	mod, closeRT, err := h.WazeroBaseline(ctx, wasm)
+	mod, closeRT, err := hostlink.WazeroBaseline(ctx, h, wasm)
 	if err != nil {
 		return fmt.Errorf("bench plugin: %w", err)
 	}
@@ -184,7 +185,7 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 		return fmt.Errorf("bench plugin: %s exports no \"empty\": rebuild the plugins with `make plugins`", paths[p.CallPlugin])
 	}
 
-	compiled, err := h.ExtismBaseline(ctx, wasm, uint64(host.DefaultCallTimeout.Milliseconds()))
+	compiled, err := hostlink.ExtismBaseline(ctx, h, wasm, uint64(host.DefaultCallTimeout.Milliseconds()))
 	if err != nil {
 		return fmt.Errorf("bench plugin: %w", err)
 	}
