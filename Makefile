@@ -1,9 +1,10 @@
 # agenthost — build, test, lint and benchmark.
 #
 #   make build   compile every package and the agenthost binary into bin/
-#   make test    lint, warm the test cache, then every test (race-enabled), fuzz seed corpora included
+#   make test    deps, lint, warm the test cache, then every test (race-enabled), fuzz seed corpora included
+#   make deps    install what the tests need when it is missing (scripts/deps.sh)
 #   make warm-cache  build the conformance plugins and fill the wazero cache, without -race
-#   make lint    gofmt -l and go vet; fails on any finding
+#   make lint    gofmt -l, go vet and go mod tidy -diff; fails on any finding
 #   make bench   the go test benchmarks (figures in docs/BENCHMARKS.md)
 #   make plugins the Go example plugins, into build/plugins/NAME.wasm, and the
 #                conformance plugins `agenthost bench` uses, into build/plugins/conformance/
@@ -21,16 +22,23 @@ QUESTION ?= What is (2+3)*4?
 # The conformance plugins `agenthost bench` loads (plugin overhead, chaos).
 BENCH_CONFORMANCE := builder executor scripted hostile
 
-.PHONY: build test lint bench clean warm-cache plugins plugins-c run
+.PHONY: build test deps lint bench clean warm-cache plugins plugins-c run
 
 build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 
+# What the tests need beyond Go (the C toolchain for the C example): installed
+# with apt-get as root on Debian/Ubuntu, else the exact command to run is
+# printed and make stops. Instant when everything is there.
+deps:
+	@sh scripts/deps.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy and commit the result"; $(GO) mod tidy -diff; exit 1; }
 
 # Compiling Wasm under -race is about 11x slower (DESIGN §9): build the
 # conformance plugins and compile them into the shared on-disk wazero cache
@@ -56,7 +64,7 @@ plugins:
 	  GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(PLUGINS)/conformance/$$n.wasm ./conformance/plugins/$$n; \
 	done
 
-# The C example (clang, lld, wasi-libc and libclang-rt-14-dev-wasm32; .ci/run
+# The C example (clang, lld, wasi-libc and libclang-rt-14-dev-wasm32; make deps
 # installs them). `make test` builds and verifies it through the example tests.
 plugins-c:
 	@mkdir -p $(PLUGINS)
@@ -68,7 +76,7 @@ run: plugins
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 	$(BIN)/agenthost run --config config.example.yaml "$(QUESTION)"
 
-test: lint warm-cache
+test: deps lint warm-cache
 	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...
 	# At full scale without -race: 10,000 pending effects add no goroutines.
 	$(GO) test -count=1 -run '^TestTenThousandPendingEffectsAddNoGoroutines$$' ./runtime

@@ -1,0 +1,45 @@
+#!/bin/sh
+# scripts/deps.sh: make sure the tools `make test` needs are on this
+# machine; `make test` runs it first (as `make deps`).
+#
+# Each line of REQUIRED below is a file that must exist (a glob pattern
+# that must match) and the Debian package that provides it. When every file is there, the script does
+# nothing and takes a few milliseconds. When some are missing:
+#   - as root on Debian or Ubuntu, it installs their packages with apt-get;
+#   - anywhere else, it prints one line with the command that installs
+#     them and exits 1, before any test runs.
+# Run it again at any time: it is idempotent.
+#
+# What it installs today: clang, lld, wasi-libc and
+# libclang-rt-14-dev-wasm32, which build the C example plugin
+# (examples/plugins/calculator-c) that the tests verify.
+set -eu
+
+REQUIRED='
+/usr/bin/clang clang
+/usr/bin/wasm-ld lld
+/usr/include/wasm32-wasi/stdio.h wasi-libc
+/usr/lib/llvm-14/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a libclang-rt-14-dev-wasm32
+'
+
+missing=$(printf '%s\n' "$REQUIRED" | while read -r file pkg; do
+	[ -n "$file" ] || continue
+	# shellcheck disable=SC2086 # unquoted, so that a pattern expands
+	set -- $file
+	[ -e "$1" ] || echo "$pkg"
+done | sort -u | tr '\n' ' ')
+missing=${missing% }
+
+[ -z "$missing" ] && exit 0
+
+command="apt-get install -y $missing"
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+	echo "scripts/deps.sh: make test needs $missing; install them (Debian/Ubuntu: sudo apt-get update && sudo $command), then run make test again" >&2
+	exit 1
+fi
+
+echo "scripts/deps.sh: installing $missing (apt-get, as root)"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+# shellcheck disable=SC2086 # one word a package
+apt-get install -y -q $missing
