@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/pluginverify"
-	"github.com/agenthost/agenthost/conformance/pluginsuite"
+	"github.com/agenthost/agenthost/plugins/abicheck"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
@@ -149,7 +149,7 @@ why, and exits 1 if any check fails.`,
 			defer s.Close(context.WithoutCancel(cmd.Context()))
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "verifying %s\n", argv[0])
-			sum := pluginsuite.Run(cmd.Context(), s, pluginsuite.Options{
+			sum := abicheck.Run(cmd.Context(), s, abicheck.Options{
 				Role: abi.Role(strings.ToLower(f.role)), Tool: tool, Args: raw, Limits: s.SuiteLimits(),
 			}, lineReporter{out})
 			fmt.Fprintf(out, "%d passed, %d failed, %d warnings\n", sum.Passed, sum.Failed, sum.Warned)
@@ -168,4 +168,4 @@ why, and exits 1 if any check fails.`,
 // lineReporter prints one line per check.
 type lineReporter struct{ w io.Writer }
 
-func (r lineReporter) Report(res pluginsuite.Result) { fmt.Fprintln(r.w, res) }
+func (r lineReporter) Report(res abicheck.Result) { fmt.Fprintln(r.w, res) }

@@ -1,6 +1,6 @@
 // Package pluginverify runs a plugin .wasm on the real plugin host, for
 // `agenthost plugin inspect` and `agenthost plugin verify`: Subject
-// implements pluginsuite.Plugin with host/, in a host of its own, over an
+// implements abicheck.Plugin with host/, in a host of its own, over an
 // in-memory plugin KV and a clock that stands still (so that a plugin that
 // reads the clock answers a replayed effect the same way).
 package pluginverify
@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agenthost/agenthost/conformance/pluginsuite"
+	"github.com/agenthost/agenthost/plugins/abicheck"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -36,7 +36,7 @@ type Options struct {
 }
 
 // Subject is a plugin file loaded for verification. It implements
-// pluginsuite.Plugin.
+// abicheck.Plugin.
 type Subject struct {
 	h       *host.Host
 	p       *host.Plugin
@@ -45,7 +45,7 @@ type Subject struct {
 	limits  host.Limits
 }
 
-var _ pluginsuite.Plugin = (*Subject)(nil)
+var _ abicheck.Plugin = (*Subject)(nil)
 
 // Open inspects the file and loads it. A refusal of the host (no marker, a
 // refused import, a describe it cannot accept) is not an error of Open: it
@@ -91,17 +91,17 @@ func (s *Subject) Plugin() *host.Plugin { return s.p }
 // LoadError is the host's refusal, or nil.
 func (s *Subject) LoadError() error { return s.loadErr }
 
-// SuiteLimits are the limits the plugin runs under, for pluginsuite.Options.
-func (s *Subject) SuiteLimits() pluginsuite.Limits {
-	return pluginsuite.Limits{CallTimeout: s.limits.CallTimeout, MemoryPages: s.limits.MemoryPages}
+// SuiteLimits are the limits the plugin runs under, for abicheck.Options.
+func (s *Subject) SuiteLimits() abicheck.Limits {
+	return abicheck.Limits{CallTimeout: s.limits.CallTimeout, MemoryPages: s.limits.MemoryPages}
 }
 
-// Module implements pluginsuite.Plugin.
-func (s *Subject) Module() pluginsuite.Module {
-	return pluginsuite.Module{Markers: s.insp.Markers, LoadError: s.loadErr}
+// Module implements abicheck.Plugin.
+func (s *Subject) Module() abicheck.Module {
+	return abicheck.Module{Markers: s.insp.Markers, LoadError: s.loadErr}
 }
 
-// Call implements pluginsuite.Plugin.
+// Call implements abicheck.Plugin.
 func (s *Subject) Call(ctx context.Context, export string, input []byte) ([]byte, error) {
 	if s.p == nil {
 		return nil, fmt.Errorf("pluginverify: the host refused the plugin: %w", s.loadErr)
@@ -109,7 +109,7 @@ func (s *Subject) Call(ctx context.Context, export string, input []byte) ([]byte
 	return s.p.CallRaw(ctx, Tenant, export, input)
 }
 
-// MemoryBytes implements pluginsuite.Plugin: the host holds this plugin
+// MemoryBytes implements abicheck.Plugin: the host holds this plugin
 // only.
 func (s *Subject) MemoryBytes() int64 { return s.h.MemoryInUse() }
 

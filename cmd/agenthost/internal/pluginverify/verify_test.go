@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/conformance/pluginsuite"
+	"github.com/agenthost/agenthost/plugins/abicheck"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
@@ -26,12 +26,12 @@ func open(t *testing.T, path string, o Options) *Subject {
 	return s
 }
 
-func verify(t *testing.T, path string, o Options, so pluginsuite.Options) (pluginsuite.Summary, []pluginsuite.Result) {
+func verify(t *testing.T, path string, o Options, so abicheck.Options) (abicheck.Summary, []abicheck.Result) {
 	t.Helper()
 	s := open(t, path, o)
 	so.Limits = s.SuiteLimits()
-	rec := &pluginsuite.Recorder{}
-	sum := pluginsuite.Run(context.Background(), s, so, rec)
+	rec := &abicheck.Recorder{}
+	sum := abicheck.Run(context.Background(), s, so, rec)
 	for _, r := range rec.Results {
 		t.Log(r)
 	}
@@ -47,7 +47,7 @@ func TestWellBehavedConformancePluginsPass(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := open(t, path, Options{})
-			conformance.PluginSuite(context.Background(), s, pluginsuite.Options{Limits: s.SuiteLimits()}, conformance.TestReporter(t))
+			conformance.PluginSuite(context.Background(), s, abicheck.Options{Limits: s.SuiteLimits()}, conformance.TestReporter(t))
 		})
 	}
 }
@@ -69,7 +69,7 @@ func TestExamplePluginsPass(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := open(t, path, Options{})
-			sum := conformance.PluginSuite(context.Background(), s, pluginsuite.Options{Limits: s.SuiteLimits()}, conformance.TestReporter(t))
+			sum := conformance.PluginSuite(context.Background(), s, abicheck.Options{Limits: s.SuiteLimits()}, conformance.TestReporter(t))
 			if sum.Passed == 0 {
 				t.Fatal("no check passed")
 			}
@@ -83,36 +83,40 @@ func TestBrokenPluginFailsWithTheRightMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, results := verify(t, path, Options{}, pluginsuite.Options{})
+	sum, results := verify(t, path, Options{}, abicheck.Options{})
 	if sum.OK() {
 		t.Fatal("the broken plugin passed the suite")
 	}
-	want := map[string]string{
-		"start reply (tool explode {})":          "the plugin trapped (plugin_trap)",
-		"replay is idempotent (tool counter {})": "treat (effect.id, attempt) as an idempotency key",
-		"attach on an unknown effect":            "which was never started: it must answer unknown",
-		"cancel on an unknown effect":            "the plugin trapped (plugin_trap)",
-		"malformed input (start)":                "output that is not a JSON object",
-		"malformed input (attach)":               "for input that is not valid JSON",
+	want := map[string]struct {
+		class    abi.ErrorClass
+		fragment string
+	}{
+		"start reply (tool explode {})":          {abi.ClassPluginTrap, "the plugin trapped"},
+		"replay is idempotent (tool counter {})": {abi.ClassPluginProtocol, "treat (effect.id, attempt) as an idempotency key"},
+		"attach on an unknown effect":            {abi.ClassPluginProtocol, "which was never started: it must answer unknown"},
+		"cancel on an unknown effect":            {abi.ClassPluginTrap, "the plugin trapped"},
+		"malformed input (start)":                {abi.ClassPluginProtocol, "output that is not a JSON object"},
+		"malformed input (attach)":               {abi.ClassPluginProtocol, "for input that is not valid JSON"},
 	}
-	failed := map[string]string{}
+	failed := map[string]abicheck.Result{}
 	for _, r := range results {
-		if r.Verdict == pluginsuite.Fail {
-			failed[r.Check] = r.Detail
+		if r.Verdict == abicheck.Fail {
+			failed[r.Check] = r
 		}
 	}
-	for check, fragment := range want {
-		detail, ok := failed[check]
+	for check, w := range want {
+		r, ok := failed[check]
 		if !ok {
 			t.Errorf("check %q did not fail", check)
 			continue
 		}
-		if !strings.Contains(detail, fragment) {
-			t.Errorf("check %q failed with %q, want it to say %q", check, detail, fragment)
+		if r.Class != w.class || !strings.Contains(r.Detail, w.fragment) {
+			t.Errorf("check %q failed with %s, want class %s and it to say %q", check, r, w.class, w.fragment)
 		}
 	}
+	mustNameTheClass(t, results)
 	for _, r := range results {
-		if r.Check == pluginsuite.CheckDescribe && r.Verdict != pluginsuite.Pass {
+		if r.Check == abicheck.CheckDescribe && r.Verdict != abicheck.Pass {
 			t.Errorf("the broken plugin's describe is valid, got %s", r)
 		}
 	}
@@ -131,26 +135,23 @@ func TestHostileBehaviourIsReportedByClass(t *testing.T) {
 	}{
 		{"loop", host.Limits{CallTimeout: time.Second}, abi.ClassPluginTimeout},
 		{"oom", host.Limits{MemoryPages: 512, CallTimeout: 5 * time.Second}, abi.ClassPluginOOM},
-		{"not_json", host.Limits{}, ""},
+		{"not_json", host.Limits{}, abi.ClassPluginProtocol},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
-			sum, results := verify(t, path, Options{Limits: tc.limits}, pluginsuite.Options{Tool: tc.tool, Args: json.RawMessage(`{}`)})
+			sum, results := verify(t, path, Options{Limits: tc.limits}, abicheck.Options{Tool: tc.tool, Args: json.RawMessage(`{}`)})
 			if sum.OK() {
 				t.Fatalf("tool %s passed the suite", tc.tool)
 			}
-			var detail string
+			var start abicheck.Result
 			for _, r := range results {
-				if strings.HasPrefix(r.Check, pluginsuite.CheckStart) {
-					detail = r.Detail
+				if strings.HasPrefix(r.Check, abicheck.CheckStart) {
+					start = r
 				}
 			}
-			want := "the reply breaks the ABI"
-			if tc.class != "" {
-				want = "(" + string(tc.class) + ")"
+			if start.Verdict != abicheck.Fail || start.Class != tc.class {
+				t.Errorf("start on %s: %s, want a FAIL of class %s", tc.tool, start, tc.class)
 			}
-			if !strings.Contains(detail, want) {
-				t.Errorf("start on %s: %q, want %q", tc.tool, detail, want)
-			}
+			mustNameTheClass(t, results)
 		})
 	}
 }
@@ -163,11 +164,26 @@ func TestRefusedModuleFailsTheMarker(t *testing.T) {
 	if err := os.WriteFile(path, []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00}, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sum, results := verify(t, path, Options{}, pluginsuite.Options{})
+	sum, results := verify(t, path, Options{}, abicheck.Options{})
 	if sum.Failed != 2 || sum.Passed != 0 {
 		t.Fatalf("summary %+v", sum)
 	}
-	if !strings.Contains(results[0].Detail, "not "+abi.Marker) || results[1].Check != "load" {
+	if !strings.Contains(results[0].Detail, "not "+abi.Marker) || results[1].Check != "load" || results[1].Class != abi.ClassPluginProtocol {
 		t.Fatalf("results %v", results)
+	}
+	mustNameTheClass(t, results)
+}
+
+// mustNameTheClass fails the test unless every FAIL line names its error
+// class, as `agenthost plugin verify` prints it.
+func mustNameTheClass(t *testing.T, results []abicheck.Result) {
+	t.Helper()
+	for _, r := range results {
+		if r.Verdict != abicheck.Fail {
+			continue
+		}
+		if r.Class == "" || !strings.HasPrefix(r.String(), "FAIL  "+r.Check+" ("+string(r.Class)+"): ") {
+			t.Errorf("a FAIL line does not name its error class: %s", r)
+		}
 	}
 }

@@ -1,13 +1,14 @@
-// Package pluginsuite is the conformance suite for one plugin .wasm: it
-// holds a plugin to ABI v1 (docs/ABI.md) by calling it the way the host
-// does and checking every reply.
+// Package abicheck checks one plugin .wasm against ABI v1 (docs/ABI.md):
+// it calls the plugin the way the host does and checks every reply. It is
+// what `agenthost plugin verify` runs, and what the tests run on every
+// example and conformance plugin.
 //
 // It takes the plugin through the Plugin interface, which the caller
 // implements with host/ (agenthost plugin verify, and the tests), and it
 // reports through its own Reporter, not *testing.T, so that the agenthost
 // binary runs it without linking package testing (DESIGN §2).
-// conformance.PluginSuite is the same suite, for tests.
-package pluginsuite
+// conformance.PluginSuite runs it under go test.
+package abicheck
 
 import (
 	"bytes"
@@ -87,10 +88,19 @@ const (
 type Result struct {
 	Check   string
 	Verdict Verdict
-	Detail  string
+	// Class is the error class of a FAIL (abi.ClassPluginProtocol for a
+	// reply that breaks the ABI, the call's class for a call that
+	// failed); empty for PASS and WARN.
+	Class  abi.ErrorClass
+	Detail string
 }
 
-func (r Result) String() string { return fmt.Sprintf("%s  %s: %s", r.Verdict, r.Check, r.Detail) }
+func (r Result) String() string {
+	if r.Class != "" {
+		return fmt.Sprintf("%s  %s (%s): %s", r.Verdict, r.Check, r.Class, r.Detail)
+	}
+	return fmt.Sprintf("%s  %s: %s", r.Verdict, r.Check, r.Detail)
+}
 
 // Reporter receives each result as soon as its check ends.
 type Reporter interface {
@@ -146,16 +156,43 @@ func Run(ctx context.Context, p Plugin, opts Options, r Reporter) Summary {
 	return s.sum
 }
 
+// report reports a PASS or a WARN; fail reports a FAIL.
 func (s *suite) report(check string, v Verdict, format string, args ...any) {
 	switch v {
 	case Pass:
 		s.sum.Passed++
-	case Fail:
-		s.sum.Failed++
 	case Warn:
 		s.sum.Warned++
+	default:
+		panic("abicheck: report takes PASS or WARN; a FAIL goes through fail, with its class")
 	}
 	s.r.Report(Result{Check: check, Verdict: v, Detail: fmt.Sprintf(format, args...)})
+}
+
+// fail reports a FAIL of class.
+func (s *suite) fail(check string, class abi.ErrorClass, format string, args ...any) {
+	s.sum.Failed++
+	s.r.Report(Result{Check: check, Verdict: Fail, Class: class, Detail: fmt.Sprintf(format, args...)})
+}
+
+// classOrProtocol is the class of a refusal to load: the plugin's, or
+// plugin_protocol for a module the host refuses as not keeping the ABI.
+func classOrProtocol(err error) abi.ErrorClass {
+	var pe *runtime.PluginError
+	if errors.As(err, &pe) && pe.Class != "" {
+		return pe.Class
+	}
+	return abi.ClassPluginProtocol
+}
+
+// classOf is the error class of a failed call: the plugin's, or
+// plugin_failed for an error the host did not classify.
+func classOf(err error) abi.ErrorClass {
+	var pe *runtime.PluginError
+	if errors.As(err, &pe) && pe.Class != "" {
+		return pe.Class
+	}
+	return abi.ClassPluginFailed
 }
 
 func (s *suite) run(ctx context.Context) {
@@ -167,10 +204,10 @@ func (s *suite) run(ctx context.Context) {
 		if len(m.Markers) > 0 {
 			found = "only markers for ABI " + fmt.Sprint(m.Markers)
 		}
-		s.report(CheckMarker, Fail, "exports %s, not %s: export the function %s (no parameters, no results)", found, abi.Marker, abi.Marker)
+		s.fail(CheckMarker, abi.ClassPluginProtocol, "exports %s, not %s: export the function %s (no parameters, no results)", found, abi.Marker, abi.Marker)
 	}
 	if m.LoadError != nil {
-		s.report("load", Fail, "the host refuses the module, so nothing else can be checked: %v", m.LoadError)
+		s.fail("load", classOrProtocol(m.LoadError), "the host refuses the module, so nothing else can be checked: %v", m.LoadError)
 		return
 	}
 	d, ok := s.describe(ctx)
@@ -195,7 +232,7 @@ func (s *suite) call(ctx context.Context, check, export string, input []byte) ([
 		s.slowest, s.slowOp = elapsed, export
 	}
 	if err != nil {
-		s.report(check, Fail, "%s", describeErr(export, err))
+		s.fail(check, classOf(err), "%s", describeErr(export, err))
 		return nil, false
 	}
 	return out, true
@@ -225,7 +262,7 @@ func describeErr(export string, err error) string {
 		if what == "" {
 			what = "the call failed"
 		}
-		return fmt.Sprintf("%s: %s (%s): %v", export, what, pe.Class, pe.Err)
+		return fmt.Sprintf("%s: %s: %v", export, what, pe.Err)
 	}
 	return fmt.Sprintf("%s: %v", export, err)
 }
@@ -238,7 +275,7 @@ func (s *suite) describe(ctx context.Context) (abi.Describe, bool) {
 	}
 	d, err := abi.DecodeDescribe(out, s.opts.Role)
 	if err != nil {
-		s.report(CheckDescribe, Fail, "the reply breaks the ABI: %v", err)
+		s.fail(CheckDescribe, abi.ClassPluginProtocol, "the reply breaks the ABI: %v", err)
 		return abi.Describe{}, false
 	}
 	tools := make([]string, len(d.Tools))
@@ -265,7 +302,7 @@ func (s *suite) describe(ctx context.Context) (abi.Describe, bool) {
 		}
 	}
 	if s.opts.Tool != "" && !slices.ContainsFunc(d.Tools, func(t abi.Tool) bool { return t.Name == s.opts.Tool }) {
-		s.report(CheckDescribe, Fail, "--tool %s: describe offers no such tool (it offers %s)", s.opts.Tool, strings.Join(tools, ", "))
+		s.fail(CheckDescribe, abi.ClassPluginProtocol, "--tool %s: describe offers no such tool (it offers %s)", s.opts.Tool, strings.Join(tools, ", "))
 	}
 	return d, true
 }
@@ -294,7 +331,7 @@ func (s *suite) build(ctx context.Context) {
 	}
 	o, err := abi.DecodeBuildOutput(out)
 	if err != nil {
-		s.report(CheckBuild, Fail, "for a sample Run view, the reply breaks the ABI: %v", err)
+		s.fail(CheckBuild, abi.ClassPluginProtocol, "for a sample Run view, the reply breaks the ABI: %v", err)
 		return
 	}
 	s.report(CheckBuild, Pass, "a valid model request for a sample Run view (%d messages, %d tools)", len(o.Request.Messages), len(o.Request.Tools))
@@ -353,7 +390,7 @@ func (s *suite) effect(ctx context.Context, in abi.EffectInput, what string) {
 	}
 	r, err := abi.DecodeEffectReply(out, in.Effect.Kind, abi.ExportStart)
 	if err != nil {
-		s.report(check, Fail, "the reply breaks the ABI: %v", err)
+		s.fail(check, abi.ClassPluginProtocol, "the reply breaks the ABI: %v", err)
 		return
 	}
 	s.report(check, Pass, "%s", replySummary(r))
@@ -364,9 +401,9 @@ func (s *suite) effect(ctx context.Context, in abi.EffectInput, what string) {
 		r2, err := abi.DecodeEffectReply(again, in.Effect.Kind, abi.ExportStart)
 		switch {
 		case err != nil:
-			s.report(check, Fail, "the second start of %s attempt 1 breaks the ABI: %v", in.Effect.ID, err)
+			s.fail(check, abi.ClassPluginProtocol, "the second start of %s attempt 1 breaks the ABI: %v", in.Effect.ID, err)
 		case !sameReply(r, r2):
-			s.report(check, Fail, "starting %s attempt 1 again answered %s, the first time %s: treat (effect.id, attempt) as an idempotency key and answer the same",
+			s.fail(check, abi.ClassPluginProtocol, "starting %s attempt 1 again answered %s, the first time %s: treat (effect.id, attempt) as an idempotency key and answer the same",
 				in.Effect.ID, replySummary(r2), replySummary(r))
 		default:
 			s.report(check, Pass, "the same (effect.id, attempt) gets the same reply")
@@ -380,7 +417,7 @@ func (s *suite) effect(ctx context.Context, in abi.EffectInput, what string) {
 	check = "poll reply (" + what + ")"
 	if out, ok := s.call(ctx, check, abi.ExportPoll, raw); ok {
 		if pr, err := abi.DecodeEffectReply(out, in.Effect.Kind, abi.ExportPoll); err != nil {
-			s.report(check, Fail, "the reply breaks the ABI: %v", err)
+			s.fail(check, abi.ClassPluginProtocol, "the reply breaks the ABI: %v", err)
 		} else {
 			s.report(check, Pass, "%s", replySummary(pr))
 		}
@@ -388,7 +425,7 @@ func (s *suite) effect(ctx context.Context, in abi.EffectInput, what string) {
 	check = "cancel reply (" + what + ")"
 	if out, ok := s.call(ctx, check, abi.ExportCancel, raw); ok {
 		if cr, err := abi.DecodeCancelReply(out, in.Effect.Kind); err != nil {
-			s.report(check, Fail, "the reply breaks the ABI: %v", err)
+			s.fail(check, abi.ClassPluginProtocol, "the reply breaks the ABI: %v", err)
 		} else {
 			s.report(check, Pass, "%s", cr.State)
 		}
@@ -408,9 +445,9 @@ func (s *suite) unknownEffect(ctx context.Context, kind abi.EffectKind, tool str
 		r, err := abi.DecodeEffectReply(out, kind, abi.ExportAttach)
 		switch {
 		case err != nil:
-			s.report(CheckAttach, Fail, "the reply breaks the ABI: %v", err)
+			s.fail(CheckAttach, abi.ClassPluginProtocol, "the reply breaks the ABI: %v", err)
 		case r.State != abi.StateUnknown:
-			s.report(CheckAttach, Fail, "answered %s for effect %s, which was never started: it must answer unknown, or recovery waits on, or settles, work that never happened", replySummary(r), in.Effect.ID)
+			s.fail(CheckAttach, abi.ClassPluginProtocol, "answered %s for effect %s, which was never started: it must answer unknown, or recovery waits on, or settles, work that never happened", replySummary(r), in.Effect.ID)
 		default:
 			s.report(CheckAttach, Pass, "unknown")
 		}
@@ -419,9 +456,9 @@ func (s *suite) unknownEffect(ctx context.Context, kind abi.EffectKind, tool str
 		r, err := abi.DecodeCancelReply(out, kind)
 		switch {
 		case err != nil:
-			s.report(CheckCancel, Fail, "the reply breaks the ABI: %v", err)
+			s.fail(CheckCancel, abi.ClassPluginProtocol, "the reply breaks the ABI: %v", err)
 		case r.State == abi.StateDone:
-			s.report(CheckCancel, Fail, "answered done with an outcome for effect %s, which was never started: answer unknown", in.Effect.ID)
+			s.fail(CheckCancel, abi.ClassPluginProtocol, "answered done with an outcome for effect %s, which was never started: answer unknown", in.Effect.ID)
 		default:
 			s.report(CheckCancel, Pass, "%s, without trapping", r.State)
 		}
@@ -447,7 +484,7 @@ func (s *suite) malformed(ctx context.Context, role abi.Role) {
 			if errors.As(err, &pe) && pe.Class == abi.ClassPluginProtocol {
 				s.report(check, Pass, "refused with an error: %v", pe.Err)
 			} else {
-				s.report(check, Fail, "%s: return non-zero with error_set, or reply failed", describeErr(export, err))
+				s.fail(check, classOf(err), "%s: return non-zero with error_set, or reply failed", describeErr(export, err))
 			}
 			continue
 		}
@@ -455,7 +492,7 @@ func (s *suite) malformed(ctx context.Context, role abi.Role) {
 			State abi.State `json:"state"`
 		}
 		if !json.Valid(out) || json.Unmarshal(out, &reply) != nil {
-			s.report(check, Fail, "returned 0 with output that is not a JSON object (%s): return non-zero with error_set, or reply failed", clip(out))
+			s.fail(check, abi.ClassPluginProtocol, "returned 0 with output that is not a JSON object (%s): return non-zero with error_set, or reply failed", clip(out))
 			continue
 		}
 		acceptable := []abi.State{abi.StateFailed}
@@ -463,7 +500,7 @@ func (s *suite) malformed(ctx context.Context, role abi.Role) {
 			acceptable = append(acceptable, abi.StateUnknown, abi.StateCancelled)
 		}
 		if !slices.Contains(acceptable, reply.State) {
-			s.report(check, Fail, "returned 0 with %s for input that is not valid JSON: return non-zero with error_set, or reply failed", clip(out))
+			s.fail(check, abi.ClassPluginProtocol, "returned 0 with %s for input that is not valid JSON: return non-zero with error_set, or reply failed", clip(out))
 			continue
 		}
 		s.report(check, Pass, "answered %s", reply.State)
