@@ -7,7 +7,7 @@
 #   make lint    gofmt -l, go vet and go mod tidy -diff; fails on any finding
 #   make bench   the go test benchmarks (figures in docs/BENCHMARKS.md)
 #   make plugins the Go example plugins, into build/plugins/NAME.wasm, and the
-#                conformance plugins `agenthost bench` uses, into build/plugins/conformance/
+#                conformance plugins (agenthost bench loads some), into build/plugins/conformance/
 #   make plugins-c  the C example plugin (needs clang, lld and wasi-libc)
 #   make run     the host and the Go plugins, then one Run on config.example.yaml
 
@@ -19,8 +19,6 @@ export AGENTHOST_TEST_CACHE ?= $(CURDIR)/.cache/test
 TESTFLAGS ?=
 PLUGINS  := build/plugins
 QUESTION ?= What is (2+3)*4?
-# The conformance plugins `agenthost bench` loads (plugin overhead, chaos).
-BENCH_CONFORMANCE := builder executor scripted hostile
 
 .PHONY: build test deps lint bench clean warm-cache plugins plugins-c run
 
@@ -48,8 +46,8 @@ warm-cache:
 	$(GO) test -count=1 -run '^TestWarmExampleCache$$' ./examples/plugins/
 
 # Every example with Go sources, built the way docs/ABI.md tells plugin
-# authors to, then the conformance plugins `agenthost bench` loads. No C
-# toolchain needed.
+# authors to, then every conformance plugin (internal/plugincatalog names
+# the ones `agenthost bench` loads). No C toolchain needed.
 plugins:
 	@mkdir -p $(PLUGINS)
 	@set -e; for d in examples/plugins/*/; do \
@@ -59,7 +57,9 @@ plugins:
 	  GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(PLUGINS)/$$n.wasm ./examples/plugins/$$n; \
 	done
 	@mkdir -p $(PLUGINS)/conformance
-	@set -e; for n in $(BENCH_CONFORMANCE); do \
+	@set -e; for d in conformance/plugins/*/; do \
+	  n=$$(basename $$d); \
+	  [ "$$n" != internal ] || continue; \
 	  echo "building $(PLUGINS)/conformance/$$n.wasm"; \
 	  GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(PLUGINS)/conformance/$$n.wasm ./conformance/plugins/$$n; \
 	done

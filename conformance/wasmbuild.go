@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 )
 
 // TestCacheEnv names the environment variable that holds the directory of
@@ -23,21 +25,22 @@ import (
 // compilation cache, shared by every test process (DESIGN §9).
 const TestCacheEnv = "AGENTHOST_TEST_CACHE"
 
-// Plugin names of the conformance plugins under conformance/plugins.
+// Plugin names of the conformance plugins under conformance/plugins; the
+// list is internal/plugincatalog's, which agenthost bench shares.
 const (
-	PluginBuilder  = "builder"
-	PluginExecutor = "executor"
-	PluginSlowJob  = "slowjob"
-	PluginHostile  = "hostile"
+	PluginBuilder  = plugincatalog.Builder
+	PluginExecutor = plugincatalog.Executor
+	PluginSlowJob  = plugincatalog.SlowJob
+	PluginHostile  = plugincatalog.Hostile
 	// PluginScripted is the Wasm twin of ScriptedModel and ScriptedTools.
-	PluginScripted = "scripted"
-	// PluginBroken loads, but breaks the ABI in the ways the plugin suite
-	// must catch (see conformance/plugins/broken).
-	PluginBroken = "broken"
+	PluginScripted = plugincatalog.Scripted
+	// PluginBroken loads, but breaks the ABI in the ways the plugin ABI
+	// check must catch (see conformance/plugins/broken).
+	PluginBroken = plugincatalog.Broken
 )
 
 // Plugins lists every conformance plugin.
-var Plugins = []string{PluginBuilder, PluginExecutor, PluginSlowJob, PluginHostile, PluginScripted, PluginBroken}
+var Plugins = plugincatalog.Conformance
 
 // TestCacheDir returns the test cache directory: $AGENTHOST_TEST_CACHE, or
 // a fixed directory under the system temp dir, so that a plain `go test`

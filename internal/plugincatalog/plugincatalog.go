@@ -1,0 +1,50 @@
+// Package plugincatalog names the plugins this repository builds and where
+// `make plugins` puts them, in one place for everything that looks them up:
+// the tests (through conformance), `agenthost bench`, and the layout the
+// Makefile writes (every directory under examples/plugins and
+// conformance/plugins, built under one name).
+package plugincatalog
+
+import "path/filepath"
+
+// The conformance plugins, by the name of their directory under
+// conformance/plugins (and of their file under DIR/conformance/).
+const (
+	Builder  = "builder"
+	Executor = "executor"
+	SlowJob  = "slowjob"
+	Hostile  = "hostile"
+	// Scripted is the Wasm twin of conformance.ScriptedModel and
+	// conformance.ScriptedTools.
+	Scripted = "scripted"
+	// Broken loads, but breaks the ABI in the ways the plugin ABI check
+	// must catch.
+	Broken = "broken"
+)
+
+// Conformance lists every conformance plugin.
+var Conformance = []string{Builder, Executor, SlowJob, Hostile, Scripted, Broken}
+
+// The example plugins `agenthost bench` loads, by the name of their
+// directory under examples/plugins (and of their file under DIR/).
+const (
+	PromptBuilder = "prompt-builder"
+	ScriptedModel = "scripted-model"
+	Calculator    = "calculator"
+	SlowJobTool   = "slow-job"
+)
+
+// Bench lists, as paths relative to the plugins directory without the
+// .wasm suffix, every plugin some `agenthost bench` command loads.
+var Bench = []string{
+	PromptBuilder, ScriptedModel, Calculator, SlowJobTool,
+	ConformanceName(Builder), ConformanceName(Executor), ConformanceName(Scripted), ConformanceName(Hostile),
+}
+
+// ConformanceName is a conformance plugin's name relative to the plugins
+// directory: conformance/NAME.
+func ConformanceName(name string) string { return "conformance/" + name }
+
+// Path is where `make plugins` puts the plugin named rel (a name of Bench)
+// under the plugins directory dir.
+func Path(dir, rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)+".wasm") }
