@@ -25,9 +25,9 @@ import (
 	"github.com/agenthost/agenthost/runtime"
 )
 
-// DefaultServer is the server the runs commands talk to when neither
+// defaultServer is the server the runs commands talk to when neither
 // --server, AGENTHOST_SERVER nor --config names one.
-const DefaultServer = "http://127.0.0.1:8080"
+const defaultServer = "http://127.0.0.1:8080"
 
 // runsClient is the runs commands' HTTP client of an agenthost server.
 type runsClient struct {
@@ -47,7 +47,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 tenant the token belongs to.
 
 The server is --server, else $AGENTHOST_SERVER, else the listen address of
-the file --config names, else ` + DefaultServer + `. The token is --token, else
+the file --config names, else ` + defaultServer + `. The token is --token, else
 $AGENTHOST_TOKEN. An error the server answers is printed as it sent it
 (status, code and message), and the command exits 1.`,
 		Example: `  export AGENTHOST_TOKEN=demo-token
@@ -59,7 +59,7 @@ $AGENTHOST_TOKEN. An error the server answers is printed as it sent it
   agenthost runs input run_mx1r32mfv5e3u4335v5ig --message "Ada"
   agenthost runs cancel run_mx1r32mfv5e3u4335v5ig --reason "no longer needed"`,
 	}
-	cmd.PersistentFlags().StringVar(&c.server, "server", "", "the server's base URL (default: $AGENTHOST_SERVER, the config's listen, or "+DefaultServer+")")
+	cmd.PersistentFlags().StringVar(&c.server, "server", "", "the server's base URL (default: $AGENTHOST_SERVER, the config's listen, or "+defaultServer+")")
 	cmd.PersistentFlags().StringVar(&c.token, "token", "", "the tenant's API token (default: $AGENTHOST_TOKEN)")
 	cmd.PersistentFlags().BoolVar(&c.asJSON, "json", false, "print the server's JSON instead of readable text")
 	cmd.AddCommand(c.listCmd(), c.showCmd(), c.eventsCmd(), c.cancelCmd(), c.approveCmd(), c.inputCmd())
@@ -87,11 +87,11 @@ func (c *runsClient) base() (string, error) {
 		s = "http://" + net.JoinHostPort(host, port)
 	}
 	if s == "" {
-		s = DefaultServer
+		s = defaultServer
 	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("runs: --server %q is not an http(s) URL: write it like %s", s, DefaultServer)
+		return "", fmt.Errorf("runs: --server %q is not an http(s) URL: write it like %s", s, defaultServer)
 	}
 	return strings.TrimRight(s, "/"), nil
 }
