@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/badgerstore"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/bench"
 )
 
 // TestServeSurvivesKill9 is DESIGN §9's crash test with real processes:
@@ -56,7 +57,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 	// The current server's address, for the submitter.
 	var mu sync.Mutex
 	proc := startServe(t, bin, cfgPath, logPath)
-	current := func() string { mu.Lock(); defer mu.Unlock(); return proc.addr }
+	current := func() string { mu.Lock(); defer mu.Unlock(); return proc.Addr() }
 
 	// Submit the Runs while the kills happen. A submission is
 	// acknowledged by a 201 (or a 200 replay of its Idempotency-Key); one
@@ -77,7 +78,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 			key := map[string]string{"Idempotency-Key": fmt.Sprintf("kill9-%03d", i)}
 			for {
 				var run runView
-				code, raw, err := newClient(current(), token).do("POST", fmt.Sprintf("/v1/sessions/s%03d/runs", i), body, key, &run)
+				code, raw, err := newClient(current(), token).Do("POST", fmt.Sprintf("/v1/sessions/s%03d/runs", i), body, key, &run)
 				if err == nil && (code == http.StatusCreated || code == http.StatusOK) {
 					acked[i] = run.ID
 					break
@@ -103,7 +104,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 		delay := time.Duration(200+rng.IntN(2300)) * time.Millisecond
 		t.Logf("kill %d: SIGKILL %s after ready", k, delay)
 		time.Sleep(delay) // the test's input: where the crash falls
-		if err := proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := proc.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		mustExit(t, proc, 30*time.Second)
@@ -122,7 +123,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 		t.Fatal("the submissions were not all acknowledged within 60s of the last restart")
 	}
 
-	c := newClient(proc.addr, token)
+	c := newClient(proc.Addr(), token)
 	statuses := map[string]int{}
 	for i, id := range acked {
 		run := c.waitRun(t, id, 60*time.Second, "terminal", runView.terminal)
@@ -153,7 +154,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 	}
 
 	// A clean stop: SIGTERM, exit 0.
-	if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if code := mustExit(t, proc, 60*time.Second); code != 0 {
@@ -173,16 +174,16 @@ func TestServeSurvivesKill9(t *testing.T) {
 		if err != nil {
 			t.Fatalf("events of %s: %v", id, err)
 		}
-		for _, v := range checkEventLog(id, evs) {
+		for _, v := range bench.CheckEventLog(id, evs) {
 			t.Error(v)
 		}
-		recs := effectRecords(evs)
+		recs := bench.EffectRecords(evs)
 		for _, r := range recs {
 			if r.Kind == "tool" && r.Dispatched > 1 {
 				t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", r.ID, r.Dispatched)
 			}
 		}
-		n, violations, err := checkSlowJobs(ctx, store, "demo", "slow-job", recs)
+		n, violations, err := bench.CheckSlowJobs(ctx, store, "demo", "slow-job", recs)
 		if err != nil {
 			t.Fatal(err)
 		}

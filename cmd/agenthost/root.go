@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/bench"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
@@ -38,7 +39,7 @@ was accepted. Plugins are WebAssembly modules speaking ABI v1.`,
 		"the YAML config file (default: $AGENTHOST_CONFIG, else ./agenthost.yaml, else ./config.example.yaml)")
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "",
 		"the store's directory, overriding data_dir of the config")
-	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newPluginCmd(), newBenchCmd())
+	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newPluginCmd(), bench.NewCommand(version))
 	return root
 }
 

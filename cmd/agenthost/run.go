@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -81,18 +82,18 @@ func pickTenant(cfg *config.Config, flag string) (string, error) {
 
 func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, tenantID, session, question string) (err error) {
 	out := cmd.OutOrStdout()
-	log := newLogger(cfg, cmd.ErrOrStderr())
-	sys, err := openSystem(ctx, cfg, []string{tenantID}, log, wiring{})
+	log := system.NewLogger(cfg, cmd.ErrOrStderr())
+	sys, err := system.Open(ctx, cfg, []string{tenantID}, log, system.Wiring{})
 	if err != nil {
 		return err
 	}
-	_, _ = pruneRetention(ctx, sys.store, cfg, log) // logged; the next start tries again
+	_, _ = system.PruneRetention(ctx, sys.Store(), cfg, log) // logged; the next start tries again
 	defer func() {
-		if cerr := sys.close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+		if cerr := sys.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
 			err = fmt.Errorf("run: shutting down: %w", cerr)
 		}
 	}()
-	rt := sys.runtime
+	rt := sys.Runtime()
 	runID := runtime.NewRunID(time.Now())
 	if _, _, err := rt.Submit(ctx, runtime.Request{Tenant: tenantID, Session: session, RunID: runID, Input: question}); err != nil {
 		return fmt.Errorf("run: submitting the Run: %w", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/loop"
 )
@@ -77,21 +78,21 @@ tenants:`+
 
 // startInProcess starts serve's server in this process, its logs in
 // dir/serve.log, and waits until it is ready.
-func startInProcess(t *testing.T, cfg *config.Config) *server {
+func startInProcess(t *testing.T, cfg *config.Config) *system.Server {
 	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { logf.Close() })
-	srv, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(logf, nil)))
+	srv, err := system.StartServer(context.Background(), cfg, slog.New(slog.NewTextHandler(logf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	c := newClient(srv.Addr(), "")
 	waitUntil(t, 60*time.Second, "readyz", func() (bool, error) {
-		code, raw, err := c.do("GET", "/readyz", nil, nil, nil)
+		code, raw, err := c.Do("GET", "/readyz", nil, nil, nil)
 		return code == http.StatusOK, fmt.Errorf("%d %v %s", code, err, raw)
 	})
 	return srv
@@ -99,9 +100,9 @@ func startInProcess(t *testing.T, cfg *config.Config) *server {
 
 // settledTools returns the settlements of a Run's tool effects, by tool
 // effect ID, from the store.
-func settledTools(t *testing.T, srv *server, tenant, runID string) map[string]loop.Outcome {
+func settledTools(t *testing.T, srv *system.Server, tenant, runID string) map[string]loop.Outcome {
 	t.Helper()
-	evs, err := srv.sys.store.Events(context.Background(), tenant, runID, 1, 10000)
+	evs, err := srv.Store().Events(context.Background(), tenant, runID, 1, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestServeEndToEnd(t *testing.T) {
 		if run.Status != "pending" || run.Session != "stream" {
 			t.Fatalf("a new Run: %+v", run)
 		}
-		req, _ := http.NewRequest("GET", acme.base+"/v1/runs/"+run.ID+"/events", nil)
+		req, _ := http.NewRequest("GET", acme.Base+"/v1/runs/"+run.ID+"/events", nil)
 		req.Header.Set("Authorization", "Bearer "+acmeToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -178,7 +179,7 @@ func TestServeEndToEnd(t *testing.T) {
 				t.Fatalf("what it waits for: %+v", w.Waiting)
 			}
 			body := map[string]any{"approvals": []map[string]any{{"tool_call_id": call.ToolCallID, "approved": approve, "reason": "test says so"}}}
-			if code, raw, err := acme.do("POST", "/v1/runs/"+run.ID+"/input", body, nil, nil); err != nil || code != http.StatusOK {
+			if code, raw, err := acme.Do("POST", "/v1/runs/"+run.ID+"/input", body, nil, nil); err != nil || code != http.StatusOK {
 				t.Fatalf("approve=%v: %d %v %s", approve, code, err, raw)
 			}
 			done := acme.waitRun(t, run.ID, 30*time.Second, "completed", runView.terminal)
@@ -216,7 +217,7 @@ func TestServeEndToEnd(t *testing.T) {
 		if w.Waiting.Input.Prompt != "What is your name?" {
 			t.Fatalf("prompt %q", w.Waiting.Input.Prompt)
 		}
-		if code, raw, err := acme.do("POST", "/v1/runs/"+run.ID+"/input", map[string]any{"message": "Ada"}, nil, nil); err != nil || code != http.StatusOK {
+		if code, raw, err := acme.Do("POST", "/v1/runs/"+run.ID+"/input", map[string]any{"message": "Ada"}, nil, nil); err != nil || code != http.StatusOK {
 			t.Fatalf("input: %d %v %s", code, err, raw)
 		}
 		done := acme.waitRun(t, run.ID, 30*time.Second, "terminal", runView.terminal)
@@ -238,14 +239,14 @@ func TestServeEndToEnd(t *testing.T) {
 			}
 			return false
 		})
-		if code, raw, err := acme.do("POST", "/v1/runs/"+run.ID+"/cancel", map[string]any{"reason": "changed my mind"}, nil, nil); err != nil || code != http.StatusAccepted {
+		if code, raw, err := acme.Do("POST", "/v1/runs/"+run.ID+"/cancel", map[string]any{"reason": "changed my mind"}, nil, nil); err != nil || code != http.StatusAccepted {
 			t.Fatalf("cancel: %d %v %s", code, err, raw)
 		}
 		done := acme.waitRun(t, run.ID, 30*time.Second, "terminal", runView.terminal)
 		if done.Status != "cancelled" {
 			t.Fatalf("%+v", done)
 		}
-		code, raw, _ := acme.do("POST", "/v1/runs/"+run.ID+"/cancel", nil, nil, nil)
+		code, raw, _ := acme.Do("POST", "/v1/runs/"+run.ID+"/cancel", nil, nil, nil)
 		if code != http.StatusConflict || !strings.Contains(string(raw), "run_terminal") {
 			t.Errorf("cancelling a cancelled Run: %d %s", code, raw)
 		}
@@ -254,11 +255,11 @@ func TestServeEndToEnd(t *testing.T) {
 	t.Run("quotas answer 429 with Retry-After", func(t *testing.T) {
 		small := newClient(srv.Addr(), smallToken)
 		first := small.submit(t, "q1", `call:slow_job({"seconds":300})|answer:never`)
-		code, raw, err := small.do("POST", "/v1/sessions/q2/runs", map[string]any{"input": "answer:hi"}, nil, nil)
+		code, raw, err := small.Do("POST", "/v1/sessions/q2/runs", map[string]any{"input": "answer:hi"}, nil, nil)
 		if err != nil || code != http.StatusTooManyRequests || !strings.Contains(string(raw), "quota_active_runs") {
 			t.Fatalf("a second active Run: %d %v %s", code, err, raw)
 		}
-		resp, err := http.DefaultClient.Do(mustRequest(t, "POST", small.base+"/v1/sessions/q2/runs", smallToken, `{"input":"answer:hi"}`))
+		resp, err := http.DefaultClient.Do(mustRequest(t, "POST", small.Base+"/v1/sessions/q2/runs", smallToken, `{"input":"answer:hi"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,14 +268,14 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Fatalf("429 without Retry-After: %d %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
 		small.waitRun(t, first.ID, 30*time.Second, "with its model step settled", func(r runView) bool { return r.Usage.InputTokens > 0 })
-		if code, raw, err := small.do("POST", "/v1/runs/"+first.ID+"/cancel", nil, nil, nil); err != nil || code != http.StatusAccepted {
+		if code, raw, err := small.Do("POST", "/v1/runs/"+first.ID+"/cancel", nil, nil, nil); err != nil || code != http.StatusAccepted {
 			t.Fatalf("cancel: %d %v %s", code, err, raw)
 		}
 		small.waitRun(t, first.ID, 30*time.Second, "terminal", runView.terminal)
 		second := small.submit(t, "q2", "answer:hi")
 		small.waitRun(t, second.ID, 30*time.Second, "terminal", runView.terminal)
 		// 2 model steps of 15 tokens: the budget of 30 is used up.
-		code, raw, err = small.do("POST", "/v1/sessions/q3/runs", map[string]any{"input": "answer:hi"}, nil, nil)
+		code, raw, err = small.Do("POST", "/v1/sessions/q3/runs", map[string]any{"input": "answer:hi"}, nil, nil)
 		if err != nil || code != http.StatusTooManyRequests || !strings.Contains(string(raw), "quota_token_budget") {
 			t.Fatalf("past the token budget: %d %v %s", code, err, raw)
 		}
@@ -290,7 +291,7 @@ func TestServeEndToEnd(t *testing.T) {
 			`agenthost_model_tokens_total{tenant="small",type="input"} 20`,
 			`agenthost_runs_active{status="running",tenant="acme"}`}
 		waitUntil(t, 30*time.Second, "the metrics of the work above", func() (bool, error) {
-			code, raw, err := newClient(srv.Addr(), "").do("GET", "/metrics", nil, nil, nil)
+			code, raw, err := newClient(srv.Addr(), "").Do("GET", "/metrics", nil, nil, nil)
 			if err != nil || code != http.StatusOK {
 				return false, fmt.Errorf("%d %v", code, err)
 			}
@@ -307,7 +308,7 @@ func TestServeEndToEnd(t *testing.T) {
 		run := acme.submit(t, "restart", `call:slow_job({"seconds":2,"label":"restart"})|answer:$results`)
 		seen := map[int64]bool{}
 		var last int64
-		resp, err := http.DefaultClient.Do(mustRequest(t, "GET", acme.base+"/v1/runs/"+run.ID+"/events", acmeToken, ""))
+		resp, err := http.DefaultClient.Do(mustRequest(t, "GET", acme.Base+"/v1/runs/"+run.ID+"/events", acmeToken, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,13 +344,13 @@ func TestServeEndToEnd(t *testing.T) {
 		if seen[0] || len(seen) == 0 {
 			t.Fatalf("before the restart: %v", seen)
 		}
-		if _, _, err := newClient(srv.Addr(), "").do("GET", "/healthz", nil, nil, nil); err == nil {
+		if _, _, err := newClient(srv.Addr(), "").Do("GET", "/healthz", nil, nil, nil); err == nil {
 			t.Fatal("the stopped server still answers")
 		}
 
 		srv = startInProcess(t, cfg)
 		acme = newClient(srv.Addr(), acmeToken)
-		req := mustRequest(t, "GET", acme.base+"/v1/runs/"+run.ID+"/events", acmeToken, "")
+		req := mustRequest(t, "GET", acme.Base+"/v1/runs/"+run.ID+"/events", acmeToken, "")
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(last, 10))
 		resp, err = http.DefaultClient.Do(req)
 		if err != nil {
@@ -411,12 +412,12 @@ func TestServeRetention(t *testing.T) {
 	run := acme.submit(t, "retained", "answer:short-lived")
 	acme.waitRun(t, run.ID, 30*time.Second, "completed", func(r runView) bool { return r.Status == "completed" })
 	waitUntil(t, 30*time.Second, "the Run's events pruned by a retention pass", func() (bool, error) {
-		evs, err := srv.sys.store.Events(context.Background(), "acme", run.ID, 1, 100)
+		evs, err := srv.Store().Events(context.Background(), "acme", run.ID, 1, 100)
 		return err == nil && len(evs) == 0, fmt.Errorf("%d events, %v", len(evs), err)
 	})
 	// The pass counts what it pruned once Prune returns: wait for that too.
 	waitUntil(t, 30*time.Second, "the pruned Run counted in the metrics", func() (bool, error) {
-		code, raw, err := newClient(srv.Addr(), "").do("GET", "/metrics", nil, nil, nil)
+		code, raw, err := newClient(srv.Addr(), "").Do("GET", "/metrics", nil, nil, nil)
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Errorf("%d %v", code, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/conformance"
 )
 
@@ -35,12 +36,12 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bo
 	}
 }
 
-// apiClient speaks to an agenthost server as one tenant: the bench's
-// client (do), with the tests' helpers.
-type apiClient struct{ *benchClient }
+// apiClient speaks to an agenthost server as one tenant: the benches'
+// client (Do), with the tests' helpers.
+type apiClient struct{ *serveproc.Client }
 
 func newClient(addr, token string) *apiClient {
-	return &apiClient{newBenchClient(addr, token, 30*time.Second)}
+	return &apiClient{serveproc.NewClient(addr, token, 30*time.Second)}
 }
 
 // runView is the part of a Run's JSON the tests read.
@@ -83,7 +84,7 @@ func (r runView) terminal() bool {
 func (c *apiClient) submit(t testing.TB, session, input string) runView {
 	t.Helper()
 	var run runView
-	code, raw, err := c.do("POST", "/v1/sessions/"+session+"/runs", map[string]any{"input": input}, nil, &run)
+	code, raw, err := c.Do("POST", "/v1/sessions/"+session+"/runs", map[string]any{"input": input}, nil, &run)
 	if err != nil || code != http.StatusCreated {
 		t.Fatalf("submit %q: %d %v %s", input, code, err, raw)
 	}
@@ -93,7 +94,7 @@ func (c *apiClient) submit(t testing.TB, session, input string) runView {
 func (c *apiClient) run(t testing.TB, id string) runView {
 	t.Helper()
 	var run runView
-	code, raw, err := c.do("GET", "/v1/runs/"+id, nil, nil, &run)
+	code, raw, err := c.Do("GET", "/v1/runs/"+id, nil, nil, &run)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("get run %s: %d %v %s", id, code, err, raw)
 	}
@@ -106,7 +107,7 @@ func (c *apiClient) waitRun(t testing.TB, id string, timeout time.Duration, what
 	var run runView
 	waitUntil(t, timeout, "run "+id+" "+what, func() (bool, error) {
 		var got runView
-		code, raw, err := c.do("GET", "/v1/runs/"+id, nil, nil, &got)
+		code, raw, err := c.Do("GET", "/v1/runs/"+id, nil, nil, &got)
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Errorf("%d %v %s", code, err, raw)
 		}
@@ -153,30 +154,30 @@ func readSSE(r io.Reader, fn func(sseEvent) (stop bool)) error {
 	return sc.Err()
 }
 
-// startServe starts the binary's serve on a free port (startChildServer),
+// startServe starts the binary's serve on a free port (serveproc.Start),
 // its logs appended to logPath, and kills it when the test ends.
-func startServe(t testing.TB, bin, cfgPath, logPath string) *childServer {
+func startServe(t testing.TB, bin, cfgPath, logPath string) *serveproc.Child {
 	t.Helper()
-	p, err := startChildServer(bin, cfgPath, logPath, 90*time.Second)
+	p, err := serveproc.Start(bin, cfgPath, logPath, 90*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.kill)
+	t.Cleanup(p.Kill)
 	return p
 }
 
 // mustReady waits until p's /readyz answers 200.
-func mustReady(t testing.TB, p *childServer, timeout time.Duration) {
+func mustReady(t testing.TB, p *serveproc.Child, timeout time.Duration) {
 	t.Helper()
-	if err := p.waitReady(timeout); err != nil {
+	if err := p.WaitReady(timeout); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // mustExit waits for p to exit and returns its exit code.
-func mustExit(t testing.TB, p *childServer, timeout time.Duration) int {
+func mustExit(t testing.TB, p *serveproc.Child, timeout time.Duration) int {
 	t.Helper()
-	code, err := p.waitExit(timeout)
+	code, err := p.WaitExit(timeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func mustExit(t testing.TB, p *childServer, timeout time.Duration) int {
 func logTailOnFailure(t testing.TB, path string, n int) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("server log (tail):\n%s", tailFile(path, n))
+			t.Logf("server log (tail):\n%s", serveproc.TailFile(path, n))
 		}
 	})
 }

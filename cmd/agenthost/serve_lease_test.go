@@ -22,7 +22,7 @@ func TestServeExitsWhenItsLeaseExpires(t *testing.T) {
 
 	proc := startServe(t, bin, cfgPath, logPath)
 	mustReady(t, proc, 60*time.Second)
-	c := newClient(proc.addr, token)
+	c := newClient(proc.Addr(), token)
 	run := c.submit(t, "leased", "Please run a slow job for 2 seconds")
 	c.waitRun(t, run.ID, 30*time.Second, "its slow job in flight", func(r runView) bool {
 		if r.Waiting == nil {
@@ -36,11 +36,11 @@ func TestServeExitsWhenItsLeaseExpires(t *testing.T) {
 		return false
 	})
 
-	if err := proc.signal(syscall.SIGSTOP); err != nil {
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second) // the test's input: a pause three times the lease
-	if err := proc.signal(syscall.SIGCONT); err != nil {
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	if code := mustExit(t, proc, 30*time.Second); code != 1 {
@@ -56,7 +56,7 @@ func TestServeExitsWhenItsLeaseExpires(t *testing.T) {
 
 	next := startServe(t, bin, cfgPath, logPath)
 	mustReady(t, next, 60*time.Second)
-	done := newClient(next.addr, token).waitRun(t, run.ID, 60*time.Second, "terminal", runView.terminal)
+	done := newClient(next.Addr(), token).waitRun(t, run.ID, 60*time.Second, "terminal", runView.terminal)
 	if done.Status != "completed" {
 		t.Fatalf("after the restart the Run is %s, want completed: %+v", done.Status, done)
 	}

@@ -31,7 +31,7 @@ func TestServeTenantIsolation(t *testing.T) {
 			{"POST", "/v1/runs/" + run.ID + "/cancel", `{"reason":"from acme"}`},
 			{"GET", "/v1/sessions/private/runs", ""},
 		} {
-			resp, err := http.DefaultClient.Do(mustRequest(t, c.method, acme.base+c.path, acmeToken, c.body))
+			resp, err := http.DefaultClient.Do(mustRequest(t, c.method, acme.Base+c.path, acmeToken, c.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +47,7 @@ func TestServeTenantIsolation(t *testing.T) {
 		var list struct {
 			Runs []runView `json:"runs"`
 		}
-		if code, raw, err := globex.do("GET", "/v1/sessions/private/runs", nil, nil, &list); err != nil || code != http.StatusOK || len(list.Runs) != 1 {
+		if code, raw, err := globex.Do("GET", "/v1/sessions/private/runs", nil, nil, &list); err != nil || code != http.StatusOK || len(list.Runs) != 1 {
 			t.Errorf("globex's own session: %d %v %s", code, err, raw)
 		}
 	})
@@ -120,7 +120,7 @@ func TestServeTenantIsolation(t *testing.T) {
 		// refused while acme is not.
 		small := newClient(srv.Addr(), smallToken)
 		hold := small.submit(t, "hold", `call:slow_job({"seconds":300})|answer:never`)
-		code, raw, _ := small.do("POST", "/v1/sessions/other/runs", map[string]any{"input": "answer:hi"}, nil, nil)
+		code, raw, _ := small.Do("POST", "/v1/sessions/other/runs", map[string]any{"input": "answer:hi"}, nil, nil)
 		if code != http.StatusTooManyRequests {
 			t.Fatalf("small past its quota: %d %s", code, raw)
 		}
@@ -128,14 +128,14 @@ func TestServeTenantIsolation(t *testing.T) {
 		if done := acme.waitRun(t, r.ID, 30*time.Second, "terminal", runView.terminal); done.Status != "completed" {
 			t.Fatalf("acme: %+v", done)
 		}
-		if code, raw, err := small.do("POST", "/v1/runs/"+hold.ID+"/cancel", nil, nil, nil); err != nil || code != http.StatusAccepted {
+		if code, raw, err := small.Do("POST", "/v1/runs/"+hold.ID+"/cancel", nil, nil, nil); err != nil || code != http.StatusAccepted {
 			t.Fatalf("cancel: %d %v %s", code, err, raw)
 		}
 	})
 
 	t.Run("no token or a wrong one is 401", func(t *testing.T) {
 		for _, tok := range []string{"", "not-a-token"} {
-			code, raw, _ := newClient(srv.Addr(), tok).do("GET", "/v1/sessions/private/runs", nil, nil, nil)
+			code, raw, _ := newClient(srv.Addr(), tok).Do("GET", "/v1/sessions/private/runs", nil, nil, nil)
 			if code != http.StatusUnauthorized || !strings.Contains(string(raw), `"code":"unauthorized"`) {
 				t.Errorf("token %q: %d %s", tok, code, raw)
 			}

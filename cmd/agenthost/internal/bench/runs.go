@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -16,12 +16,11 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/metrics"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
 	"github.com/agenthost/agenthost/internal/benchkit"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
-
-func init() { benchCommands = append(benchCommands, newBenchRunsCmd) }
 
 // The load of `bench runs` and `bench http`: a question with two sums, so
 // that each Run takes 2 model steps (scripted-model asks for two
@@ -195,7 +194,7 @@ allow at that many commits per Run.`,
 type benchLoad struct {
 	dir string
 	cfg string // the config file
-	sys *system
+	sys *system.System
 }
 
 // benchRunsConfig is the config of the Run benches: the three plugins, one
@@ -274,18 +273,18 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 	defer cleanup()
 	bf.progressf(cmd, "loading the plugins (a cold compile takes seconds; --cache-dir keeps it)")
 	m := metrics.New()
-	sys, err := openSystem(ctx, cfg, []string{benchTenant}, slog.New(slog.DiscardHandler),
-		wiring{Observer: m, Executor: m.Executor, Builder: m.Builder})
+	sys, err := system.Open(ctx, cfg, []string{benchTenant}, slog.New(slog.DiscardHandler),
+		system.Wiring{Observer: m, Executor: m.Executor, Builder: m.Builder})
 	if err != nil {
 		return err
 	}
-	defer sys.close(context.WithoutCancel(ctx))
+	defer sys.Close(context.WithoutCancel(ctx))
 	bare, err := benchkit.OpenBareBadger(filepath.Join(dir, "bare"))
 	if err != nil {
 		return err
 	}
 	defer bare.Close()
-	rt := sys.runtime
+	rt := sys.Runtime()
 
 	// One Run first: it checks the plugins answer as the bench expects and
 	// leaves the instance pools warm.
@@ -314,7 +313,7 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 		}
 		levels = append(levels, lvl)
 	}
-	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "runs", Started: started, Machine: thisMachine(), Params: p, Result: levels},
+	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "runs", Started: started, Machine: bf.thisMachine(), Params: p, Result: levels},
 		runsTable("Durable Runs end to end (badgerstore, sync writes on; Wasm prompt-builder, scripted-model, calculator)", levels),
 		spentTable(levels))
 }

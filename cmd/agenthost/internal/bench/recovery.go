@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -18,14 +18,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
-
-func init() {
-	benchCommands = append(benchCommands, newBenchRecoveryCmd, newBenchRecoveryChildCmd)
-}
 
 // The recovery bench's tenant, its question and the plugin whose polls the
 // child holds back.
@@ -55,7 +53,7 @@ type recoveryResult struct {
 	// SubmitMS is the child's time to put every Run in flight.
 	SubmitMS float64 `json:"submit_ms"`
 	// OpenMS is the time to open the store, load the plugins and start the
-	// runtime (openSystem).
+	// runtime (system.Open).
 	OpenMS float64 `json:"open_ms"`
 	// ReadyMS is the time until recovery's first pass has taken over every
 	// orphaned session.
@@ -187,11 +185,11 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 	}
 	res, err := measureRecovery(cmd, bf, cfg, logf, p.Runs, timeout)
 	if err != nil {
-		return fmt.Errorf("%w\n%s", err, tailFile(logf.Name(), 20))
+		return fmt.Errorf("%w\n%s", err, serveproc.TailFile(logf.Name(), 20))
 	}
 	res.SubmitMS = msf(submit)
 
-	out := benchOutput{Bench: "recovery", Started: started, Machine: thisMachine(), Params: p, Result: res}
+	out := benchOutput{Bench: "recovery", Started: started, Machine: bf.thisMachine(), Params: p, Result: res}
 	tbl := table{
 		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 (from the start of the restart)", p.Runs),
 		Header: []string{"phase", "ms", "Runs/s"},
@@ -301,12 +299,12 @@ func runRecoveryChild(cmd *cobra.Command, bf *benchFlags, bin, cfgPath, logPath 
 	case l, ok := <-lines:
 		if !ok {
 			err := child.Wait()
-			return 0, fmt.Errorf("bench: recovery: the child exited before its Runs were in flight (%v)\n%s", err, tailFile(logPath, 20))
+			return 0, fmt.Errorf("bench: recovery: the child exited before its Runs were in flight (%v)\n%s", err, serveproc.TailFile(logPath, 20))
 		}
 		line = l
 	case <-time.After(timeout):
 		kill()
-		return 0, fmt.Errorf("bench: recovery: the child did not put its Runs in flight within %s (raise --timeout)\n%s", timeout, tailFile(logPath, 20))
+		return 0, fmt.Errorf("bench: recovery: the child did not put its Runs in flight within %s (raise --timeout)\n%s", timeout, serveproc.TailFile(logPath, 20))
 	}
 	// The crash: SIGKILL, nothing closed.
 	kill()
@@ -324,13 +322,13 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	var res recoveryResult
 	ctx := cmd.Context()
 	start := time.Now()
-	sys, err := openSystem(ctx, cfg, []string{recoveryTenant}, newLogger(cfg, logw), wiring{})
+	sys, err := system.Open(ctx, cfg, []string{recoveryTenant}, system.NewLogger(cfg, logw), system.Wiring{})
 	if err != nil {
 		return res, fmt.Errorf("bench: recovery: reopening: %w", err)
 	}
-	defer sys.close(context.WithoutCancel(ctx))
+	defer sys.Close(context.WithoutCancel(ctx))
 	opened := time.Since(start)
-	rt := sys.runtime
+	rt := sys.Runtime()
 	decided := func() int64 { return rt.Recovery().Decided() }
 	terminal := func() int64 { return rt.Stats().RunsEnded() }
 	m := bf.startMeter(cmd, "recovery: Runs terminal", int64(n), terminal)
@@ -378,7 +376,7 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	res.Decisions = map[string]int64{"reattach": r.Reattach, "settle": r.Settle, "retry": r.Retry,
 		"fail": r.Fail, "fail_run": r.FailRun, "defer": r.Defer}
 	bf.progressf(cmd, "recovery: every Run terminal after %s; checking the event logs", terminalAt.Round(time.Millisecond))
-	if err := checkRecovered(ctx, sys.store, n, &res); err != nil {
+	if err := checkRecovered(ctx, sys.Store(), n, &res); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -506,13 +504,13 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 		logw = f
 	}
 	var held counter
-	w := wiring{Executor: func(plugin string, ex runtime.Executor) runtime.Executor {
+	w := system.Wiring{Executor: func(plugin string, ex runtime.Executor) runtime.Executor {
 		if plugin == recoveryJobTool {
 			return heldPolls{Executor: ex, polls: &held}
 		}
 		return ex
 	}}
-	sys, err := openSystem(ctx, cfg, []string{recoveryTenant}, newLogger(cfg, logw), w)
+	sys, err := system.Open(ctx, cfg, []string{recoveryTenant}, system.NewLogger(cfg, logw), w)
 	if err != nil {
 		return fmt.Errorf("bench: recovery-child: %w", err)
 	}
@@ -531,7 +529,7 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				res, err := sys.runtime.Execute(ctx, runtime.Request{Tenant: recoveryTenant, Session: fmt.Sprintf("s%06d", i), Input: input})
+				res, err := sys.Runtime().Execute(ctx, runtime.Request{Tenant: recoveryTenant, Session: fmt.Sprintf("s%06d", i), Input: input})
 				if err == nil && (res.Kind != runtime.ResultWaiting || res.Waiting == nil || len(res.Waiting.Pending) != 1) {
 					err = fmt.Errorf("run %s ended %s (status %s, failure %+v, %v), not waiting on its one slow job", res.Run.ID, res.Kind, res.Run.Status, res.Run.Failure, res.Err)
 				}

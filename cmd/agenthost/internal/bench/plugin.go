@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -17,8 +17,6 @@ import (
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
-
-func init() { benchCommands = append(benchCommands, newBenchPluginCmd) }
 
 // The plugins bench plugin loads, under --plugins.
 const (
@@ -152,7 +150,7 @@ func benchPlugin(cmd *cobra.Command, bf *benchFlags, p benchPluginParams) error 
 	if err := benchPluginLoads(ctx, cmd, bf, p, paths[p.LoadPlugin], work, &res); err != nil {
 		return err
 	}
-	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "plugin", Started: started, Machine: thisMachine(), Params: p, Result: res},
+	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "plugin", Started: started, Machine: bf.thisMachine(), Params: p, Result: res},
 		benchPluginTables(p, res)...)
 }
 

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -103,9 +103,9 @@ func TestChaosChecks(t *testing.T) {
 		return out
 	}
 	check := func(evs []loop.Event) []string {
-		out := checkEventLog(run, evs)
+		out := CheckEventLog(run, evs)
 		out = append(out, checkInputs(run, evs)...)
-		return append(out, checkPolicies(run, spec, effectRecords(evs))...)
+		return append(out, checkPolicies(run, spec, EffectRecords(evs))...)
 	}
 	// asking is a Run whose model asked the user a question, which was
 	// answered before the model's final answer.

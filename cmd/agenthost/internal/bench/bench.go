@@ -1,4 +1,11 @@
-package main
+// Package bench is `agenthost bench`: it measures the real binary end to
+// end, each figure against a baseline measured in the same run (Runs
+// through the runtime and through the HTTP API against bare Badger,
+// recovery after kill -9, plugin calls against raw wazero and the extism
+// go-sdk), and runs the chaos bench that kills and pauses a serving child
+// process under load and checks DESIGN §9's invariants afterwards.
+// NewCommand is its cobra command, which package main adds to the CLI.
+package bench
 
 import (
 	"encoding/json"
@@ -19,8 +26,10 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 )
 
-// benchFlags are the flags every `agenthost bench` command shares.
+// benchFlags are the flags every `agenthost bench` command shares, and
+// the version of the binary the benches report.
 type benchFlags struct {
+	version  string
 	json     bool
 	quiet    bool
 	plugins  string
@@ -33,8 +42,10 @@ type benchFlags struct {
 	prog     *progressWriter
 }
 
-func newBenchCmd() *cobra.Command {
-	bf := &benchFlags{}
+// NewCommand returns `agenthost bench` and its subcommands; version is
+// the binary's, which every result reports.
+func NewCommand(version string) *cobra.Command {
+	bf := &benchFlags{version: version}
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure agenthost end to end: Runs, HTTP, recovery, plugin calls, chaos",
@@ -67,15 +78,16 @@ gives the figures and the commands that produced them.`,
 	pf.StringVar(&bf.cpuprof, "cpuprofile", "", "write this process's CPU profile to `FILE` (go tool pprof FILE)")
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return bf.startProfile() }
 	cmd.PersistentPostRun = func(*cobra.Command, []string) { bf.stopProfile() }
-	for _, sub := range benchCommands {
-		cmd.AddCommand(sub(bf))
-	}
+	cmd.AddCommand(
+		newBenchRunsCmd(bf),
+		newBenchHTTPCmd(bf),
+		newBenchRecoveryCmd(bf),
+		newBenchRecoveryChildCmd(bf), // hidden: the process `bench recovery` kills
+		newBenchPluginCmd(bf),
+		newBenchChaosCmd(bf),
+	)
 	return cmd
 }
-
-// benchCommands are the subcommands of `agenthost bench`; each bench's
-// file adds its own in an init func.
-var benchCommands []func(*benchFlags) *cobra.Command
 
 func (bf *benchFlags) startProfile() error {
 	if bf.cpuprof == "" {
@@ -265,9 +277,9 @@ type machine struct {
 	Version    string `json:"agenthost"`
 }
 
-func thisMachine() machine {
+func (bf *benchFlags) thisMachine() machine {
 	return machine{OS: goruntime.GOOS, Arch: goruntime.GOARCH, CPUs: goruntime.NumCPU(),
-		GOMAXPROCS: goruntime.GOMAXPROCS(0), Go: goruntime.Version(), Version: version}
+		GOMAXPROCS: goruntime.GOMAXPROCS(0), Go: goruntime.Version(), Version: bf.version}
 }
 
 // table is a bench's human-readable result.

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 )
 
 // durRange is a flag that holds a range of durations, "3s-10s" (or one
@@ -56,7 +58,7 @@ type chaosServer struct {
 	bin, cfgPath, logPath string
 
 	mu  sync.Mutex
-	cur *childServer
+	cur *serveproc.Child
 }
 
 // readyBound bounds a (re)start: the child's start, its recovery's first
@@ -67,21 +69,21 @@ const readyBound = 90 * time.Second
 // long that took.
 func (s *chaosServer) start() (time.Duration, error) {
 	began := time.Now()
-	p, err := startChildServer(s.bin, s.cfgPath, s.logPath, readyBound)
+	p, err := serveproc.Start(s.bin, s.cfgPath, s.logPath, readyBound)
 	if err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
 	s.cur = p
 	s.mu.Unlock()
-	if err := p.waitReady(readyBound); err != nil {
-		p.kill()
-		return 0, fmt.Errorf("%w\n%s", err, tailFile(s.logPath, 40))
+	if err := p.WaitReady(readyBound); err != nil {
+		p.Kill()
+		return 0, fmt.Errorf("%w\n%s", err, serveproc.TailFile(s.logPath, 40))
 	}
 	return time.Since(began), nil
 }
 
-func (s *chaosServer) current() *childServer {
+func (s *chaosServer) current() *serveproc.Child {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur
@@ -90,7 +92,7 @@ func (s *chaosServer) current() *childServer {
 // addr is the current child's address ("" before the first start).
 func (s *chaosServer) addr() string {
 	if p := s.current(); p != nil {
-		return p.addr
+		return p.Addr()
 	}
 	return ""
 }
@@ -99,7 +101,7 @@ func (s *chaosServer) addr() string {
 // one on the same data dir; it returns how long the new one took to be
 // ready.
 func (s *chaosServer) kill() (time.Duration, error) {
-	s.current().kill()
+	s.current().Kill()
 	return s.start()
 }
 
@@ -108,15 +110,15 @@ func (s *chaosServer) kill() (time.Duration, error) {
 // did not within bound.
 func (s *chaosServer) pause(d, bound time.Duration) (time.Duration, error) {
 	p := s.current()
-	if err := p.signal(syscall.SIGSTOP); err != nil {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		return 0, fmt.Errorf("SIGSTOP: %w", err)
 	}
 	time.Sleep(d) // the fault's input: how long the server is frozen
-	if err := p.signal(syscall.SIGCONT); err != nil {
+	if err := p.Signal(syscall.SIGCONT); err != nil {
 		return 0, fmt.Errorf("SIGCONT: %w", err)
 	}
 	resumed := time.Now()
-	if err := p.waitReady(bound); err != nil {
+	if err := p.WaitReady(bound); err != nil {
 		return 0, fmt.Errorf("after SIGCONT: %w", err)
 	}
 	return time.Since(resumed), nil

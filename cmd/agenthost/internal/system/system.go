@@ -1,4 +1,9 @@
-package main
+// Package system wires an agenthost from its config: a System is a
+// badgerstore, a plugin host and a runtime over them (what `agenthost run`
+// drives), and a Server is a System for every tenant of the config behind
+// the HTTP API, with metrics, the usage ledger and scheduled retention
+// (what `agenthost serve` drives, and the in-process benches measure).
+package system
 
 import (
 	"context"
@@ -18,9 +23,9 @@ import (
 	"github.com/agenthost/agenthost/runtime"
 )
 
-// system is a store, a plugin host and a runtime wired from a config: what
-// `run` and `serve` drive. Both build it with openSystem.
-type system struct {
+// System is a store, a plugin host and a runtime wired from a config: what
+// `run` and `serve` drive. Both build it with Open.
+type System struct {
 	store   *badgerstore.Store
 	host    *host.Host
 	runtime *runtime.Runtime
@@ -28,8 +33,8 @@ type system struct {
 	log     *slog.Logger
 }
 
-// newLogger returns the process logger the config asks for, writing to w.
-func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+// NewLogger returns the process logger the config asks for, writing to w.
+func NewLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level)) // checked by config
 	opts := &slog.HandlerOptions{Level: level}
@@ -39,9 +44,9 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// wiring is what a command adds to openSystem's wiring; the zero value
-// adds nothing (`run`).
-type wiring struct {
+// Wiring is what a command adds to Open's wiring; the zero value adds
+// nothing (`run`).
+type Wiring struct {
 	// Observer receives what the runtime does (metrics, usage).
 	Observer runtime.Observer
 	// Executor and Builder wrap every plugin adapter (metrics timing),
@@ -49,37 +54,37 @@ type wiring struct {
 	Executor func(plugin string, ex runtime.Executor) runtime.Executor
 	Builder  func(plugin string, b runtime.Builder) runtime.Builder
 	// BeforeStart runs once the runtime exists and before it starts.
-	BeforeStart func(*system) error
+	BeforeStart func(*System) error
 }
 
-func (w wiring) executor(plugin string, ex runtime.Executor) runtime.Executor {
+func (w Wiring) executor(plugin string, ex runtime.Executor) runtime.Executor {
 	if w.Executor == nil {
 		return ex
 	}
 	return w.Executor(plugin, ex)
 }
 
-func (w wiring) builder(plugin string, b runtime.Builder) runtime.Builder {
+func (w Wiring) builder(plugin string, b runtime.Builder) runtime.Builder {
 	if w.Builder == nil {
 		return b
 	}
 	return w.Builder(plugin, b)
 }
 
-// openSystem opens the store, loads the plugins of the given tenants (one
+// Open opens the store, loads the plugins of the given tenants (one
 // host: the per-tenant instance pools are the host's) and starts a runtime
 // over them, whose Hub is the host's event sink so that plugin emits reach
 // Follow. Everything that can be refused without touching the store (a
 // missing plugin file) is refused first. On error, whatever was opened is
 // closed again.
-func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog.Logger, w wiring) (_ *system, err error) {
+func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog.Logger, w Wiring) (_ *System, err error) {
 	if missing := usedMissingFiles(cfg, tenantIDs); len(missing) > 0 {
 		return nil, errors.New(strings.Join(missing, "\n"))
 	}
-	s := &system{log: log, tenants: runtime.TenantMap{}}
+	s := &System{log: log, tenants: runtime.TenantMap{}}
 	defer func() {
 		if err != nil {
-			s.close(context.WithoutCancel(ctx))
+			s.Close(context.WithoutCancel(ctx))
 		}
 	}()
 	s.store, err = badgerstore.Open(cfg.DataDir, badgerstore.Options{NoSyncWrites: !cfg.SyncWrites, Logger: log})
@@ -132,15 +137,21 @@ func openSystem(ctx context.Context, cfg *config.Config, tenantIDs []string, log
 	return s, nil
 }
 
-// close stops the runtime (leaving what is in flight to recovery), then
+// Store is the system's store.
+func (s *System) Store() *badgerstore.Store { return s.store }
+
+// Runtime is the system's runtime.
+func (s *System) Runtime() *runtime.Runtime { return s.runtime }
+
+// Close stops the runtime (leaving what is in flight to recovery), then
 // closes the host and the store.
-func (s *system) close(ctx context.Context) error {
+func (s *System) Close(ctx context.Context) error {
 	return s.closeWithin(ctx, 10*time.Second)
 }
 
-// closeWithin is close with the time the runtime gets to finish the work
+// closeWithin is Close with the time the runtime gets to finish the work
 // in progress (commits and calls) before what is left is cancelled.
-func (s *system) closeWithin(ctx context.Context, grace time.Duration) error {
+func (s *System) closeWithin(ctx context.Context, grace time.Duration) error {
 	var errs []error
 	if s.runtime != nil {
 		sctx, cancel := context.WithTimeout(ctx, grace)
@@ -199,7 +210,7 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 // buildTenant wires a tenant from its config and its loaded plugins: the
 // tools come from the tool executors' describe, with the config's
 // approval and policy overrides.
-func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, w wiring) (*runtime.Tenant, error) {
+func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, w Wiring) (*runtime.Tenant, error) {
 	k := cfg.File + ": tenants." + t.ID + "."
 	b, err := plugins[t.Builder].Builder()
 	if err != nil {
@@ -265,10 +276,10 @@ func sortedNames(m map[string]string) []string {
 	return out
 }
 
-// pruneRetention removes the event logs and command IDs of the terminal
+// PruneRetention removes the event logs and command IDs of the terminal
 // Runs older than the config's retention (none when it is 0), and logs
 // what it removed.
-func pruneRetention(ctx context.Context, store runtime.Store, cfg *config.Config, log *slog.Logger) (runtime.PruneStats, error) {
+func PruneRetention(ctx context.Context, store runtime.Store, cfg *config.Config, log *slog.Logger) (runtime.PruneStats, error) {
 	if cfg.Retention <= 0 {
 		return runtime.PruneStats{}, nil
 	}

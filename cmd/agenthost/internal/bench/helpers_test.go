@@ -1,8 +1,9 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -39,15 +40,31 @@ func benchPluginsDir(t testing.TB) string {
 	return dir
 }
 
+// agenthostPackage is the agenthost command, which the benches that start
+// child processes run: in a test, os.Executable() is the test binary.
+const agenthostPackage = "github.com/agenthost/agenthost/cmd/agenthost"
+
+// buildBinary compiles agenthost into a temporary directory, for
+// --agenthost-bin.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "agenthost")
+	out, err := exec.Command("go", "build", "-o", bin, agenthostPackage).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // runBench runs `agenthost bench ARGS` in-process with the test's plugins,
 // the shared wazero cache and a temporary work dir, and returns its stdout.
 func runBench(t testing.TB, plugins string, args ...string) (string, error) {
 	t.Helper()
-	cmd := newRootCmd()
+	cmd := NewCommand("test")
 	var stdout, stderr bytes.Buffer
 	cmd.SetOut(&stdout)
 	cmd.SetErr(&stderr)
-	cmd.SetArgs(append([]string{"bench", "--plugins", plugins, "--cache-dir", conformance.WazeroCacheDir(), "--work-dir", t.TempDir()}, args...))
+	cmd.SetArgs(append([]string{"--plugins", plugins, "--cache-dir", conformance.WazeroCacheDir(), "--work-dir", t.TempDir()}, args...))
 	err := cmd.Execute()
 	if testing.Verbose() || err != nil {
 		t.Logf("bench %v stderr:\n%s", args, stderr.String())

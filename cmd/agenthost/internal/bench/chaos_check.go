@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 
 // The invariants a crash leaves intact (DESIGN §9), checked over a Run's
 // event log as the store holds it after the server stopped. The chaos
-// bench and TestServeSurvivesKill9 share them; each check returns the
-// violations it found, one sentence each.
+// bench and TestServeSurvivesKill9 (a test of package main, hence the
+// exported names) share them; each check returns the violations it found,
+// one sentence each.
 
-// checkEventLog checks one Run's log: sequence numbers 1..n with no gap,
+// CheckEventLog checks one Run's log: sequence numbers 1..n with no gap,
 // one terminal event and it last, and no effect attempt settled twice.
-func checkEventLog(runID string, evs []loop.Event) []string {
+func CheckEventLog(runID string, evs []loop.Event) []string {
 	if len(evs) == 0 {
 		return []string{fmt.Sprintf("run %s has no events", runID)}
 	}
@@ -74,8 +75,8 @@ func checkInputs(runID string, evs []loop.Event) []string {
 	return out
 }
 
-// effectRecord is one effect of a Run as its log tells it.
-type effectRecord struct {
+// EffectRecord is one effect of a Run as its log tells it.
+type EffectRecord struct {
 	ID         string
 	Kind       string // "model" or "tool"
 	Tool       string // the tool a tool effect calls ("" if the log does not say)
@@ -83,15 +84,15 @@ type effectRecord struct {
 	Settled    map[int]*loop.Outcome
 }
 
-// effectRecords reads every effect of a Run's log: its kind, the tool it
+// EffectRecords reads every effect of a Run's log: its kind, the tool it
 // calls (from the tool calls of the model step that asked for it), its
 // attempts dispatched and its settlements by attempt.
-func effectRecords(evs []loop.Event) map[string]*effectRecord {
-	recs := map[string]*effectRecord{}
-	get := func(id string) *effectRecord {
+func EffectRecords(evs []loop.Event) map[string]*EffectRecord {
+	recs := map[string]*EffectRecord{}
+	get := func(id string) *EffectRecord {
 		r := recs[id]
 		if r == nil {
-			r = &effectRecord{ID: id, Settled: map[int]*loop.Outcome{}}
+			r = &EffectRecord{ID: id, Settled: map[int]*loop.Outcome{}}
 			if ref, err := loop.ParseEffectID(id); err == nil {
 				r.Kind = ref.Kind
 			}
@@ -143,7 +144,7 @@ func maxAttempts(p loop.Policy) int {
 
 // checkPolicies checks that no effect was dispatched more attempts than
 // its policy allows, with the policies of the Run's spec.
-func checkPolicies(runID string, spec *loop.Spec, recs map[string]*effectRecord) []string {
+func checkPolicies(runID string, spec *loop.Spec, recs map[string]*EffectRecord) []string {
 	if spec == nil {
 		return []string{fmt.Sprintf("run %s: no run_created event with the Run's spec", runID)}
 	}
@@ -179,12 +180,12 @@ func checkPolicies(runID string, spec *loop.Spec, recs map[string]*effectRecord)
 // slowJobTool is the slow-job plugin's tool.
 const slowJobTool = "slow_job"
 
-// checkSlowJobs checks, from the slow-job plugin's own KV (plugin ID
+// CheckSlowJobs checks, from the slow-job plugin's own KV (plugin ID
 // plugin, of tenant), that each slow_job attempt ran at most once, that
 // no attempt ran that was never dispatched, and that an attempt settled
 // as finished ran exactly once. It returns the number of slow_job effects
 // checked.
-func checkSlowJobs(ctx context.Context, store *badgerstore.Store, tenant, plugin string, recs map[string]*effectRecord) (int, []string, error) {
+func CheckSlowJobs(ctx context.Context, store *badgerstore.Store, tenant, plugin string, recs map[string]*EffectRecord) (int, []string, error) {
 	jobs := 0
 	var out []string
 	for _, r := range recs {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 )
 
 // The chaos bench's clients: each submits Runs of a random kind, follows
@@ -113,8 +114,8 @@ func (c *chaosClients) do(token, method, path string, body any, header map[strin
 	if addr == "" {
 		return 0, nil, errors.New("no server")
 	}
-	bc := &benchClient{base: "http://" + addr, token: token, http: c.http}
-	return bc.do(method, path, body, header, out)
+	bc := &serveproc.Client{Base: "http://" + addr, Token: token, HTTP: c.http}
+	return bc.Do(method, path, body, header, out)
 }
 
 // retryPause is the pause between two tries of a request the faults cut

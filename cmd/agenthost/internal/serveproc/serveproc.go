@@ -1,4 +1,10 @@
-package main
+// Package serveproc runs `agenthost serve` as a child process and speaks
+// to it over HTTP: a Child is the process (started on a free port of
+// 127.0.0.1, killed, paused, waited for), a Client sends JSON requests
+// to a server as one tenant, and TailFile reads the end of a log for
+// error messages. The benches that kill or pause the server and the
+// command's end-to-end tests share it.
+package serveproc
 
 import (
 	"bufio"
@@ -16,19 +22,19 @@ import (
 	"time"
 )
 
-// childServer is an `agenthost serve` child process, for the benches that
-// kill or pause the server (chaos) and drive it over HTTP.
-type childServer struct {
+// Child is an `agenthost serve` child process, for the benches and tests
+// that kill or pause the server (chaos) and drive it over HTTP.
+type Child struct {
 	cmd  *exec.Cmd
 	addr string        // host:port it serves on
 	done chan struct{} // closed when the process has exited
 	err  error         // cmd.Wait's, once done
 }
 
-// startChildServer starts `bin serve --config cfgPath` on a free port of
-// 127.0.0.1, its stderr appended to logPath, and returns once it prints
-// its address (it may not be ready yet: see waitReady).
-func startChildServer(bin, cfgPath, logPath string, timeout time.Duration) (*childServer, error) {
+// Start starts `bin serve --config cfgPath` on a free port of 127.0.0.1,
+// its stderr appended to logPath, and returns once it prints its address
+// (it may not be ready yet: see WaitReady).
+func Start(bin, cfgPath, logPath string, timeout time.Duration) (*Child, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -43,7 +49,7 @@ func startChildServer(bin, cfgPath, logPath string, timeout time.Duration) (*chi
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s serve: %w", bin, err)
 	}
-	p := &childServer{cmd: cmd, done: make(chan struct{})}
+	p := &Child{cmd: cmd, done: make(chan struct{})}
 	addrc := make(chan string, 1)
 	var once sync.Once
 	go func() {
@@ -60,19 +66,22 @@ func startChildServer(bin, cfgPath, logPath string, timeout time.Duration) (*chi
 	case p.addr = <-addrc:
 		return p, nil
 	case <-p.done:
-		return nil, fmt.Errorf("agenthost serve exited before serving: %v\n%s", p.err, tailFile(logPath, 40))
+		return nil, fmt.Errorf("agenthost serve exited before serving: %v\n%s", p.err, TailFile(logPath, 40))
 	case <-time.After(timeout):
 		_ = cmd.Process.Kill()
 		<-p.done
-		return nil, fmt.Errorf("agenthost serve did not print its address in %s\n%s", timeout, tailFile(logPath, 40))
+		return nil, fmt.Errorf("agenthost serve did not print its address in %s\n%s", timeout, TailFile(logPath, 40))
 	}
 }
 
-// signal sends sig to the process.
-func (p *childServer) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+// Addr is the host:port the process serves on.
+func (p *Child) Addr() string { return p.addr }
 
-// exited reports whether the process has exited.
-func (p *childServer) exited() bool {
+// Signal sends sig to the process.
+func (p *Child) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Exited reports whether the process has exited.
+func (p *Child) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -81,9 +90,17 @@ func (p *childServer) exited() bool {
 	}
 }
 
-// waitExit waits up to timeout for the process to exit and returns its
+// Err is the process's exit error (cmd.Wait's) once Exited reports true.
+func (p *Child) Err() error {
+	if !p.Exited() {
+		return nil
+	}
+	return p.err
+}
+
+// WaitExit waits up to timeout for the process to exit and returns its
 // exit code (-1 when killed by a signal).
-func (p *childServer) waitExit(timeout time.Duration) (int, error) {
+func (p *Child) WaitExit(timeout time.Duration) (int, error) {
 	select {
 	case <-p.done:
 		return p.cmd.ProcessState.ExitCode(), nil
@@ -92,23 +109,23 @@ func (p *childServer) waitExit(timeout time.Duration) (int, error) {
 	}
 }
 
-// kill SIGKILLs the process and waits for it to exit.
-func (p *childServer) kill() {
+// Kill SIGKILLs the process and waits for it to exit.
+func (p *Child) Kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
 }
 
-// waitReady polls /readyz until it answers 200, the process exits, or
+// WaitReady polls /readyz until it answers 200, the process exits, or
 // timeout passes.
-func (p *childServer) waitReady(timeout time.Duration) error {
-	c := newBenchClient(p.addr, "", 2*time.Second)
+func (p *Child) WaitReady(timeout time.Duration) error {
+	c := NewClient(p.addr, "", 2*time.Second)
 	deadline := time.Now().Add(timeout)
 	var last string
 	for {
-		if p.exited() {
+		if p.Exited() {
 			return fmt.Errorf("agenthost serve exited: %v", p.err)
 		}
-		code, raw, err := c.do("GET", "/readyz", nil, nil, nil)
+		code, raw, err := c.Do("GET", "/readyz", nil, nil, nil)
 		if err == nil && code == http.StatusOK {
 			return nil
 		}
@@ -120,22 +137,24 @@ func (p *childServer) waitReady(timeout time.Duration) error {
 	}
 }
 
-// benchClient speaks JSON to an agenthost server as one tenant.
-type benchClient struct {
-	base  string
-	token string
-	http  *http.Client
+// Client speaks JSON to an agenthost server as one tenant.
+type Client struct {
+	Base  string       // the server's base URL, "http://host:port"
+	Token string       // the tenant's bearer token ("" for none)
+	HTTP  *http.Client // the connections, which Clients may share
 }
 
-func newBenchClient(addr, token string, timeout time.Duration) *benchClient {
-	return &benchClient{base: "http://" + addr, token: token, http: &http.Client{Timeout: timeout,
+// NewClient returns a Client of the server at addr (host:port) with its
+// own connections, each request bounded by timeout.
+func NewClient(addr, token string, timeout time.Duration) *Client {
+	return &Client{Base: "http://" + addr, Token: token, HTTP: &http.Client{Timeout: timeout,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0, IdleConnTimeout: 30 * time.Second}}}
 }
 
-// do sends a request with a JSON body (when body is not nil) and decodes
+// Do sends a request with a JSON body (when body is not nil) and decodes
 // a JSON answer into out (when not nil and the status is 2xx). It returns
 // the status and the raw body.
-func (c *benchClient) do(method, path string, body any, header map[string]string, out any) (int, []byte, error) {
+func (c *Client) Do(method, path string, body any, header map[string]string, out any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -144,20 +163,20 @@ func (c *benchClient) do(method, path string, body any, header map[string]string
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, c.base+path, rd)
+	req, err := http.NewRequest(method, c.Base+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -174,8 +193,8 @@ func (c *benchClient) do(method, path string, body any, header map[string]string
 	return resp.StatusCode, raw, nil
 }
 
-// tailFile returns the last n lines of a file, for error messages.
-func tailFile(path string, n int) string {
+// TailFile returns the last n lines of a file, for error messages.
+func TailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err.Error()

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
 	"github.com/agenthost/agenthost/internal/benchkit"
 	"github.com/agenthost/agenthost/loop"
 )
-
-func init() { benchCommands = append(benchCommands, newBenchHTTPCmd) }
 
 func newBenchHTTPCmd(bf *benchFlags) *cobra.Command {
 	p := &runsParams{}
@@ -55,7 +55,7 @@ func benchHTTP(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 	defer cleanup()
 	cfg.Listen = "127.0.0.1:0"
 	bf.progressf(cmd, "starting the server (a cold plugin compile takes seconds; --cache-dir keeps it)")
-	srv, err := startServer(ctx, cfg, slog.New(slog.DiscardHandler))
+	srv, err := system.StartServer(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
@@ -70,10 +70,10 @@ func benchHTTP(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 	for _, c := range p.Concurrency {
 		maxConc = max(maxConc, c)
 	}
-	client := newBenchClient(srv.Addr(), benchToken, 2*time.Minute)
-	client.http.Transport.(*http.Transport).MaxIdleConnsPerHost = 2 * maxConc
+	client := serveproc.NewClient(srv.Addr(), benchToken, 2*time.Minute)
+	client.HTTP.Transport.(*http.Transport).MaxIdleConnsPerHost = 2 * maxConc
 	ready := time.Now().Add(time.Minute)
-	for !srv.sys.runtime.Ready() {
+	for !srv.Runtime().Ready() {
 		if time.Now().After(ready) {
 			return fmt.Errorf("bench: the server was not ready within a minute")
 		}
@@ -98,31 +98,31 @@ func benchHTTP(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 	var levels []runsLevel
 	for _, c := range p.Concurrency {
 		bf.progressf(cmd, "concurrency %d: %d Runs over HTTP in %d rounds, each followed by a round of bare Badger commits", c, p.Runs, p.Rounds)
-		lvl, err := runsLevelOf(cmd, bf, p, c, srv.sys.runtime, srv.metrics, bare, one)
+		lvl, err := runsLevelOf(cmd, bf, p, c, srv.Runtime(), srv.Metrics(), bare, one)
 		if err != nil {
 			return err
 		}
 		levels = append(levels, lvl)
 	}
-	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "http", Started: started, Machine: thisMachine(), Params: p, Result: levels},
+	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "http", Started: started, Machine: bf.thisMachine(), Params: p, Result: levels},
 		runsTable("Runs through the HTTP API on 127.0.0.1 (submit, follow the events to the end, read the Run)", levels),
 		spentTable(levels))
 }
 
 // httpRun submits a Run, follows its event stream until the server ends
 // it (the Run ended), and reads the Run.
-func httpRun(c *benchClient, session, input string) (httpapi.RunJSON, error) {
+func httpRun(c *serveproc.Client, session, input string) (httpapi.RunJSON, error) {
 	var run httpapi.RunJSON
-	code, raw, err := c.do("POST", "/v1/sessions/"+session+"/runs", map[string]string{"input": input}, nil, &run)
+	code, raw, err := c.Do("POST", "/v1/sessions/"+session+"/runs", map[string]string{"input": input}, nil, &run)
 	if err != nil || code != http.StatusCreated {
 		return run, fmt.Errorf("bench: submitting to session %s: %d %v %s", session, code, err, raw)
 	}
-	req, err := http.NewRequest("GET", c.base+"/v1/runs/"+run.ID+"/events", nil)
+	req, err := http.NewRequest("GET", c.Base+"/v1/runs/"+run.ID+"/events", nil)
 	if err != nil {
 		return run, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.http.Do(req)
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return run, fmt.Errorf("bench: following Run %s: %w", run.ID, err)
 	}
@@ -131,7 +131,7 @@ func httpRun(c *benchClient, session, input string) (httpapi.RunJSON, error) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return run, fmt.Errorf("bench: following Run %s: %d %v", run.ID, resp.StatusCode, err)
 	}
-	code, raw, err = c.do("GET", "/v1/runs/"+run.ID, nil, nil, &run)
+	code, raw, err = c.Do("GET", "/v1/runs/"+run.ID, nil, nil, &run)
 	if err != nil || code != http.StatusOK {
 		return run, fmt.Errorf("bench: reading Run %s: %d %v %s", run.ID, code, err, raw)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -21,8 +21,6 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/loop"
 )
-
-func init() { benchCommands = append(benchCommands, newBenchChaosCmd) }
 
 // The plugins chaos loads, by their paths under --plugins as `make
 // plugins` lays them out. (The names are conformance.PluginBuilder and
@@ -192,8 +190,8 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 		// On an early return: stop the clients' retries and the child.
 		clients.stopping.Store(true)
 		clients.giveUp.Store(1)
-		if p := srv.current(); !p.exited() {
-			p.kill()
+		if p := srv.current(); !p.Exited() {
+			p.Kill()
 		}
 	}()
 	var workers sync.WaitGroup
@@ -231,8 +229,8 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 			break
 		}
 		wait(next)
-		if p := srv.current(); p.exited() {
-			faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself before fault %d: %v", n, p.err))
+		if p := srv.current(); p.Exited() {
+			faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself before fault %d: %v", n, p.Err()))
 			if _, err := srv.start(); err != nil {
 				return fmt.Errorf("bench chaos: restarting the server: %w", err)
 			}
@@ -278,8 +276,8 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	deadline := drainBegan.Add(o.drain)
 	clients.stopping.Store(true)
 	clients.giveUp.Store(deadline.UnixNano())
-	if p := srv.current(); p.exited() {
-		faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself during the last phase: %v", p.err))
+	if p := srv.current(); p.Exited() {
+		faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself during the last phase: %v", p.Err()))
 		if _, err := srv.start(); err != nil {
 			return fmt.Errorf("bench chaos: restarting the server: %w", err)
 		}
@@ -296,12 +294,12 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 
 	// A clean stop: SIGTERM, exit 0.
 	p := srv.current()
-	if err := p.signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("bench chaos: SIGTERM: %w", err)
 	}
-	if code, err := p.waitExit(2 * time.Minute); err != nil {
+	if code, err := p.WaitExit(2 * time.Minute); err != nil {
 		faultViolations = append(faultViolations, err.Error())
-		p.kill()
+		p.Kill()
 	} else if code != 0 {
 		faultViolations = append(faultViolations, fmt.Sprintf("after SIGTERM agenthost serve exited %d, want 0", code))
 	}
@@ -329,7 +327,7 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	params := chaosParams{Seed: o.seed, DurationS: o.duration.Seconds(), Concurrency: o.concurrency,
 		FaultEvery: o.faultEvery.String(), Pause: o.pause.String(), ResumeBoundS: o.resumeBound.Seconds(),
 		DrainTimeoutS: o.drain.Seconds(), RequestTimeout: o.timeout.Seconds()}
-	if err := bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "chaos", Started: began, Machine: thisMachine(), Params: params, Result: res},
+	if err := bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "chaos", Started: began, Machine: bf.thisMachine(), Params: params, Result: res},
 		chaosTables(res)...); err != nil {
 		return err
 	}
@@ -462,7 +460,7 @@ func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tena
 			out = append(out, fmt.Sprintf("events of run %s/%s: %v", r.Tenant, r.ID, err))
 			continue
 		}
-		out = append(out, checkEventLog(r.ID, evs)...)
+		out = append(out, CheckEventLog(r.ID, evs)...)
 		out = append(out, checkInputs(r.ID, evs)...)
 		var spec *loop.Spec
 		for _, ev := range evs {
@@ -471,9 +469,9 @@ func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tena
 				break
 			}
 		}
-		recs := effectRecords(evs)
+		recs := EffectRecords(evs)
 		out = append(out, checkPolicies(r.ID, spec, recs)...)
-		jobs, v, err := checkSlowJobs(ctx, store, r.Tenant, "slow-job", recs)
+		jobs, v, err := CheckSlowJobs(ctx, store, r.Tenant, "slow-job", recs)
 		if err != nil {
 			out = append(out, fmt.Sprintf("run %s/%s: reading the slow-job KV: %v", r.Tenant, r.ID, err))
 		}
