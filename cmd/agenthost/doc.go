@@ -1,6 +1,6 @@
 // Command agenthost is the agenthost CLI: it wires config, store, plugin
-// host and runtime together. It is the only package that imports all of
-// them.
+// host and runtime together. It and its internal packages are the only
+// code that imports all of them.
 //
 // Usage:
 //
@@ -9,12 +9,27 @@
 //	agenthost runs list|show|events|cancel|approve|input [--server URL] [--token T] [--json]
 //	agenthost plugin inspect FILE.wasm
 //	agenthost plugin verify FILE.wasm [--tool NAME --args JSON] [--role R] [--timeout D] [--memory-pages N]
+//	agenthost bench runs|http|recovery|plugin|chaos
 //	agenthost version
 //
 // Global flags: --config FILE, --data-dir DIR. The config is read by
-// internal/config (docs/OPERATIONS.md); system.go wires it into a
-// badgerstore, a plugin host and a runtime, for run and for serve
-// (serve.go adds metrics, the usage ledger, the HTTP API of
-// internal/httpapi, the signal-driven stop and scheduled retention).
-// runs.go is the HTTP client of a server.
+// internal/config (docs/OPERATIONS.md).
+//
+// Package main only defines and wires the commands: root.go builds the
+// command tree and the global flags, run.go is `run`, serve.go is
+// `serve`'s command (the signal-driven stop, and the exit when the node
+// lease expires), runs.go is `runs`, the HTTP client of a server,
+// stream.go prints a Run's events for `run` and `runs events`, and
+// plugin.go is `plugin`. The work is in the internal packages:
+//
+//   - internal/system wires a config into a badgerstore, a plugin host and
+//     a runtime (System, for run and serve), and serves the HTTP API of
+//     internal/httpapi over them with metrics (internal/metrics), the
+//     usage ledger and scheduled retention (Server, for serve);
+//   - internal/bench is `agenthost bench` (NewCommand): the benches and
+//     the chaos run, with the invariant checks the crash tests share;
+//   - internal/serveproc runs `agenthost serve` as a child process and
+//     speaks to it over HTTP, for the benches and the end-to-end tests;
+//   - internal/pluginverify runs a plugin for `plugin inspect` and
+//     `plugin verify`.
 package main
