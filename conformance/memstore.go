@@ -418,7 +418,9 @@ func (s *MemStore) alive(nodeID string, nowMS int64) bool {
 	return n != nil && !n.dead && n.generation == s.generation && nowMS < n.expiresMS
 }
 
-// RegisterNode implements runtime.Ownership.
+// RegisterNode implements runtime.Ownership. Registering a live
+// incarnation again extends its lease and never shortens it; a dead one
+// gives ErrNodeExpired.
 func (s *MemStore) RegisterNode(ctx context.Context, nodeID string, expiresMS int64) error {
 	if err := runtime.CheckName("node id", nodeID); err != nil {
 		return fmt.Errorf("memstore: register node: %w", err)
@@ -427,10 +429,15 @@ func (s *MemStore) RegisterNode(ctx context.Context, nodeID string, expiresMS in
 		return err
 	}
 	defer s.mu.Unlock()
-	if n := s.nodes[nodeID]; n != nil && !s.alive(nodeID, s.clock.Now().UnixMilli()) {
+	n := s.nodes[nodeID]
+	if n == nil {
+		s.nodes[nodeID] = &memNode{expiresMS: expiresMS, generation: s.generation}
+		return nil
+	}
+	if !s.alive(nodeID, s.clock.Now().UnixMilli()) {
 		return fmt.Errorf("memstore: register node %s: %w: that incarnation is dead; register a fresh node id", nodeID, runtime.ErrNodeExpired)
 	}
-	s.nodes[nodeID] = &memNode{expiresMS: expiresMS, generation: s.generation}
+	n.expiresMS = max(n.expiresMS, expiresMS) // a lease never shrinks
 	return nil
 }
 

@@ -56,6 +56,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"indexes follow the snapshots through status changes", testIndexes},
 		{"session runs come back in creation order with paging", testSessionOrder},
 		{"lease expiry lets another incarnation take a session over", testTakeover},
+		{"registering a live node again extends its lease and never shortens it", testRegisterAgain},
 		{"orphaned sessions are those with live Runs and a dead or missing owner", testOrphans},
 		{"plugin KV enforces its limits and quota", testKV},
 		{"tenants sessions and plugins whose IDs are prefixes of each other stay apart", testIsolation},
@@ -751,6 +752,44 @@ func testTakeover(t *testing.T, h *harness) {
 	}
 	if e3 := h.claim("t", "s", "d"); e3 != e2+1 {
 		t.Fatalf("claim after release: epoch %d, want %d", e3, e2+1)
+	}
+}
+
+// testRegisterAgain pins down RegisterNode on a live incarnation: it
+// renews, so a shorter expiry leaves the lease as it was and a longer one
+// extends it; once the lease ran out, it is ErrNodeExpired.
+func testRegisterAgain(t *testing.T, h *harness) {
+	owned := func(other, when string) {
+		t.Helper()
+		h.register(other, time.Second)
+		_, err := h.s.ClaimSession(h.ctx, "t", "s", other, h.nowMS())
+		h.wantErr(err, runtime.ErrSessionOwned, "claim of n's session "+when)
+		if got, err := h.s.OrphanedSessions(h.ctx, h.nowMS()); err != nil || len(got) != 0 {
+			t.Fatalf("orphans %s = %+v, %v; want none: n is alive", when, got, err)
+		}
+	}
+	h.register("n", 10*time.Second) // lease until t0+10s
+	h.claim("t", "s", "n")
+	h.create("t", "s", "r", "")
+	// A second registration with a shorter lease (t0+1s) keeps t0+10s.
+	h.register("n", time.Second)
+	h.clock.Advance(5 * time.Second)
+	owned("other1", "at t0+5s, after a registration that asked for t0+1s")
+	// A longer one (t0+25s) extends it past the first lease.
+	h.register("n", 20*time.Second)
+	h.clock.Advance(8 * time.Second)
+	owned("other2", "at t0+13s, after a registration that asked for t0+25s")
+	if err := h.s.RenewNode(h.ctx, "n", h.nowMS()+time.Second.Milliseconds()); err != nil {
+		t.Fatalf("RenewNode of the live n: %v", err)
+	}
+	// Its lease runs out at t0+25s: n is dead, and stays dead.
+	h.clock.Advance(13 * time.Second)
+	err := h.s.RegisterNode(h.ctx, "n", h.nowMS()+time.Hour.Milliseconds())
+	h.wantErr(err, runtime.ErrNodeExpired, "registering n again after its lease ran out")
+	err = h.s.RenewNode(h.ctx, "n", h.nowMS()+time.Hour.Milliseconds())
+	h.wantErr(err, runtime.ErrNodeExpired, "renewing n after the refused registration")
+	if got, err := h.s.OrphanedSessions(h.ctx, h.nowMS()); err != nil || len(got) != 1 || got[0].Owner != "n" {
+		t.Fatalf("orphans after n died = %+v, %v; want t/s owned by n", got, err)
 	}
 }
 

@@ -89,7 +89,12 @@ type Store interface {
 // session ownership (DESIGN §5).
 type Ownership interface {
 	// RegisterNode records a new node incarnation whose lease runs until
-	// expiresMS (Unix ms). nodeID is fresh for every process.
+	// expiresMS (Unix ms). nodeID is fresh for every process. Registering
+	// an incarnation that is still live again is a renewal: it extends the
+	// lease to expiresMS and never shortens it. Registering one that is
+	// dead (its lease ran out, it was declared dead, or the store counts
+	// it dead since a restart) gives ErrNodeExpired: a dead incarnation
+	// never comes back, so the caller registers a fresh nodeID.
 	RegisterNode(ctx context.Context, nodeID string, expiresMS int64) error
 
 	// RenewNode extends the lease with one write. It returns
