@@ -61,8 +61,9 @@
 // so a Commit moves the indexes from the old header to the new one in the
 // same transaction that writes the events and the snapshot, without
 // decoding the old snapshot. The 'l' and 'u' tables make the recovery scan
-// (OrphanedSessions) and Prune read only what they need: sessions with
-// work, and terminal Runs in update order.
+// (OrphanedSessions), the scan of active sessions (ActiveSessions) and
+// Prune read only what they need: sessions with work, and terminal Runs in
+// update order.
 //
 // Command IDs live with their Run ('c'), so a Commit finds a repeated
 // command with one point read, and Prune drops them with the Run's log

@@ -223,6 +223,65 @@ func (s *Store) OrphanedSessions(ctx context.Context, nowMS int64) ([]runtime.Se
 	return out, nil
 }
 
+// ActiveSessions implements runtime.Ownership. Like OrphanedSessions it
+// reads the index of sessions that hold a non-terminal Run (tLive) and the
+// owner of each, never a Run. That index is in key order, where a shorter
+// ID sorts first; a lexWalk merges its runs of equal length, so a page
+// costs a few seeks per ID length present plus one seek and one owner
+// read per session returned, not a pass over every active session.
+func (s *Store) ActiveSessions(ctx context.Context, afterTenant, afterSession string, limit int) ([]runtime.SessionOwner, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []runtime.SessionOwner
+	err := s.db.View(func(txn *badger.Txn) error {
+		out = nil
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: newKey(tLive)})
+		defer it.Close()
+		tenants, err := newLexWalk(it, newKey(tLive), afterTenant, true)
+		if err != nil {
+			return err
+		}
+		for limit <= 0 || len(out) < limit {
+			tenant, ok, err := tenants.next()
+			if err != nil || !ok {
+				return err
+			}
+			after := ""
+			if tenant == afterTenant {
+				after = afterSession
+			}
+			sessions, err := newLexWalk(it, newKey(tLive).str(tenant), after, false)
+			if err != nil {
+				return err
+			}
+			for limit <= 0 || len(out) < limit {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				session, ok, err := sessions.next()
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+				var o ownerRecord
+				if _, err := readJSON(txn, ownerKey(tenant, session), &o); err != nil {
+					return err
+				}
+				out = append(out, runtime.SessionOwner{Tenant: tenant, Session: session, Owner: o.Owner, Epoch: o.Epoch})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("active sessions", err)
+	}
+	return out, nil
+}
+
 // ExecutingEffects implements runtime.Ownership, from the executing index.
 func (s *Store) ExecutingEffects(ctx context.Context, tenant, session string) ([]runtime.EffectRecord, error) {
 	if err := checkIDs("tenant", tenant, "session", session); err != nil {

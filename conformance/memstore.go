@@ -518,13 +518,37 @@ func (s *MemStore) OrphanedSessions(ctx context.Context, nowMS int64) ([]runtime
 			out = append(out, runtime.SessionOwner{Tenant: k.tenant, Session: k.session, Owner: sess.owner, Epoch: sess.epoch})
 		}
 	}
+	sortSessions(out)
+	return out, nil
+}
+
+// ActiveSessions implements runtime.Ownership. It is cross-tenant.
+func (s *MemStore) ActiveSessions(ctx context.Context, afterTenant, afterSession string, limit int) ([]runtime.SessionOwner, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []runtime.SessionOwner
+	for k, sess := range s.sessions {
+		if sess.active > 0 && (k.tenant > afterTenant || k.tenant == afterTenant && k.session > afterSession) {
+			out = append(out, runtime.SessionOwner{Tenant: k.tenant, Session: k.session, Owner: sess.owner, Epoch: sess.epoch})
+		}
+	}
+	sortSessions(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// sortSessions puts sessions in (tenant, session) order.
+func sortSessions(out []runtime.SessionOwner) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Tenant != out[j].Tenant {
 			return out[i].Tenant < out[j].Tenant
 		}
 		return out[i].Session < out[j].Session
 	})
-	return out, nil
 }
 
 // ExecutingEffects implements runtime.Ownership.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,10 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"lease expiry lets another incarnation take a session over", testTakeover},
 		{"registering a live node again extends its lease and never shortens it", testRegisterAgain},
 		{"orphaned sessions are those with live Runs and a dead or missing owner", testOrphans},
+		{"an active session is listed with its owner, and with none before a claim", testActiveSessionsOwner},
+		{"a session whose Runs are all terminal is not an active session", testActiveSessionsTerminal},
+		{"active sessions page in (tenant, session) order, each exactly once", testActiveSessionsPaging},
+		{"active sessions are listed across tenants", testActiveSessionsTenants},
 		{"plugin KV enforces its limits and quota", testKV},
 		{"tenants sessions and plugins whose IDs are prefixes of each other stay apart", testIsolation},
 		{"prune removes old terminal logs and command IDs and keeps snapshots", testPrune},
@@ -793,6 +798,173 @@ func testRegisterAgain(t *testing.T, h *harness) {
 	}
 }
 
+// active lists ActiveSessions(afterTenant, afterSession, limit) as
+// "tenant/session:owner@epoch" strings.
+func (h *harness) active(afterTenant, afterSession string, limit int) []string {
+	h.t.Helper()
+	got, err := h.s.ActiveSessions(h.ctx, afterTenant, afterSession, limit)
+	if err != nil {
+		h.t.Fatalf("ActiveSessions after %q/%q limit %d: %v", afterTenant, afterSession, limit, err)
+	}
+	out := []string{}
+	for _, o := range got {
+		out = append(out, fmt.Sprintf("%s/%s:%s@%d", o.Tenant, o.Session, o.Owner, o.Epoch))
+	}
+	return out
+}
+
+func testActiveSessionsOwner(t *testing.T, h *harness) {
+	if got := h.active("", "", 0); len(got) != 0 {
+		t.Fatalf("active sessions of an empty store = %v", got)
+	}
+	// Written, never claimed: listed with no owner, at epoch 0.
+	h.create("t", "s", "r", "")
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t/s:@0]" {
+		t.Fatalf("active sessions before a claim = %s", got)
+	}
+	h.register("a", 10*time.Second)
+	h.claim("t", "s", "a")
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t/s:a@1]" {
+		t.Fatalf("active sessions after a claim = %s", got)
+	}
+	// Whether the owner lives is not judged: a dead owner is still listed.
+	h.clock.Advance(11 * time.Second)
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t/s:a@1]" {
+		t.Fatalf("active sessions after the owner died = %s", got)
+	}
+	h.register("b", 10*time.Second)
+	h.claim("t", "s", "b")
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t/s:b@2]" {
+		t.Fatalf("active sessions after a takeover = %s", got)
+	}
+	if err := h.s.ReleaseSession(h.ctx, "t", "s", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t/s:@2]" {
+		t.Fatalf("active sessions after a release = %s", got)
+	}
+	// A session claimed but without a Run holds no work.
+	h.claim("t", "idle", "b")
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t/s:@2]" {
+		t.Fatalf("active sessions with a claimed idle session = %s", got)
+	}
+}
+
+func testActiveSessionsTerminal(t *testing.T, h *harness) {
+	done := h.toCompleted(h.toExecuting(h.create("t", "done", "d1", ""), 0), 0)
+	h.commit(h.create("t", "done", "d2", ""), 0, "", loop.Event{Type: loop.EventCancelRequested, Reason: "user"}, loop.Event{Type: loop.EventRunCancelled})
+	mixed := h.create("t", "mixed", "m1", "")
+	h.toCompleted(h.toExecuting(h.create("t", "mixed", "m2", ""), 0), 0)
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t/mixed:@0]" {
+		t.Fatalf("active sessions = %s; want only mixed (done=%s)", got, done.Status)
+	}
+	// The last live Run of mixed ends: nothing is active any more.
+	h.toCompleted(h.toExecuting(mixed, 0), 0)
+	if got := h.active("", "", 0); len(got) != 0 {
+		t.Fatalf("active sessions after every Run ended = %v", got)
+	}
+	// A new Run makes the session active again.
+	h.create("t", "done", "d3", "")
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t/done:@0]" {
+		t.Fatalf("active sessions after a new Run = %s", got)
+	}
+}
+
+func testActiveSessionsPaging(t *testing.T, h *harness) {
+	// IDs whose lexical order is not their length order, prefixes of each
+	// other, and mixed case: "B" < "a" < "a-" < "ab" < "b".
+	tenants := []string{"b", "ab", "a", "a-", "B"}
+	sessions := []string{"s9", "s10", "s", "S", "s-1", "z", "s1"}
+	var all []runtime.SessionOwner
+	n := 0
+	for _, tn := range tenants {
+		for i, sn := range sessions {
+			if (len(tn)+i)%3 == 2 {
+				continue // not every tenant has every session
+			}
+			n++
+			h.create(tn, sn, fmt.Sprintf("r%d", n), "")
+			all = append(all, runtime.SessionOwner{Tenant: tn, Session: sn})
+		}
+	}
+	// A session whose only Run ended is skipped wherever it falls.
+	h.toCompleted(h.toExecuting(h.create("a", "s0", "ended", ""), 0), 0)
+	after := func(o runtime.SessionOwner, tenant, session string) bool {
+		return o.Tenant > tenant || o.Tenant == tenant && o.Session > session
+	}
+	sort.Slice(all, func(i, j int) bool { return after(all[j], all[i].Tenant, all[i].Session) })
+	var want []string
+	for _, o := range all {
+		want = append(want, o.Tenant+"/"+o.Session+":@0")
+	}
+	if got := h.active("", "", 0); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ActiveSessions = %v\nwant %v", got, want)
+	}
+	if got := h.active("", "", -1); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ActiveSessions with limit -1 = %v", got)
+	}
+	for _, limit := range []int{1, 2, 3, 7, len(want) - 1, len(want), len(want) + 1} {
+		var got []string
+		tenant, session := "", ""
+		for pages := 0; ; pages++ {
+			if pages > len(want) {
+				t.Fatalf("limit %d: paging does not end: %v", limit, got)
+			}
+			page, err := h.s.ActiveSessions(h.ctx, tenant, session, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > limit {
+				t.Fatalf("limit %d: a page of %d", limit, len(page))
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, o := range page {
+				got = append(got, fmt.Sprintf("%s/%s:%s@%d", o.Tenant, o.Session, o.Owner, o.Epoch))
+			}
+			last := page[len(page)-1]
+			tenant, session = last.Tenant, last.Session
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("paging with limit %d = %v\nwant %v", limit, got, want)
+		}
+	}
+	// The cursor need not be an active session, nor an ID that exists.
+	for _, c := range []struct{ tenant, session string }{
+		{"a", ""}, {"a", "s0"}, {"a", "s10"}, {"a", "s1-"}, {"a-", "zz"}, {"aa", ""}, {"A", "x"}, {"c", ""}, {"", "x"}, {"b", "z"},
+	} {
+		rest := []string{}
+		for i, o := range all {
+			if after(o, c.tenant, c.session) {
+				rest = append(rest, want[i])
+			}
+		}
+		if got := h.active(c.tenant, c.session, 0); fmt.Sprint(got) != fmt.Sprint(rest) {
+			t.Fatalf("ActiveSessions after %q/%q = %v\nwant %v", c.tenant, c.session, got, rest)
+		}
+		if got := h.active(c.tenant, c.session, 2); len(rest) > 2 && fmt.Sprint(got) != fmt.Sprint(rest[:2]) {
+			t.Fatalf("ActiveSessions after %q/%q limit 2 = %v, want %v", c.tenant, c.session, got, rest[:2])
+		}
+	}
+}
+
+func testActiveSessionsTenants(t *testing.T, h *harness) {
+	h.register("n", time.Hour)
+	for i, tn := range []string{"t3", "t1", "t2"} {
+		h.create(tn, "s", "r", "")
+		if i != 1 {
+			h.claim(tn, "s", "n")
+		}
+	}
+	if got := fmt.Sprint(h.active("", "", 0)); got != "[t1/s:@0 t2/s:n@1 t3/s:n@1]" {
+		t.Fatalf("active sessions across tenants = %s", got)
+	}
+	if got := fmt.Sprint(h.active("t1", "s", 0)); got != "[t2/s:n@1 t3/s:n@1]" {
+		t.Fatalf("active sessions after t1/s = %s", got)
+	}
+}
+
 func testOrphans(t *testing.T, h *harness) {
 	orphans := func() []string {
 		t.Helper()
@@ -1147,6 +1319,7 @@ func testClose(t *testing.T, h *harness) {
 	_, calls["ClaimSession"] = h.s.ClaimSession(h.ctx, "t", "s", "n", h.nowMS())
 	calls["ReleaseSession"] = h.s.ReleaseSession(h.ctx, "t", "s", "n")
 	_, calls["OrphanedSessions"] = h.s.OrphanedSessions(h.ctx, h.nowMS())
+	_, calls["ActiveSessions"] = h.s.ActiveSessions(h.ctx, "", "", 0)
 	_, calls["ExecutingEffects"] = h.s.ExecutingEffects(h.ctx, "t", "s")
 	var v []byte
 	v, calls["KVGet"] = h.s.KVGet(h.ctx, "t", "p", []byte("k"))

@@ -120,6 +120,14 @@ type Ownership interface {
 	// missing) at nowMS. No API serves it.
 	OrphanedSessions(ctx context.Context, nowMS int64) ([]SessionOwner, error)
 
+	// ActiveSessions is a scan across tenants: the sessions that hold a
+	// non-terminal Run, each with its owner incarnation and epoch (Owner ""
+	// when none has claimed it), in (tenant, session) order after the
+	// session (afterTenant, afterSession) ("", "" from the first), at most
+	// limit of them (limit <= 0: all). Whether the owner is alive is not
+	// judged: OrphanedSessions does that.
+	ActiveSessions(ctx context.Context, afterTenant, afterSession string, limit int) ([]SessionOwner, error)
+
 	// ExecutingEffects returns the effects of the session in state
 	// executing, through an index, for recovery's attach pass.
 	ExecutingEffects(ctx context.Context, tenant, session string) ([]EffectRecord, error)
