@@ -37,7 +37,7 @@ const (
 type Options struct {
 	// NoSyncWrites turns Badger's SyncWrites off. The default (false) makes
 	// every acknowledged commit survive kill -9 and power loss. Turning it
-	// off raises the commit rate many times over (DESIGN §10), at a price:
+	// off raises the commit rate many times over (docs/DESIGN.md §10), at a price:
 	// a commit that was acknowledged may be lost on power loss or kill -9,
 	// and with it an EffectDispatched that an executor already acted on.
 	// Only for data you can afford to lose.

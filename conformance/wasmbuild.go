@@ -22,7 +22,7 @@ import (
 
 // TestCacheEnv names the environment variable that holds the directory of
 // the on-disk test cache: compiled conformance plugins and the wazero
-// compilation cache, shared by every test process (DESIGN §9).
+// compilation cache, shared by every test process (docs/DESIGN.md §9).
 const TestCacheEnv = "AGENTHOST_TEST_CACHE"
 
 // Plugin names of the conformance plugins under conformance/plugins; the

@@ -23,7 +23,7 @@ func init() {
 
 // The baselines below let a benchmark measure the host's call path against
 // the layers under it, in the same process and through the same
-// compilation cache (DESIGN §9): a direct extism go-sdk call, and a raw
+// compilation cache (docs/DESIGN.md §9): a direct extism go-sdk call, and a raw
 // wazero call. They are for benchmarks only, reached through internal/hostlink
 // and not part of host's API; Runs go through Load,
 // Executor and Builder, never through a baseline, which has no pool, no

@@ -64,7 +64,7 @@ func (p *Plugin) run(ctx context.Context, in *instance, s *callScope, input []by
 		return nil, false, ab
 	}
 	// 2. The call did not finish: a timeout, the caller, an exit, a trap.
-	// Checked before rc (DESIGN §10): go-sdk fills err whatever rc is.
+	// Checked before rc (docs/DESIGN.md §10): go-sdk fills err whatever rc is.
 	if callErr != nil {
 		var exit *sys.ExitError
 		if errors.As(callErr, &exit) {

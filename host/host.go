@@ -264,7 +264,7 @@ func (h *Host) compileExtism(ctx context.Context, wasm []byte, sb Sandbox, timeo
 	manifest := extism.Manifest{
 		Wasm: []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
 		// Set explicitly: built in Go, both default to 0, not to extism's
-		// JSON defaults (DESIGN §10). Vars are host memory; extism's own
+		// JSON defaults (docs/DESIGN.md §10). Vars are host memory; extism's own
 		// http_request is never granted, so it may buffer nothing.
 		Memory:       &extism.ManifestMemory{MaxPages: 0, MaxVarBytes: 64 << 10, MaxHttpResponseBytes: 0},
 		Config:       sb.Config,

@@ -60,7 +60,7 @@ func inspectModule(cm wazero.CompiledModule, role abi.Role) (moduleInfo, error) 
 }
 
 // handshake finds the ABI markers among the exports and picks the highest
-// version the host supports (DESIGN §7).
+// version the host supports (docs/DESIGN.md §7).
 func handshake(exports map[string]api.FunctionDefinition) (int, []int, error) {
 	var markers []int
 	for name, def := range exports {

@@ -16,7 +16,7 @@ import (
 
 // TestWarmPluginCache builds every conformance plugin and compiles it into
 // the on-disk wazero cache. `make warm-cache` runs it without -race before
-// the race-enabled tests (DESIGN §9); on its own it is an ordinary test.
+// the race-enabled tests (docs/DESIGN.md §9); on its own it is an ordinary test.
 func TestWarmPluginCache(t *testing.T) {
 	e := newEnv(t, Config{})
 	for _, name := range conformance.Plugins {

@@ -126,7 +126,7 @@ func (k AssignmentKey) String() string {
 
 // SettleCommandID is the one command ID under which every settlement of an
 // (EffectID, attempt) is committed, whoever issues it and whatever the
-// outcome (DESIGN §5). The store applies the first and makes the rest
+// outcome (docs/DESIGN.md §5). The store applies the first and makes the rest
 // no-ops.
 func SettleCommandID(effectID string, attempt int) string {
 	return "settle/" + effectID + "#" + strconv.Itoa(attempt)

@@ -80,7 +80,7 @@ const (
 type Command struct {
 	Decision Decision
 	// CommandID is a function of (EffectID, attempt, decision). Every
-	// decision that settles uses the one settlement ID of DESIGN §5
+	// decision that settles uses the one settlement ID of docs/DESIGN.md §5
 	// (loop.SettleCommandID), so two processes that recover the same
 	// record produce the same commit, and the store applies it once.
 	CommandID string

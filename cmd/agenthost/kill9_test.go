@@ -18,7 +18,7 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/bench"
 )
 
-// TestServeSurvivesKill9 is DESIGN §9's crash test with real processes:
+// TestServeSurvivesKill9 is docs/DESIGN.md §9's crash test with real processes:
 // the agenthost binary serves a tenant whose Runs call the slow-job tool;
 // 60 Runs are submitted over HTTP while the server is SIGKILLed at seeded
 // random moments, four times, and restarted on the same data dir each

@@ -33,7 +33,7 @@ func TestUnknownCommandFails(t *testing.T) {
 }
 
 // The binary runs the plugin suite, so it must not link package testing
-// (DESIGN §2): the suite reports through its own Reporter.
+// (docs/DESIGN.md §2): the suite reports through its own Reporter.
 func TestBinaryDoesNotLinkTesting(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {

@@ -159,7 +159,7 @@ func classOf(t testing.TB, err error) abi.ErrorClass {
 
 // TestWarmExampleCache builds every example and loads it once, so the
 // wazero cache holds its compiled code. `make warm-cache` runs it without
-// -race before the race-enabled tests (DESIGN §9). Under -race it skips:
+// -race before the race-enabled tests (docs/DESIGN.md §9). Under -race it skips:
 // a load costs seconds there, and the other tests load every example.
 func TestWarmExampleCache(t *testing.T) {
 	if raceEnabled {

@@ -5,7 +5,7 @@ package abi
 // use these values.
 type ErrorClass string
 
-// Error classes (DESIGN §7).
+// Error classes (docs/DESIGN.md §7).
 const (
 	ClassPluginTrap          ErrorClass = "plugin_trap"
 	ClassPluginTimeout       ErrorClass = "plugin_timeout"
@@ -22,7 +22,7 @@ const (
 	ClassApprovalDenied      ErrorClass = "approval_denied"
 )
 
-// ErrorClasses lists every class, in the order of DESIGN §7.
+// ErrorClasses lists every class, in the order of docs/DESIGN.md §7.
 var ErrorClasses = []ErrorClass{
 	ClassPluginTrap, ClassPluginTimeout, ClassPluginOOM, ClassPluginOutputTooBig,
 	ClassPluginProtocol, ClassPluginDenied, ClassPluginFailed, ClassLost,

@@ -6,7 +6,7 @@
 // It takes the plugin through the Plugin interface, which the caller
 // implements with host/ (agenthost plugin verify, and the tests), and it
 // reports through its own Reporter, not *testing.T, so that the agenthost
-// binary runs it without linking package testing (DESIGN §2).
+// binary runs it without linking package testing (docs/DESIGN.md §2).
 // conformance.PluginSuite runs it under go test.
 package abicheck
 

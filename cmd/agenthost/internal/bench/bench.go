@@ -3,7 +3,7 @@
 // through the runtime and through the HTTP API against bare Badger,
 // recovery after kill -9, plugin calls against raw wazero and the extism
 // go-sdk), and runs the chaos bench that kills and pauses a serving child
-// process under load and checks DESIGN §9's invariants afterwards.
+// process under load and checks docs/DESIGN.md §9's invariants afterwards.
 // NewCommand is its cobra command, which package main adds to the CLI.
 package bench
 

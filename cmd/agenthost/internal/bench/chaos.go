@@ -65,7 +65,7 @@ with the same Idempotency-Key.
 
 Then it stops the faults, waits for every acknowledged Run to end (approving
 and answering what still waits), stops the server with SIGTERM (it must exit 0), reopens
-the data dir with Badger and checks DESIGN §9's invariants on every
+the data dir with Badger and checks docs/DESIGN.md §9's invariants on every
 acknowledged Run: it is terminal; its event log is numbered 1..n with one
 terminal event, last; no effect attempt was settled twice; every input
 answers the question the Run was waiting on, once; no effect was

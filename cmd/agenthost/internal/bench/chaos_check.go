@@ -11,7 +11,7 @@ import (
 	"github.com/agenthost/agenthost/loop"
 )
 
-// The invariants a crash leaves intact (DESIGN §9), checked over a Run's
+// The invariants a crash leaves intact (docs/DESIGN.md §9), checked over a Run's
 // event log as the store holds it after the server stopped. The chaos
 // bench and TestServeSurvivesKill9 (a test of package main, hence the
 // exported names) share them; each check returns the violations it found,

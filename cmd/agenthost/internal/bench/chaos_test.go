@@ -12,7 +12,7 @@ import (
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
-// TestChaosShort is the short chaos run of DESIGN §9: `agenthost bench
+// TestChaosShort is the short chaos run of docs/DESIGN.md §9: `agenthost bench
 // chaos` for 60 s of faults against the built binary, which it SIGKILLs
 // and SIGSTOPs under load. The bench itself checks the invariants over
 // every acknowledged Run and fails with the violations it found; the test

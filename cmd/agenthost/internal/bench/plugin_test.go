@@ -61,7 +61,7 @@ func TestBenchPluginReportsEveryPathAgainstItsBaselines(t *testing.T) {
 	for i, path := range []string{"wazero", "extism", "host"} {
 		checkFigure(r.Calls[i], path, 200)
 	}
-	// The extism call allocates (its export lookups, DESIGN §10), and the
+	// The extism call allocates (its export lookups, docs/DESIGN.md §10), and the
 	// host's goes through it: a figure of 0 would mean nothing was counted.
 	for _, f := range r.Calls[1:] {
 		if f.AllocsPerOp < 1 || f.BytesPerOp < 1 {
@@ -98,7 +98,7 @@ func TestBenchPluginReportsEveryPathAgainstItsBaselines(t *testing.T) {
 
 // TestBenchPluginTimesALoadWithAnEmptyCache checks the uncached load: a
 // full compile of a 3 MB plugin, about 4 s, but about 45 s under -race
-// (DESIGN §9), so it is opt-in: AGENTHOST_BENCH_UNCACHED=1.
+// (docs/DESIGN.md §9), so it is opt-in: AGENTHOST_BENCH_UNCACHED=1.
 func TestBenchPluginTimesALoadWithAnEmptyCache(t *testing.T) {
 	if os.Getenv("AGENTHOST_BENCH_UNCACHED") == "" {
 		t.Skip("a full compile; set AGENTHOST_BENCH_UNCACHED=1 to run it")

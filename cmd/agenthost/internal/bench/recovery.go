@@ -96,7 +96,7 @@ func newBenchRecoveryCmd(bf *benchFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "recovery",
 		Short: "Kill -9 a process with N Runs in flight, restart, and time the recovery",
-		Long: `recovery measures DESIGN §6's recovery with real parts. A child agenthost
+		Long: `recovery measures docs/DESIGN.md §6's recovery with real parts. A child agenthost
 process opens a fresh store (sync_writes on) with the prompt-builder,
 scripted-model and slow-job plugins, and submits --runs Runs, each in its own
 session, whose model calls the slow_job tool for --job-seconds. The child

@@ -1,4 +1,4 @@
-// Package httpapi is agenthost's HTTP API (DESIGN §8): JSON over HTTP,
+// Package httpapi is agenthost's HTTP API (docs/DESIGN.md §8): JSON over HTTP,
 // with bearer tokens that map to tenants, served over a runtime.Runtime.
 //
 // Build a Server from a Config and serve its Handler:

@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agenthost/agenthost/plugins/abicheck"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/plugins/abicheck"
 	"github.com/agenthost/agenthost/runtime"
 )
 

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/plugins/abicheck"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/plugins/abicheck"
 )
 
 func open(t *testing.T, path string, o Options) *Subject {
