@@ -1,7 +1,8 @@
 # agenthost — build, test, lint and benchmark.
 #
 #   make build   compile every package and the agenthost binary into bin/
-#   make test    deps, lint, warm the test cache, then every test (race-enabled), fuzz seed corpora included
+#   make test    deps, lint, warm the test cache, then every test (race-enabled, with the
+#                runtime's invariant checks), fuzz seed corpora included
 #   make deps    install what the tests need when it is missing (scripts/deps.sh)
 #   make warm-cache  build the conformance plugins and fill the wazero cache, without -race
 #   make lint    gofmt -l, go vet and go mod tidy -diff; fails on any finding
@@ -38,7 +39,7 @@ lint:
 	$(GO) vet ./...
 	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy and commit the result"; $(GO) mod tidy -diff; exit 1; }
 
-# Compiling Wasm under -race is about 11x slower (DESIGN §9): build the
+# Compiling Wasm under -race is about 11x slower (docs/DESIGN.md §9): build the
 # conformance plugins and compile them into the shared on-disk wazero cache
 # once, without -race, so the race-enabled tests only read the cache.
 warm-cache:
@@ -76,8 +77,10 @@ run: plugins
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 	$(BIN)/agenthost run --config config.example.yaml "$(QUESTION)"
 
+# -tags invariants turns the runtime's bookkeeping checks into panics
+# (runtime/invariants_on.go).
 test: deps lint warm-cache
-	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...
+	$(GO) test -race -tags invariants -count=1 -timeout 20m $(TESTFLAGS) ./...
 	# At full scale without -race: 10,000 pending effects add no goroutines.
 	$(GO) test -count=1 -run '^TestTenThousandPendingEffectsAddNoGoroutines$$' ./runtime
 

@@ -184,6 +184,15 @@ func (e *RuntimeEnv) UntilTerminal(rt *runtime.Runtime, runID string, step time.
 		if err == nil && res.Kind == runtime.ResultBoundary {
 			e.T.Fatalf("run %s hit an ownership boundary: %v", runID, res.Err)
 		}
+		// Time moves only once every clock callback has returned: one that
+		// fired at the last move (a lease renewal) must run, and re-arm,
+		// before the clock passes its next instant, as it would in a real
+		// process whose clock does not jump. Otherwise a quick succession
+		// of moves here carries time past the lease while the renewal is
+		// still on its way.
+		for e.Clock.Running() > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // a condition poll's cadence
+		}
 		// Jump to the next timer, but never by more than maxJump: a far
 		// timer (the recovery interval) must not carry time past a lease
 		// whose renewal is being re-armed.

@@ -25,9 +25,13 @@ type advanceReq struct {
 	// mayStart lets the advance start a pending Run: only the session
 	// driver, which knows the Run is the session's head, sets it.
 	mayStart bool
-	// release names the assignment key of the synchronous call this advance
-	// concludes; its tracking and busy count are released at the end.
-	release string
+	// outcomeOf names the assignment key of the attempt whose news (pre)
+	// this advance commits, for the log of a dropped outcome.
+	outcomeOf string
+	// onDurable runs once pre is durable, or dropped as stale (the attempt
+	// was settled before, the Run has ended), with the Run as it then
+	// stands: before the Run's lock is released and its waiters are told.
+	onDurable func(cur loop.Run)
 	// input qualifies an input from outside (IfSeq); what names it.
 	input inputOptions
 	what  string
@@ -61,6 +65,11 @@ type dispatchedEffect struct {
 	request json.RawMessage // the model request when it was built in this advance
 }
 
+// errStoreFailed marks an advance that failed because the store did (a
+// load or a commit returned an error): the same advance may succeed when
+// tried again.
+var errStoreFailed = errors.New("runtime: the store failed")
+
 // errAdvanceGaveUp means an advance met version conflicts too many times in a
 // row; something else is committing to the Run in a tight loop.
 var errAdvanceGaveUp = errors.New("runtime: too many version conflicts")
@@ -78,13 +87,8 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 	rk := runKey(req.tenant, req.runID)
 	unlock := rt.lockRun(rk)
 	defer func() {
-		if req.release != "" {
-			rt.mu.Lock()
-			rt.busy[rk]--
-			if rt.busy[rk] <= 0 {
-				delete(rt.busy, rk)
-			}
-			rt.mu.Unlock()
+		if err == nil && req.onDurable != nil {
+			req.onDurable(cur)
 		}
 		unlock()
 		if err == nil {
@@ -95,13 +99,21 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 	if !ok {
 		return loop.Run{}, fmt.Errorf("runtime: unknown tenant %q", req.tenant)
 	}
+	if req.pre == nil && rt.stopping() {
+		// Stop drains the work in progress: the news of effects, inputs
+		// already taken. It starts nothing new (a driver's next Run).
+		return loop.Run{}, fmt.Errorf("runtime: advance of %s: %w", req.runID, ErrClosed)
+	}
 	for attempt := 0; ; attempt++ {
 		if attempt >= 64 {
 			return loop.Run{}, fmt.Errorf("%w: run %s", errAdvanceGaveUp, req.runID)
 		}
 		run, err := rt.store.LoadRun(ctx, req.tenant, req.runID)
-		if err != nil {
+		if errors.Is(err, ErrRunNotFound) {
 			return loop.Run{}, err
+		}
+		if err != nil {
+			return loop.Run{}, fmt.Errorf("%w: load %s: %w", errStoreFailed, req.runID, err)
 		}
 		if req.session == "" {
 			req.session = run.Session
@@ -130,7 +142,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 				return loop.Run{}, err
 			}
 		}
-		batch, next, fx, err := rt.plan(ctx, tenant, run, req, epoch)
+		batch, next, fx, err := rt.foldActions(ctx, tenant, run, req, epoch)
 		if err != nil {
 			if req.fromExecutor() && (errors.Is(err, loop.ErrStaleAttempt) || errors.Is(err, loop.ErrAlreadySettled) || errors.Is(err, loop.ErrTerminal)) {
 				rt.dropOutcome(req, err)
@@ -149,8 +161,8 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		if rt.halted.Load() {
 			return run, fmt.Errorf("runtime: advance of %s: halted: %w", run.ID, ErrClosed)
 		}
-		if !rt.reserveDispatches(next, fx) {
-			return run, fmt.Errorf("runtime: advance of %s: %w", run.ID, ErrClosed)
+		if err := rt.reserveDispatches(next, fx); err != nil {
+			return run, err
 		}
 		cctx, cancel := rt.commitCtx()
 		began := rt.clock.Now()
@@ -170,8 +182,10 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		case errors.Is(err, ErrFenced):
 			rt.boundary(req.tenant, req.session, err)
 			return loop.Run{}, err
+		case errors.Is(err, ErrRunNotFound):
+			return loop.Run{}, err
 		case err != nil:
-			return loop.Run{}, fmt.Errorf("runtime: commit %s: %w", cmd, err)
+			return loop.Run{}, fmt.Errorf("%w: commit %s: %w", errStoreFailed, cmd, err)
 		case res.Duplicate:
 			// The command was applied before (a retry after a lost
 			// acknowledgement, or another settler of the same attempt).
@@ -192,18 +206,20 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 	}
 }
 
-// plan applies req.pre to run and folds the actions that need no outside
-// answer into a batch of events.
-func (rt *Runtime) plan(ctx context.Context, t *Tenant, run loop.Run, req advanceReq, epoch uint64) ([]loop.Event, loop.Run, sideEffects, error) {
+// foldActions applies req.pre to run and folds the actions that need no
+// outside answer (start, plan a model step, dispatch, finish) into one
+// batch of events for one commit. Each event is stamped with the time it
+// is applied at, so that those after a slow builder call carry the time
+// after it.
+func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req advanceReq, epoch uint64) ([]loop.Event, loop.Run, sideEffects, error) {
 	var (
 		batch []loop.Event
 		fx    sideEffects
 		cur   = run
-		now   = rt.nowMS()
 	)
 	apply := func(ev loop.Event) error {
 		if ev.At == 0 {
-			ev.At = now
+			ev.At = rt.nowMS()
 		}
 		ev.Seq = cur.Seq + 1
 		next, err := loop.Apply(cur, ev)
@@ -348,7 +364,7 @@ func failureOf(err error) *loop.Failure {
 
 func (rt *Runtime) dropOutcome(req advanceReq, why error) {
 	rt.stats.DroppedOutcomes.Add(1)
-	key := req.release
+	key := req.outcomeOf
 	if key == "" && req.pre != nil {
 		key = loop.AssignmentKey{Tenant: req.tenant, Session: req.session, EffectID: req.pre.EffectID, Attempt: req.pre.Attempt}.String()
 	}

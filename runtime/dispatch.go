@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/agenthost/agenthost/loop"
@@ -14,46 +15,52 @@ import (
 
 // perform carries out what a committed advance obliges, once it is durable
 // (write-ahead dispatch): executor calls for the dispatched effects,
-// cancels, Watcher wake-ups, and the adoption of any executing effect this
+// cancels, watcher wake-ups, and the adoption of any executing effect this
 // process is not handling yet.
 func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects) {
 	fresh := map[string]bool{}
 	for _, d := range fx.dispatched {
-		// reserveDispatches marked these as being called before the commit.
+		// reserveDispatches reserved these before the commit.
 		key := assignment(run, d.effect.ID, d.effect.Attempt)
 		fresh[d.effect.ID] = true
 		e, req := d.effect, d.request
-		rt.launch(run, key, func() { rt.callStart(t, run, e, req, abi.ExportStart) })
+		rt.launch(key, func() { rt.callExecutor(t, run, e, req, abi.ExportStart) })
 	}
 	cancelling := map[string]bool{}
 	for _, a := range fx.cancels {
 		cancelling[a.EffectID] = true
 		key := assignment(run, a.EffectID, a.Attempt)
-		if rt.beginCancel(run, key) {
-			e := *run.Effect(a.EffectID)
-			rt.launch(run, key, func() { rt.callCancel(t, run, e) })
+		watched, ok := rt.attempts.beginCancel(key)
+		if !ok {
+			continue
 		}
+		if watched { // the cancel reply settles it: no poll, no attach
+			rt.watcher.Cancel("poll/" + key)
+			rt.watcher.Cancel("attach/" + key)
+		}
+		e := *run.Effect(a.EffectID)
+		rt.launch(key, func() { rt.callCancel(t, run, e) })
 	}
 	for _, e := range run.Executing() {
 		if fresh[e.ID] || cancelling[e.ID] {
 			continue
 		}
-		// Executing, but this process is neither calling nor polling it:
-		// an effect of an earlier incarnation (attach), or of this one whose
-		// settlement was lost on the way (call again: executors treat
-		// (effect, attempt) as an idempotency key).
+		// Executing, but this process is neither calling nor watching it:
+		// an effect of an earlier incarnation (attach), or of this one
+		// whose call was abandoned (call again: executors treat (effect,
+		// attempt) as an idempotency key).
 		key := assignment(run, e.ID, e.Attempt)
-		if !rt.beginCall(run, key) {
+		if !rt.attempts.beginCall(key) {
 			continue
 		}
 		e := e
 		switch {
 		case e.Epoch != epoch:
-			rt.launch(run, key, func() { rt.recoverEffect(t, run, e, key) })
+			rt.launch(key, func() { rt.recoverEffect(t, run, e, key) })
 		case e.Handle != "":
-			rt.launch(run, key, func() { rt.callStart(t, run, e, nil, abi.ExportPoll) })
+			rt.launch(key, func() { rt.callExecutor(t, run, e, nil, abi.ExportPoll) })
 		default:
-			rt.launch(run, key, func() { rt.callStart(t, run, e, nil, abi.ExportStart) })
+			rt.launch(key, func() { rt.callExecutor(t, run, e, nil, abi.ExportStart) })
 		}
 	}
 	for _, a := range fx.wakes {
@@ -68,109 +75,52 @@ func assignment(run loop.Run, effectID string, attempt int) string {
 	return loop.AssignmentKey{Tenant: run.Tenant, Session: run.Session, EffectID: effectID, Attempt: attempt}.String()
 }
 
-// beginCall marks an attempt as being called; false when it is already
-// being called or polled.
-func (rt *Runtime) beginCall(run loop.Run, key string) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.stopped {
-		return false
+// reserveDispatches reserves the attempts a commit is about to dispatch
+// (attempts.reserve). A runtime that is stopping still reserves them: the
+// commit may carry an outcome that must not be lost, and the dispatches it
+// folds in are then left to recovery (launch abandons them).
+func (rt *Runtime) reserveDispatches(run loop.Run, fx sideEffects) error {
+	for i, d := range fx.dispatched {
+		if err := rt.check(rt.attempts.reserve(assignment(run, d.effect.ID, d.effect.Attempt))); err != nil {
+			rt.unreserveDispatches(run, sideEffects{dispatched: fx.dispatched[:i]})
+			return err
+		}
 	}
-	tr := rt.tracked.getOrAdd(key)
-	if tr.calling || tr.polling || tr.cancelling || tr.done {
-		return false
-	}
-	tr.calling = true
-	rt.busy[runKey(run.Tenant, run.ID)]++
-	return true
-}
-
-// reserveDispatches marks the attempts a commit is about to dispatch as
-// being called, before the commit, so that no other advance that reads the
-// commit can mistake them for orphans and call them a second time. It
-// reports false (and reserves nothing) if the runtime is stopping.
-func (rt *Runtime) reserveDispatches(run loop.Run, fx sideEffects) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.stopped {
-		return false
-	}
-	for _, d := range fx.dispatched {
-		rt.tracked.put(assignment(run, d.effect.ID, d.effect.Attempt), &tracking{calling: true})
-		rt.busy[runKey(run.Tenant, run.ID)]++
-	}
-	return true
+	return nil
 }
 
 // unreserveDispatches undoes reserveDispatches when the commit did not
 // happen.
 func (rt *Runtime) unreserveDispatches(run loop.Run, fx sideEffects) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	for _, d := range fx.dispatched {
-		rt.tracked.delete(assignment(run, d.effect.ID, d.effect.Attempt))
-		rk := runKey(run.Tenant, run.ID)
-		if rt.busy[rk]--; rt.busy[rk] <= 0 {
-			delete(rt.busy, rk)
-		}
+		rt.check(rt.attempts.unreserve(assignment(run, d.effect.ID, d.effect.Attempt)))
 	}
 }
 
-// beginCancel marks an attempt as being cancelled (once). A poll
-// registration is dropped: the cancel reply settles the attempt.
-func (rt *Runtime) beginCancel(run loop.Run, key string) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.stopped {
-		return false
-	}
-	tr := rt.tracked.getOrAdd(key)
-	if tr.cancelling || tr.done {
-		return false
-	}
-	tr.cancelling = true
-	if tr.polling {
-		tr.polling = false
-		rt.watcher.Cancel("poll/" + key)
-		rt.watcher.Cancel("attach/" + key)
-		delete(rt.deferred, key)
-	}
-	rt.busy[runKey(run.Tenant, run.ID)]++
-	return true
-}
-
-// launch runs a call as tracked work; if the runtime is stopping it undoes
-// the busy count the caller took.
-func (rt *Runtime) launch(run loop.Run, key string, f func()) {
+// launch runs a call on an attempt the caller holds as tracked work; if
+// the runtime is stopping, the call is abandoned: the record stays
+// executing for recovery.
+func (rt *Runtime) launch(key string, f func()) {
 	if !rt.goTracked(f) {
-		rt.mu.Lock()
-		rt.busy[runKey(run.Tenant, run.ID)]--
-		rt.mu.Unlock()
+		rt.abandon(key)
 	}
 }
 
-// settled marks an attempt as settled for good (its settlement committed,
-// or found committed before).
-func (rt *Runtime) settled(key string) {
-	rt.mu.Lock()
-	rt.tracked.put(key, &tracking{done: true})
-	rt.mu.Unlock()
+// abandon gives up the caller's hold on an attempt without an answer.
+func (rt *Runtime) abandon(key string) { rt.check(rt.attempts.abandon(key)) }
+
+// check logs a bookkeeping error (which panics first under the invariants
+// build tag) and returns it.
+func (rt *Runtime) check(err error) error {
+	if err != nil {
+		rt.log.Error("runtime bookkeeping error; please report it", "err", err)
+	}
+	return err
 }
 
-// untrack forgets what this process was doing about an attempt that is
-// still executing on record, so that a later advance adopts it again.
-func (rt *Runtime) untrack(key string) {
-	rt.mu.Lock()
-	rt.tracked.delete(key)
-	rt.mu.Unlock()
-}
-
-// forgetRun drops the tombstones of a Run that has ended.
+// forgetRun drops the bookkeeping of a Run that has ended.
 func (rt *Runtime) forgetRun(run loop.Run) {
-	prefix := run.Tenant + "/" + run.Session + "/" + run.ID + "."
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	rt.tracked.deleteRun(prefix)
+	rt.attempts.forgetRun(runPrefixOf(run.Tenant, run.Session, run.ID))
 }
 
 // effectCall builds the input of an executor call.
@@ -206,20 +156,20 @@ func (rt *Runtime) effectCall(ctx context.Context, run loop.Run, e loop.Effect, 
 	return EffectCall{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, Input: in}, nil
 }
 
-// callStart calls start, poll or attach for an effect attempt and acts on
-// the reply.
-func (rt *Runtime) callStart(t *Tenant, run loop.Run, e loop.Effect, request json.RawMessage, export string) {
+// callExecutor calls the executor's start, poll or attach export (export)
+// for an effect attempt the caller holds, and acts on the reply.
+func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request json.RawMessage, export string) {
 	key := assignment(run, e.ID, e.Attempt)
 	ctx, cancel := rt.callCtx()
 	defer cancel()
 	exec := t.executorFor(e.Kind, e.Tool)
 	if exec == nil {
-		rt.settle(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, fmt.Sprintf("no executor for %s %s", e.Kind, e.Tool), true))
+		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, fmt.Sprintf("no executor for %s %s", e.Kind, e.Tool), true))
 		return
 	}
 	call, err := rt.effectCall(ctx, run, e, request)
 	if err != nil {
-		rt.settle(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, err.Error(), true))
+		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, err.Error(), true))
 		return
 	}
 	rt.stats.ExecutorCalls.Add(1)
@@ -240,30 +190,30 @@ func (rt *Runtime) callStart(t *Tenant, run loop.Run, e loop.Effect, request jso
 func (rt *Runtime) onReply(run loop.Run, e loop.Effect, key, export string, reply abi.EffectReply, err error) {
 	if err != nil {
 		if rt.life.Err() != nil {
-			rt.abandon(run, key) // stopping: the record stays for recovery
+			rt.abandon(key) // stopping: the record stays for recovery
 			return
 		}
 		if !errors.As(err, new(*PluginError)) {
 			rt.stats.UnavailableErrors.Add(1)
 		}
-		rt.settle(run, e, key, loop.Outcome{State: loop.OutcomeFailed, Error: failureOf(err)})
+		rt.commitSettlement(run, e, key, loop.Outcome{State: loop.OutcomeFailed, Error: failureOf(err)})
 		return
 	}
 	switch reply.State {
 	case abi.StateDone:
-		rt.settle(run, e, key, doneOutcome(e.Kind, reply.Outcome))
+		rt.commitSettlement(run, e, key, doneOutcome(e.Kind, reply.Outcome))
 	case abi.StateFailed:
 		msg, retriable := "the executor reported failure", false
 		if reply.Error != nil {
 			msg, retriable = reply.Error.Message, reply.Error.Retriable
 		}
-		rt.settle(run, e, key, failedOutcome(abi.ClassPluginFailed, msg, retriable))
+		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassPluginFailed, msg, retriable))
 	case abi.StateUnknown:
-		rt.settle(run, e, key, failedOutcome(abi.ClassLost, export+": the executor holds no record of this attempt", true))
+		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassLost, export+": the executor holds no record of this attempt", true))
 	case abi.StatePending:
-		rt.pending(run, e, key, reply)
+		rt.recordPending(run, e, key, reply)
 	default:
-		rt.settle(run, e, key, failedOutcome(abi.ClassPluginProtocol, fmt.Sprintf("%s answered state %q", export, reply.State), false))
+		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassPluginProtocol, fmt.Sprintf("%s answered state %q", export, reply.State), false))
 	}
 }
 
@@ -288,82 +238,127 @@ func doneOutcome(kind abi.EffectKind, raw json.RawMessage) loop.Outcome {
 	return loop.Outcome{State: loop.OutcomeDone, Tool: &o}
 }
 
-// settle commits the outcome of an attempt under its one settlement
-// command ID, in a context detached from any caller.
-func (rt *Runtime) settle(run loop.Run, e loop.Effect, key string, o loop.Outcome) {
-	ev := loop.Settled(e.ID, e.Attempt, o, 0)
-	ctx, cancel := rt.commitCtx()
-	defer cancel()
-	cmd := loop.SettleCommandID(e.ID, e.Attempt)
-	_, err := rt.advance(ctx, advanceReq{
-		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, release: key,
-		commandID: func(loop.Run) string { return cmd },
-	})
-	if err != nil {
-		rt.untrack(key)
-		if rt.life.Err() == nil {
-			rt.log.Error("settlement not committed; the effect stays executing until it is settled again", "assignment_key", key, "err", err)
-		}
+// commitSettlement commits the outcome of an attempt the caller holds,
+// under its one settlement command ID, in a context detached from any
+// caller, and retries the commit until it is durable (commitOutcome). The
+// attempt stays held meanwhile: no advance adopts it and calls it again.
+func (rt *Runtime) commitSettlement(run loop.Run, e loop.Effect, key string, o loop.Outcome) {
+	ok, err := rt.attempts.settling(key)
+	if rt.check(err) != nil {
+		rt.abandon(key)
 		return
 	}
-	rt.settled(key)
+	if !ok { // settled already, through another call or a cancel
+		rt.stats.DroppedOutcomes.Add(1)
+		rt.check(rt.attempts.settledDurably(key, false))
+		return
+	}
+	ev := loop.Settled(e.ID, e.Attempt, o, 0)
+	cmd := loop.SettleCommandID(e.ID, e.Attempt)
+	rt.commitOutcome(key, "settlement", advanceReq{
+		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, outcomeOf: key,
+		commandID: func(loop.Run) string { return cmd },
+		onDurable: func(cur loop.Run) { rt.check(rt.attempts.settledDurably(key, cur.Status.Terminal())) },
+	})
 }
 
-// pending records the handle of a pending attempt and registers a poll.
-func (rt *Runtime) pending(run loop.Run, e loop.Effect, key string, reply abi.EffectReply) {
+// recordPending records the handle of a pending attempt the caller holds,
+// and hands the attempt to the watcher for its polls.
+func (rt *Runtime) recordPending(run loop.Run, e loop.Effect, key string, reply abi.EffectReply) {
 	ev := loop.Event{Type: loop.EventEffectPending, EffectID: e.ID, Attempt: e.Attempt, Handle: reply.Handle}
-	ctx, cancel := rt.commitCtx()
-	defer cancel()
-	rt.mu.Lock()
-	if tr := rt.tracked.get(key); tr != nil {
-		// From here on the Watcher owns the attempt; the commit below ends
-		// the synchronous call.
-		tr.calling, tr.polling = false, true
+	// The attempt is watched, and its poll registered, before the commit,
+	// so that by the time anyone learns of the pending record the watcher
+	// holds it. The call's hold stays until the record is durable.
+	watched, err := rt.attempts.watch(key)
+	if rt.check(err) != nil {
+		rt.abandon(key)
+		return
 	}
-	rt.mu.Unlock()
-	// The poll is registered before the commit, so that by the time anyone
-	// learns of the pending record, the Watcher holds it.
+	if !watched { // a cancel runs on it, and its reply settles it
+		rt.check(rt.attempts.release(key))
+		return
+	}
 	interval := rt.opts.PollMin
 	if reply.PollAfterMS > 0 {
 		interval = time.Duration(reply.PollAfterMS) * time.Millisecond
 	}
-	rt.schedulePoll(run, e, key, reply.Handle, interval)
+	polled := rt.schedulePoll(run, e, key, reply.Handle, interval)
 	cmd := "pending/" + key + "/" + reply.Handle
-	_, err := rt.advance(ctx, advanceReq{
-		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, release: key,
+	committed := rt.commitOutcome(key, "pending record", advanceReq{
+		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, outcomeOf: key,
 		commandID: func(loop.Run) string { return cmd },
+		onDurable: func(loop.Run) { rt.check(rt.attempts.release(key)) },
 	})
-	if err != nil {
+	if !committed {
 		rt.watcher.Cancel("poll/" + key)
-		rt.untrack(key)
-		if rt.life.Err() == nil {
-			rt.log.Error("pending record not committed", "assignment_key", key, "err", err)
-		}
+	}
+	if !polled || !committed {
+		rt.attempts.forget(key) // the runtime is stopping: recovery attaches
 	}
 }
 
-func (rt *Runtime) schedulePoll(run loop.Run, e loop.Effect, key, handle string, interval time.Duration) {
-	ok := rt.watcher.Schedule(watchItem{
+// commitOutcome runs the advance that commits news of an attempt (a
+// settlement, a pending record) the caller holds, and retries it, with
+// the same command ID and a backoff on the Clock, for as long as the
+// store fails: the store applies a command ID once, so a commit whose
+// acknowledgement was lost is answered as a duplicate. It never calls the
+// executor again. It gives up, abandoning the caller's hold (the record
+// stays executing, for recovery), when the session has another owner, the
+// Run is gone, or the runtime's life ends. It reports whether the news is
+// durable (req.onDurable ran).
+func (rt *Runtime) commitOutcome(key, what string, req advanceReq) bool {
+	backoff := commitRetryMin
+	for {
+		ctx, cancel := rt.commitCtx()
+		_, err := rt.advance(ctx, req)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, errStoreFailed) || rt.life.Err() != nil || rt.halted.Load() {
+			if rt.life.Err() == nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrSessionOwned) && !errors.Is(err, ErrNodeExpired) {
+				rt.log.Error(what+" not committed; the effect stays executing for recovery", "assignment_key", key, "err", err)
+			}
+			rt.abandon(key)
+			return false
+		}
+		rt.log.Warn(what+" not committed; retrying under the same command ID", "assignment_key", key, "retry_in", backoff, "err", err)
+		if !rt.sleep(backoff) {
+			rt.abandon(key)
+			return false
+		}
+		backoff = min(2*backoff, commitRetryMax)
+	}
+}
+
+// The backoff between retries of a commit that the store failed.
+const (
+	commitRetryMin = 50 * time.Millisecond
+	commitRetryMax = 5 * time.Second
+)
+
+// sleep waits d on the runtime's Clock; false when the runtime's life
+// ended first.
+func (rt *Runtime) sleep(d time.Duration) bool {
+	done := make(chan struct{})
+	tm := rt.clock.AfterFunc(d, func() { close(done) })
+	select {
+	case <-done:
+		return true
+	case <-rt.life.Done():
+		tm.Stop()
+		return false
+	}
+}
+
+// schedulePoll registers the next poll of a watched attempt; false when
+// the watcher is stopped.
+func (rt *Runtime) schedulePoll(run loop.Run, e loop.Effect, key, handle string, interval time.Duration) bool {
+	return rt.watcher.Schedule(watchItem{
 		Key: "poll/" + key, Kind: watchPoll, At: rt.clock.Now().Add(interval),
 		Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID, Attempt: e.Attempt,
 		Handle: handle, Interval: interval,
 	})
-	if !ok {
-		rt.untrack(key)
-	}
-}
-
-// abandon forgets an attempt this process will not finish; its record
-// stays executing for recovery.
-func (rt *Runtime) abandon(run loop.Run, key string) {
-	rt.untrack(key)
-	rt.mu.Lock()
-	rk := runKey(run.Tenant, run.ID)
-	rt.busy[rk]--
-	if rt.busy[rk] <= 0 {
-		delete(rt.busy, rk)
-	}
-	rt.mu.Unlock()
 }
 
 // callCancel asks the executor to stop an attempt and settles it with the
@@ -379,7 +374,7 @@ func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect) {
 			reply, err := exec.Cancel(ctx, call)
 			switch {
 			case err != nil && rt.life.Err() != nil:
-				rt.abandon(run, key)
+				rt.abandon(key)
 				return
 			case err != nil:
 				o.Error = &loop.Failure{Class: abi.ClassCancelled, Message: "cancel failed: " + err.Error()}
@@ -388,62 +383,61 @@ func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect) {
 			}
 		}
 	}
-	rt.settle(run, e, key, o)
+	rt.commitSettlement(run, e, key, o)
 }
 
+// testHookWatcherFire, when set, runs once onWatcherFire has started its
+// first worker (tests).
+var testHookWatcherFire func()
+
 // onWatcherFire carries out a batch of due items with a bounded number of
-// goroutines, not one per item.
+// goroutines, not one per item. The workers take the items in turn from
+// the batch itself: no goroutine hands them out, so a Stop that refuses
+// the rest of the workers leaves none waiting (the items not carried out
+// are polls, attaches and wake-ups, which recovery and the next process's
+// drivers redo).
 func (rt *Runtime) onWatcherFire(batch []watchItem) {
-	next := make(chan watchItem)
-	workers := min(len(batch), cap(rt.slots))
-	for i := 0; i < workers; i++ {
-		if !rt.goTracked(func() {
-			for it := range next {
-				rt.runWatchItem(it)
-			}
-		}) {
-			return
-		}
-	}
-	rt.goTracked(func() {
-		defer close(next)
-		for _, it := range batch {
-			select {
-			case next <- it:
-			case <-rt.life.Done():
+	var next atomic.Int64
+	work := func() {
+		for {
+			i := next.Add(1) - 1
+			if i >= int64(len(batch)) || rt.life.Err() != nil {
 				return
 			}
+			rt.runWatchItem(batch[i])
 		}
-	})
+	}
+	for i := range min(len(batch), cap(rt.slots)) {
+		if !rt.goTracked(work) {
+			return
+		}
+		if i == 0 && testHookWatcherFire != nil {
+			testHookWatcherFire()
+		}
+	}
 }
 
 // takeWatched turns a due poll or attach item into a running call: it
 // reloads the Run and, when the attempt is still executing and this
-// process still watches it, marks it as being called. Otherwise it
-// forgets the attempt (or tombstones it, when it was settled meanwhile)
-// and reports false.
+// process still watches it, holds it as being called. Otherwise it
+// forgets the attempt (or records it settled, when it was settled
+// meanwhile) and reports false.
 func (rt *Runtime) takeWatched(it watchItem) (*Tenant, loop.Run, loop.Effect, string, bool) {
 	key := loop.AssignmentKey{Tenant: it.Tenant, Session: it.Session, EffectID: it.EffectID, Attempt: it.Attempt}.String()
 	t, ok := rt.opts.Tenants.Tenant(it.Tenant)
 	run, err := rt.store.LoadRun(rt.life, it.Tenant, it.RunID)
 	if !ok || err != nil {
-		rt.untrack(key)
+		rt.attempts.forget(key)
 		return nil, loop.Run{}, loop.Effect{}, key, false
 	}
 	e := run.Effect(it.EffectID)
 	if e == nil || e.State != loop.EffectExecuting || e.Attempt != it.Attempt {
-		rt.forgetDeferral(key)
-		rt.settled(key) // settled meanwhile
+		rt.attempts.markSettled(key) // settled meanwhile
 		return nil, loop.Run{}, loop.Effect{}, key, false
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	tr := rt.tracked.get(key)
-	if tr == nil || !tr.polling || tr.cancelling {
+	if !rt.attempts.takeWatched(key) {
 		return nil, loop.Run{}, loop.Effect{}, key, false
 	}
-	tr.polling, tr.calling = false, true
-	rt.busy[runKey(run.Tenant, run.ID)]++
 	return t, run, *e, key, true
 }
 
@@ -468,14 +462,11 @@ func (rt *Runtime) runWatchItem(it watchItem) {
 		if !ok {
 			return
 		}
-		if t.executorFor(e.Kind, e.Tool) == nil {
-			rt.untrack(key)
-			rt.releaseBusy(run)
+		exec := t.executorFor(e.Kind, e.Tool)
+		if exec == nil {
+			rt.abandon(key)
 			return
 		}
-		rt.mu.Lock()
-		tr := rt.tracked.get(key)
-		rt.mu.Unlock()
 		ctx, cancel := rt.callCtx()
 		defer cancel()
 		ef := e
@@ -484,19 +475,26 @@ func (rt *Runtime) runWatchItem(it watchItem) {
 		var reply abi.EffectReply
 		if err == nil {
 			rt.stats.ExecutorCalls.Add(1)
-			reply, err = t.executorFor(ef.Kind, ef.Tool).Poll(ctx, call)
+			reply, err = exec.Poll(ctx, call)
 		}
 		if err == nil && reply.State == abi.StatePending && reply.Handle == it.Handle {
 			// Still pending, same handle: nothing to record; back off.
-			rt.mu.Lock()
-			tr.calling, tr.polling = false, true
-			rt.busy[runKey(run.Tenant, run.ID)]--
-			rt.mu.Unlock()
+			watched, err := rt.attempts.watch(key)
+			if rt.check(err) != nil {
+				rt.abandon(key)
+				return
+			}
+			rt.check(rt.attempts.release(key))
+			if !watched { // a cancel runs on it, and its reply settles it
+				return
+			}
 			interval := nextPollInterval(it.Interval, rt.opts.PollMin, rt.opts.PollMax)
 			if reply.PollAfterMS > 0 {
 				interval = time.Duration(reply.PollAfterMS) * time.Millisecond
 			}
-			rt.schedulePoll(run, ef, key, it.Handle, interval)
+			if !rt.schedulePoll(run, ef, key, it.Handle, interval) {
+				rt.attempts.forget(key)
+			}
 			rt.notifyQuiescent(run)
 			return
 		}

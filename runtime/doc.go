@@ -19,7 +19,7 @@
 //
 // (*Runtime).advance takes the Run's advance lock, reloads the snapshot
 // with Store.LoadRun (the runtime keeps no Run state between advances),
-// and calls (*Runtime).plan. plan applies the event that prompted the
+// and calls (*Runtime).foldActions. foldActions applies the event that prompted the
 // advance with loop.Apply, then loops on loop.Decide, turning every action
 // that needs no outside answer into an event of the same batch: start,
 // plan a model step (calling Builder.Build), dispatch an effect, finish.
@@ -30,7 +30,7 @@
 // again from what is stored.
 //
 // Only after the commit does (*Runtime).perform act on it (write-ahead
-// dispatch): (*Runtime).callStart calls Executor.Start for each dispatched
+// dispatch): (*Runtime).callExecutor calls Executor.Start for each dispatched
 // attempt, cancels go to (*Runtime).callCancel, and wake-ups go to the
 // watcher, the one timer heap (newWatcher) that also carries polls of
 // pending attempts and deferred recovery attaches. perform also adopts an
@@ -38,11 +38,15 @@
 // under another epoch goes to (*Runtime).recoverEffect.
 //
 // (*Runtime).onReply turns the executor's reply into an outcome.
-// (*Runtime).settle commits it by running advance again with an
+// (*Runtime).commitSettlement commits it by running advance again with an
 // EffectSettled event under loop.SettleCommandID(effect, attempt), the one
 // command ID every settler of that attempt uses, so the store applies the
-// first and makes every later one a no-op. A pending reply registers a
-// poll (nextPollInterval backs it off) and commits the handle.
+// first and makes every later one a no-op; a commit the store fails is
+// retried under that ID (commitOutcome), never the effect. A pending
+// reply registers a poll (nextPollInterval backs it off) and commits the
+// handle (recordPending). One type, attempts, owns what the process does
+// about each attempt (calling, watched, settling, settled), with explicit
+// transitions; an illegal one panics under the invariants build tag.
 //
 // # Ownership and recovery
 //
@@ -51,8 +55,10 @@
 // the epoch that fences every commit of its Runs. When the lease is found
 // expired the runtime gives up every session and closes LeaseLost.
 // RecoverNow takes over the sessions of dead incarnations; their executing
-// effects go through Executor.Attach and recovery.Plan. WatchdogScan
-// reports and re-drives a Run that nothing would move.
+// effects go through Executor.Attach and recovery.Plan. The watchdog
+// (WatchdogScan) reads the store's index of sessions with an active Run
+// (Store.ActiveSessions), and reports and re-drives a head Run, in a
+// session this node owns, that nothing would move.
 //
 // docs/DESIGN.md §5 walks through all of this with every function named,
 // §6 covers recovery and the watchdog, and §11 lists the invariants with

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -135,12 +134,15 @@ func (rt *Runtime) Execute(ctx context.Context, req Request) (Result, error) {
 		req.RunID = NewRunID(rt.clock.Now())
 	}
 	w := rt.addWaiter(req.Tenant, req.Session, req.RunID)
-	run, _, err := rt.Submit(ctx, req)
+	run, duplicate, err := rt.Submit(ctx, req)
 	if err != nil {
 		rt.removeWaiter(req.Tenant, req.RunID, w)
 		return Result{}, err
 	}
-	if run.ID != req.RunID { // an idempotent resubmission answered with the first Run
+	if duplicate {
+		// An idempotent resubmission answered with the first Run, which
+		// may have ended long ago: no advance will notify the waiter, so
+		// Wait reads where it stands.
 		rt.removeWaiter(req.Tenant, req.RunID, w)
 		return rt.Wait(ctx, req.Tenant, run.ID)
 	}
@@ -269,14 +271,5 @@ func (rt *Runtime) LoadRun(ctx context.Context, tenant, runID string) (loop.Run,
 // is calling, polling or waiting to attach again: the effects in flight,
 // for quotas.
 func (rt *Runtime) InFlight(tenant string) int {
-	prefix := tenant + "/"
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	n := 0
-	rt.tracked.all(func(k string, tr *tracking) {
-		if !tr.done && strings.HasPrefix(k, prefix) {
-			n++
-		}
-	})
-	return n
+	return rt.attempts.inFlight(tenant + "/")
 }

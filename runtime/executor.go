@@ -16,7 +16,7 @@ type EffectCall struct {
 	Input   abi.EffectInput
 }
 
-// Executor carries out effects (DESIGN §1). host.Executor adapts a Wasm
+// Executor carries out effects (docs/DESIGN.md §1). host.Executor adapts a Wasm
 // plugin to it; conformance has scripted fakes.
 //
 // A reply is returned only when it passed abi validation. Any failure to

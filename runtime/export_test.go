@@ -26,3 +26,20 @@ type (
 
 // NewWatcher is newWatcher.
 func NewWatcher(clock Clock, fire func(batch []WatchItem)) *Watcher { return newWatcher(clock, fire) }
+
+// Stopping reports whether Stop (or Halt) has begun.
+func Stopping(rt *Runtime) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.stopped
+}
+
+// TrackedAttempts returns how many effect attempts the runtime holds
+// bookkeeping for (in flight, watched, or settled tombstones).
+func TrackedAttempts(rt *Runtime) int {
+	return rt.attempts.len()
+}
+
+// SetWatcherFireHook sets a function onWatcherFire calls once it has
+// started its first worker, before the rest of the batch is handed out.
+func SetWatcherFireHook(f func()) { testHookWatcherFire = f }

@@ -96,10 +96,7 @@ func (rt *Runtime) afterAdvance(req advanceReq, cur loop.Run) {
 // notifyQuiescent reports a quiescent wait when nothing synchronous is in
 // flight for the Run.
 func (rt *Runtime) notifyQuiescent(cur loop.Run) {
-	rt.mu.Lock()
-	busy := rt.busy[runKey(cur.Tenant, cur.ID)]
-	rt.mu.Unlock()
-	if busy > 0 {
+	if rt.attempts.busyRun(runPrefixOf(cur.Tenant, cur.Session, cur.ID)) > 0 {
 		return
 	}
 	for _, a := range loop.Decide(cur) {

@@ -55,13 +55,6 @@ func (s *recoveryCounters) count(d recovery.Decision) {
 	}
 }
 
-// deferral remembers, in this process, how often attach of an attempt was
-// deferred because its executor was unavailable.
-type deferral struct {
-	n       int
-	firstMS int64
-}
-
 // Ready reports whether recovery's first pass is done: every session whose
 // owner was dead at start-up has been taken over and handed to a driver.
 // It is false again once the node's lease is lost (LeaseLost).
@@ -117,20 +110,6 @@ func (rt *Runtime) armRecovery() {
 	})
 }
 
-func (rt *Runtime) armWatchdog() {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.stopped {
-		return
-	}
-	rt.watchdogTimer = rt.clock.AfterFunc(rt.opts.WatchdogInterval, func() {
-		rt.goTracked(func() {
-			rt.WatchdogScan(rt.life)
-			rt.armWatchdog()
-		})
-	})
-}
-
 // RecoverNow runs one recovery pass: it takes over every session whose
 // owner incarnation is dead and hands it to a driver, which re-drives its
 // Runs and sends its executing effects through attach. It returns the
@@ -142,7 +121,7 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("runtime: recovery scan: %w", err)
 	}
 	// Claims are synced writes: make them concurrently, so the store can
-	// group their syncs (DESIGN §10), with a bounded number of workers.
+	// group their syncs (docs/DESIGN.md §10), with a bounded number of workers.
 	var (
 		taken    atomic.Int64
 		firstErr error
@@ -219,8 +198,8 @@ func (rt *Runtime) takeOver(ctx context.Context, o SessionOwner) error {
 }
 
 // recoverEffect asks the executor of an orphaned attempt to attach, plans
-// with recovery.Plan and carries the command out. The caller has begun a
-// call for key (beginCall).
+// with recovery.Plan and carries the command out. The caller holds the
+// attempt as being called (beginCall or takeWatched).
 func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key string) {
 	ctx, cancel := rt.callCtx()
 	defer cancel()
@@ -234,7 +213,7 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 		reply, err := exec.Attach(ctx, call)
 		switch {
 		case err != nil && rt.life.Err() != nil:
-			rt.abandon(run, key)
+			rt.abandon(key)
 			return
 		case err != nil:
 			st.Reason = err.Error()
@@ -242,56 +221,38 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 			st = attachState(e.Kind, reply)
 		}
 	}
-	rt.mu.Lock()
-	d := rt.deferred[key]
-	rt.mu.Unlock()
+	deferrals, firstMS := rt.attempts.deferral(key)
 	p := recovery.Policy{Missing: policyOf(run, e), MaxDeferMS: rt.opts.MaxDefer.Milliseconds(),
 		DeferBackoffMS: rt.opts.PollMin.Milliseconds(), MaxDeferBackoffMS: rt.opts.PollMax.Milliseconds()}
 	now := rt.nowMS()
 	cmd := recovery.Plan(recovery.Record{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID,
-		Kind: e.Kind, Attempt: e.Attempt, Handle: e.Handle, Deferrals: d.n, FirstDeferredMS: d.firstMS}, st, p, now)
+		Kind: e.Kind, Attempt: e.Attempt, Handle: e.Handle, Deferrals: deferrals, FirstDeferredMS: firstMS}, st, p, now)
 	rt.recStats.count(cmd.Decision)
 	rt.opts.Observer.RecoveryDecision(string(cmd.Decision))
 	rt.log.Info("recovery decision", "assignment_key", key, "decision", cmd.Decision, "command_id", cmd.CommandID, "reason", cmd.Reason)
 	switch cmd.Decision {
 	case recovery.Reattach:
-		rt.forgetDeferral(key)
-		rt.pending(run, e, key, abi.EffectReply{State: abi.StatePending, Handle: cmd.Handle, PollAfterMS: cmd.PollAfterMS})
+		rt.attempts.clearDeferral(key)
+		rt.recordPending(run, e, key, abi.EffectReply{State: abi.StatePending, Handle: cmd.Handle, PollAfterMS: cmd.PollAfterMS})
 	case recovery.Defer:
-		rt.mu.Lock()
-		if d.n == 0 {
-			d.firstMS = now
+		rt.attempts.deferAttach(key, now)
+		watched, err := rt.attempts.watch(key)
+		if rt.check(err) != nil {
+			rt.abandon(key)
+			return
 		}
-		d.n++
-		rt.deferred[key] = d
-		if tr := rt.tracked.get(key); tr != nil {
-			tr.calling, tr.polling = false, true
+		rt.check(rt.attempts.release(key))
+		if !watched { // a cancel runs on it, and its reply settles it
+			return
 		}
-		rt.mu.Unlock()
-		rt.releaseBusy(run)
 		ok := rt.watcher.Schedule(watchItem{Key: "attach/" + key, Kind: watchAttach, At: time.UnixMilli(cmd.RetryAtMS),
 			Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID, Attempt: e.Attempt})
 		if !ok {
-			rt.untrack(key)
+			rt.attempts.forget(key)
 		}
 	default:
-		rt.forgetDeferral(key)
-		rt.settle(run, e, key, *cmd.Settlement.Outcome)
-	}
-}
-
-func (rt *Runtime) forgetDeferral(key string) {
-	rt.mu.Lock()
-	delete(rt.deferred, key)
-	rt.mu.Unlock()
-}
-
-func (rt *Runtime) releaseBusy(run loop.Run) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	rk := runKey(run.Tenant, run.ID)
-	if rt.busy[rk]--; rt.busy[rk] <= 0 {
-		delete(rt.busy, rk)
+		rt.attempts.clearDeferral(key)
+		rt.commitSettlement(run, e, key, *cmd.Settlement.Outcome)
 	}
 }
 
@@ -323,123 +284,4 @@ func policyOf(run loop.Run, e loop.Effect) loop.Policy {
 	}
 	t, _ := run.ToolSpec(e.Tool)
 	return t.Policy
-}
-
-// WatchdogScan looks at the head Run of every session this node drives and
-// reports, by log and by the WatchdogReports counter, any that is
-// non-terminal with nothing in flight, nothing awaited and no timer, in two
-// scans in a row at the same version. It kicks the session of each, so the
-// report is also a repair. It returns the number reported.
-//
-// A session it finds with no active Run in two scans in a row, and no
-// driver on it, is forgotten (idleSession): the runtime holds state for
-// the sessions with recent work, not for every session it ever drove.
-func (rt *Runtime) WatchdogScan(ctx context.Context) int {
-	rt.mu.Lock()
-	var owned []*sessionState
-	for _, s := range rt.sessions {
-		if s.claimed {
-			owned = append(owned, s)
-		}
-	}
-	rt.mu.Unlock()
-	reported := 0
-	seen := map[string]bool{}
-	for _, s := range owned {
-		runs, err := rt.store.ActiveRuns(ctx, s.tenant, s.session)
-		if err != nil {
-			continue
-		}
-		if rt.idleSession(s, len(runs) == 0) {
-			continue
-		}
-		head := runs[0]
-		rk := runKey(head.Tenant, head.ID)
-		seen[rk] = true
-		if !rt.stuck(head) {
-			rt.forgetSuspect(rk)
-			continue
-		}
-		rt.mu.Lock()
-		prev, suspected := rt.suspects[rk]
-		rt.suspects[rk] = head.Seq
-		rt.mu.Unlock()
-		if !suspected || prev != head.Seq {
-			continue
-		}
-		reported++
-		rt.recStats.WatchdogReports.Add(1)
-		rt.opts.Observer.WatchdogReport(head.Tenant)
-		rt.log.Error("watchdog: run is stuck: not terminal, nothing in flight, nothing awaited, no timer; driving it again",
-			"tenant", head.Tenant, "session", head.Session, "run", head.ID, "status", head.Status, "seq", head.Seq)
-		rt.kick(head.Tenant, head.Session)
-	}
-	rt.mu.Lock()
-	for k := range rt.suspects {
-		if !seen[k] {
-			delete(rt.suspects, k)
-		}
-	}
-	rt.mu.Unlock()
-	return reported
-}
-
-// idleSession counts the scans in a row that found a session with no
-// active Run (idle), and drops the session's state at the second one if no
-// driver is on it. Its claim stays in the store: a later claim by this node
-// reads it back with the same epoch, and a Run submitted to it starts a
-// driver as for any session. It reports idle.
-func (rt *Runtime) idleSession(s *sessionState, idle bool) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if !idle || s.driving || s.dirty {
-		s.idleScans = 0
-		return idle
-	}
-	if s.idleScans++; s.idleScans >= 2 {
-		if k := sessionKey(s.tenant, s.session); rt.sessions[k] == s {
-			delete(rt.sessions, k)
-		}
-	}
-	return idle
-}
-
-func (rt *Runtime) forgetSuspect(rk string) {
-	rt.mu.Lock()
-	delete(rt.suspects, rk)
-	rt.mu.Unlock()
-}
-
-// stuck reports whether nothing will move a head Run on: no effect this
-// process calls, polls or waits to attach again, no person awaited, no
-// effect timer, and no advance running or holding its lock.
-func (rt *Runtime) stuck(run loop.Run) bool {
-	if run.Status.Terminal() {
-		return false
-	}
-	rk := runKey(run.Tenant, run.ID)
-	rt.mu.Lock()
-	_, locked := rt.runLocks[rk]
-	busy := rt.busy[rk]
-	handled := 0
-	for _, e := range run.Executing() {
-		if tr := rt.tracked.get(assignment(run, e.ID, e.Attempt)); tr != nil && !tr.done {
-			handled++
-		}
-	}
-	rt.mu.Unlock()
-	if locked || busy > 0 || handled > 0 {
-		return false
-	}
-	for _, a := range loop.Decide(run) {
-		switch a.Type {
-		case loop.ActionAwaitApproval, loop.ActionAwaitInput:
-			return false
-		case loop.ActionWakeAt:
-			if a.EffectID != "" { // a backoff or an effect timeout; the deadline alone does not count
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -76,6 +76,9 @@ type Runtime struct {
 	nodeID  string
 	watcher *watcher
 	hub     *Hub
+	// attempts owns what this process does about each effect attempt.
+	attempts *attempts
+	dog      *watchdog
 
 	life     context.Context
 	stopLife context.CancelFunc
@@ -91,12 +94,8 @@ type Runtime struct {
 	stopped  bool
 	expired  bool
 	sessions map[string]*sessionState // by tenant/session
-	tracked  trackingTable            // by assignment key
 	waiters  map[string][]waiter      // by tenant/run
-	busy     map[string]int           // synchronous calls in flight, by tenant/run
 	runLocks map[string]*runLock      // by tenant/run, while an advance holds or waits
-	deferred map[string]deferral      // by assignment key: attach deferred by recovery
-	suspects map[string]int64         // by tenant/run: the Seq at which the watchdog saw it stuck
 	renew    Timer
 
 	recoveryTimer, watchdogTimer Timer
@@ -115,19 +114,6 @@ type sessionState struct {
 	driving         bool
 	dirty           bool
 	idleScans       int // watchdog scans in a row that found no active Run
-}
-
-// tracking records what this process is doing about one effect attempt,
-// so that nothing is called twice and nothing executing is forgotten.
-type tracking struct {
-	calling    bool // a start, poll or attach call is running
-	polling    bool // registered with the Watcher
-	cancelling bool // a cancel call is running or done
-	// done marks an attempt whose settlement is committed. An attempt never
-	// executes again once settled, so an advance acting on a snapshot read
-	// before that commit must not call or cancel it again. Tombstones are
-	// dropped when the Run ends (forgetRun).
-	done bool
 }
 
 // Stats is a snapshot of the runtime's counters, taken by Stats.
@@ -198,13 +184,11 @@ func New(opts Options) (*Runtime, error) {
 		hub:      opts.Hub,
 		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
 		drivers:  make(chan struct{}, opts.MaxDrivers),
+		attempts: newAttempts(),
 		sessions: map[string]*sessionState{},
-		tracked:  newTrackingTable(),
 		waiters:  map[string][]waiter{},
-		busy:     map[string]int{},
 		runLocks: map[string]*runLock{},
-		deferred: map[string]deferral{},
-		suspects: map[string]int64{},
+		dog:      &watchdog{suspects: map[string]int64{}},
 	}
 	rt.lost = make(chan struct{})
 	rt.life, rt.stopLife = context.WithCancel(context.Background())
@@ -296,21 +280,30 @@ func (rt *Runtime) renewLease() {
 	rt.armRenewal()
 }
 
-// Stop stops intake and the Watcher, waits for the work in progress
-// (commits and calls) until ctx ends, then cancels what is left and
-// releases the sessions this node owns. Effects still executing are left
-// on record for recovery. Stop is safe to call more than once.
+// Stop stops intake and the watcher, and waits until ctx ends for the
+// work in progress to finish: executor calls, and the commits of their
+// answers (an answer that arrives during the drain is committed; an
+// effect it dispatches is left to recovery). It then releases the
+// sessions this node owns, so that another incarnation may take them over
+// at once, and returns nil.
+//
+// If ctx ends first, Stop cancels what is left, commits nothing more,
+// releases nothing (the sessions pass to another incarnation when this
+// node's lease expires) and returns ctx's error. Effects still executing
+// are left on record for recovery either way. Stop is safe to call more
+// than once; a second call returns nil at once.
 func (rt *Runtime) Stop(ctx context.Context) error {
 	if rt.markStopped() {
 		return nil
 	}
 	done := make(chan struct{})
 	go func() { rt.wg.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
-		rt.stopLife()
-		<-done
+		err = fmt.Errorf("runtime: stop: the work in progress did not finish in time; cancelled it, leaving it to recovery: %w", ctx.Err())
+		rt.halted.Store(true)
 	}
 	rt.stopLife()
 	rt.mu.Lock()
@@ -319,12 +312,14 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 	waiters := rt.waiters
 	rt.waiters = map[string][]waiter{}
 	rt.mu.Unlock()
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, s := range sessions {
-		if s.claimed {
-			if err := rt.store.ReleaseSession(rctx, s.tenant, s.session, rt.nodeID); err != nil {
-				rt.log.Warn("release session", "tenant", s.tenant, "session", s.session, "err", err)
+	if err == nil {
+		for _, s := range sessions {
+			if !s.claimed {
+				continue
+			}
+			if rerr := rt.store.ReleaseSession(ctx, s.tenant, s.session, rt.nodeID); rerr != nil {
+				rt.log.Warn("release session; it passes to another incarnation when this node's lease expires",
+					"tenant", s.tenant, "session", s.session, "err", rerr)
 			}
 		}
 	}
@@ -335,6 +330,10 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 			default:
 			}
 		}
+	}
+	if err != nil {
+		rt.log.Warn("runtime stopped before its work in progress finished", "err", err)
+		return err
 	}
 	rt.log.Info("runtime stopped")
 	return nil
@@ -365,6 +364,13 @@ func (rt *Runtime) markStopped() (already bool) {
 	rt.mu.Unlock()
 	rt.watcher.Stop()
 	return already
+}
+
+// stopping reports whether Stop or Halt has begun.
+func (rt *Runtime) stopping() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.stopped
 }
 
 func (rt *Runtime) nowMS() int64 { return rt.clock.Now().UnixMilli() }
@@ -481,12 +487,8 @@ func (rt *Runtime) boundary(tenant, session string, cause error) {
 	rt.stats.Boundaries.Add(1)
 	rt.mu.Lock()
 	delete(rt.sessions, sessionKey(tenant, session))
-	rt.tracked.all(func(k string, tr *tracking) {
-		if strings.HasPrefix(k, tenant+"/"+session+"/") && tr.done {
-			rt.tracked.delete(k)
-		}
-	})
 	rt.mu.Unlock()
+	rt.attempts.forgetSettledIn(tenant + "/" + session + "/")
 	rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
 	rt.notifySession(tenant, session, Result{Kind: ResultBoundary, Err: cause})
 }
@@ -536,23 +538,38 @@ func (rt *Runtime) kick(tenant, session string) {
 }
 
 // driveSession advances the head Run of a session until it is terminal (then
-// the next one starts) or quiescent.
+// the next one starts) or quiescent. A store error on the way (the claim,
+// the read of the session's Runs) is retried with a backoff on the Clock:
+// a Run acknowledged into the session must not wait for the watchdog
+// because one read failed.
 func (rt *Runtime) driveSession(tenant, session string) {
 	ctx := rt.life
-	for i := 0; ctx.Err() == nil; i++ {
+	backoff := commitRetryMin
+	retry := func(what string, err error) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		rt.log.Warn("session driver: "+what+" failed; retrying", "tenant", tenant, "session", session, "retry_in", backoff, "err", err)
+		ok := rt.sleep(backoff)
+		backoff = min(2*backoff, commitRetryMax)
+		return ok
+	}
+	for ctx.Err() == nil {
 		epoch, err := rt.claim(ctx, tenant, session)
+		if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired) {
+			rt.boundary(tenant, session, err)
+			return
+		}
 		if err != nil {
-			if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired) {
-				rt.boundary(tenant, session, err)
-			} else if ctx.Err() == nil {
-				rt.log.Error("claim session", "tenant", tenant, "session", session, "err", err)
+			if retry("claiming the session", err) {
+				continue
 			}
 			return
 		}
 		runs, err := rt.store.ActiveRuns(ctx, tenant, session)
 		if err != nil {
-			if ctx.Err() == nil {
-				rt.log.Error("list active runs", "tenant", tenant, "session", session, "err", err)
+			if retry("reading the session's active Runs", err) {
+				continue
 			}
 			return
 		}
@@ -563,9 +580,16 @@ func (rt *Runtime) driveSession(tenant, session string) {
 			rt.notifyRun(tenant, queued.ID, Result{Kind: ResultWaiting, Run: queued, Waiting: &Waiting{Queued: true}})
 		}
 		head, err := rt.advance(ctx, advanceReq{tenant: tenant, session: session, runID: runs[0].ID, epoch: epoch, mayStart: true})
+		if errors.Is(err, errStoreFailed) && !rt.stopping() {
+			if retry("advancing the head Run", err) {
+				continue
+			}
+			return
+		}
 		if err != nil || !head.Status.Terminal() {
 			return
 		}
+		backoff = commitRetryMin
 	}
 }
 

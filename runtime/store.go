@@ -86,7 +86,7 @@ type Store interface {
 }
 
 // Ownership is the part of the Store that holds node incarnations and
-// session ownership (DESIGN §5).
+// session ownership (docs/DESIGN.md §5).
 type Ownership interface {
 	// RegisterNode records a new node incarnation whose lease runs until
 	// expiresMS (Unix ms). nodeID is fresh for every process. Registering

@@ -1,0 +1,176 @@
+package runtime
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// mustRefuse calls f, which must report an illegal transition: an error,
+// or a panic under the invariants build tag.
+func mustRefuse(t *testing.T, what string, f func() error) {
+	t.Helper()
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("%v", r)
+			}
+		}()
+		err = f()
+	}()
+	if err == nil {
+		t.Fatalf("%s was allowed; it is an illegal transition", what)
+	}
+}
+
+func TestAttemptLifecycle(t *testing.T) {
+	a := newAttempts()
+	const key, prefix = "acme/s1/run_1.t1.0#1", "acme/s1/run_1."
+	if err := a.reserve(key); err != nil {
+		t.Fatal(err)
+	}
+	mustRefuse(t, "reserving a reserved attempt", func() error { return a.reserve(key) })
+	if a.beginCall(key) {
+		t.Fatal("a reserved attempt was called a second time")
+	}
+	if watched, err := a.watch(key); !watched || err != nil {
+		t.Fatalf("watch: %v %v", watched, err)
+	}
+	if a.busyRun(prefix) != 1 {
+		t.Fatalf("busy %d while the pending record is being committed", a.busyRun(prefix))
+	}
+	if err := a.release(key); err != nil {
+		t.Fatal(err)
+	}
+	mustRefuse(t, "releasing a hold nobody took", func() error { return a.release(key) })
+	if a.busyRun(prefix) != 0 || !a.handled(key) {
+		t.Fatalf("watched: busy %d, handled %v", a.busyRun(prefix), a.handled(key))
+	}
+	if !a.takeWatched(key) || a.takeWatched(key) {
+		t.Fatal("a due poll must take a watched attempt exactly once")
+	}
+	if ok, err := a.settling(key); !ok || err != nil {
+		t.Fatalf("settling: %v %v", ok, err)
+	}
+	if _, ok := a.beginCancel(key); ok {
+		t.Fatal("an attempt whose settlement is being committed was cancelled")
+	}
+	if err := a.settledDurably(key, false); err != nil {
+		t.Fatal(err)
+	}
+	if a.handled(key) || a.beginCall(key) || a.busyRun(prefix) != 0 {
+		t.Fatal("a settled attempt must never be called again")
+	}
+	mustRefuse(t, "settling a settled attempt without a hold", func() error { _, err := a.settling(key); return err })
+	a.forgetRun(prefix)
+	if a.len() != 0 {
+		t.Fatalf("%d entries after the Run ended", a.len())
+	}
+}
+
+// A reply that comes after its Run ended leaves nothing behind.
+func TestAttemptOfAnEndedRunGoesWithItsLastWork(t *testing.T) {
+	a := newAttempts()
+	const key, prefix = "acme/s1/run_1.t1.0#1", "acme/s1/run_1."
+	if !a.beginCall(key) {
+		t.Fatal("beginCall")
+	}
+	if _, ok := a.beginCancel(key); !ok {
+		t.Fatal("beginCancel")
+	}
+	if ok, _ := a.settling(key); !ok {
+		t.Fatal("settling the cancel")
+	}
+	if err := a.settledDurably(key, true); err != nil { // the cancel ends the Run
+		t.Fatal(err)
+	}
+	a.forgetRun(prefix)
+	if a.len() != 1 || a.busyRun(prefix) != 1 {
+		t.Fatalf("the start call still runs: entries %d, busy %d", a.len(), a.busyRun(prefix))
+	}
+	if ok, err := a.settling(key); ok || err != nil { // the late start reply
+		t.Fatalf("a late reply on a settled attempt: %v %v", ok, err)
+	}
+	if err := a.settledDurably(key, false); err != nil {
+		t.Fatal(err)
+	}
+	if a.len() != 0 || a.busyRun(prefix) != 0 || len(a.ended) != 0 {
+		t.Fatalf("after the late reply: entries %d, busy %d, ended %v", a.len(), a.busyRun(prefix), a.ended)
+	}
+}
+
+// A cancel that runs beside a call keeps the attempt from being watched:
+// the cancel's reply settles it.
+func TestAPendingReplyDuringACancelIsNotWatched(t *testing.T) {
+	a := newAttempts()
+	const key = "acme/s1/run_1.t1.0#1"
+	a.beginCall(key)
+	a.beginCancel(key)
+	if watched, err := a.watch(key); watched || err != nil {
+		t.Fatalf("watch during a cancel: %v %v", watched, err)
+	}
+}
+
+// Seeded random sequences of transitions: whatever is allowed, the busy
+// count of a Run always equals the holds of its entries and is never
+// negative, and the index holds exactly the entries.
+func TestAttemptsBookkeepingStaysConsistent(t *testing.T) {
+	keys := []string{"acme/s1/r1.t1.0#1", "acme/s1/r1.t1.1#1", "acme/s1/r10.m1#1", "acme/s10/r1.m1#2"}
+	for seed := uint64(1); seed <= 200; seed++ {
+		rng := rand.New(rand.NewPCG(seed, seed))
+		a := newAttempts()
+		for step := 0; step < 200; step++ {
+			key := keys[rng.IntN(len(keys))]
+			func() {
+				defer func() { _ = recover() }() // illegal transitions panic under the invariants tag
+				switch rng.IntN(11) {
+				case 0:
+					_ = a.reserve(key)
+				case 1:
+					a.beginCall(key)
+				case 2:
+					a.beginCancel(key)
+				case 3:
+					_, _ = a.watch(key)
+				case 4:
+					a.takeWatched(key)
+				case 5:
+					_ = a.release(key)
+				case 6:
+					_, _ = a.settling(key)
+				case 7:
+					_ = a.settledDurably(key, rng.IntN(2) == 0)
+				case 8:
+					_ = a.abandon(key)
+				case 9:
+					a.forgetRun(runPrefix(key))
+				case 10:
+					a.forget(key)
+				}
+			}()
+			sums := map[string]int{}
+			for k, e := range a.byKey {
+				if e.holds < 0 {
+					t.Fatalf("seed %d step %d: %s has %d holds", seed, step, k, e.holds)
+				}
+				sums[runPrefix(k)] += e.holds
+				if _, ok := a.byRun[runPrefix(k)][k]; !ok {
+					t.Fatalf("seed %d step %d: %s is missing from the index", seed, step, k)
+				}
+			}
+			for p, n := range a.busy {
+				if n <= 0 || sums[p] != n {
+					t.Fatalf("seed %d step %d: busy[%s] = %d, holds sum to %d", seed, step, p, n, sums[p])
+				}
+			}
+			for p, ks := range a.byRun {
+				for k := range ks {
+					if a.byKey[k] == nil || runPrefix(k) != p {
+						t.Fatalf("seed %d step %d: the index holds %s under %s", seed, step, k, p)
+					}
+				}
+			}
+		}
+	}
+}

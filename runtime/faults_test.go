@@ -1,0 +1,309 @@
+package runtime_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// The tests in this file are named after the holes a fault audit of the
+// runtime reproduced; each one fails on the runtime before its fix.
+
+// eachStore runs f once per store the runtime's own tests run over.
+func eachStore(t *testing.T, mutate func(*runtime.Tenant), f func(t *testing.T, e *conformance.RuntimeEnv)) {
+	for name, h := range harnesses() {
+		t.Run(name, func(t *testing.T) { f(t, conformance.NewRuntimeEnv(t, h, mutate)) })
+	}
+}
+
+// effectLog returns the settlements of a Run's effect, in log order.
+func settlementsOf(t *testing.T, store runtime.Store, runID, effectID string) []loop.Event {
+	t.Helper()
+	evs, err := store.Events(context.Background(), "acme", runID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []loop.Event
+	for _, ev := range evs {
+		if ev.Type == loop.EventEffectSettled && ev.EffectID == effectID {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// Hole 1: a tool call answers while Stop drains. Its settlement closes the
+// step, so the same commit dispatches the next model step; the runtime is
+// stopping, and it used to drop the whole commit, settlement included, so
+// that the next process settled the tool call as lost or ran it again.
+// The outcome must be committed; the dispatch it folds in is left to
+// recovery.
+func TestStopCommitsAnOutcomeThatArrivesDuringTheDrain(t *testing.T) {
+	eachStore(t, nil, func(t *testing.T, e *conformance.RuntimeEnv) {
+		runID := runtime.NewRunID(e.Clock.Now())
+		go func() {
+			_, _ = e.Runtime.Execute(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", RunID: runID, Input: `call:block()|answer:$results`})
+		}()
+		conformance.Eventually(t, "the block tool to start", func() bool { return e.Tools.Calls(abi.ExportStart) == 1 })
+		stopped := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			stopped <- e.Runtime.Stop(ctx)
+		}()
+		conformance.Eventually(t, "Stop to begin", func() bool { return runtime.Stopping(e.Runtime) })
+		e.Plugins.Release() // the tool answers during the drain
+		if err := <-stopped; err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		settled := settlementsOf(t, e.Store, runID, runID+".t1.0")
+		if len(settled) != 1 || settled[0].Outcome == nil || settled[0].Outcome.State != loop.OutcomeDone {
+			run, _ := e.Store.LoadRun(context.Background(), "acme", runID)
+			t.Fatalf("the tool call's outcome, which arrived during the drain, was not committed: settlements %+v, effects %+v", settled, run.Effects)
+		}
+		// The next incarnation finishes the Run from there, without
+		// calling the tool again.
+		b := e.Recover("node-b")
+		run := e.UntilTerminal(b, runID, 100*time.Millisecond)
+		if run.Status != loop.StatusCompleted || run.Result != "unblocked" {
+			t.Fatalf("run %s, result %q", run.Status, run.Result)
+		}
+		if n := e.Tools.Calls(abi.ExportStart); n != 1 {
+			t.Fatalf("the tool was started %d times", n)
+		}
+	})
+}
+
+// Hole 3: Stop landing while a watcher batch was being handed to its
+// workers left the workers waiting for items that never came, and Stop
+// waited for them forever, even past its context.
+func TestStopReturnsWhenItLandsInAWatcherBatch(t *testing.T) {
+	eachStore(t, nil, func(t *testing.T, e *conformance.RuntimeEnv) {
+		// Two pending effects fall due in one batch.
+		res := e.Execute("s1", `call:slow({"text":"a"}),slow({"text":"b"})|answer:$results`)
+		if res.Kind != runtime.ResultWaiting {
+			t.Fatalf("result %s", res.Kind)
+		}
+		var once sync.Once
+		stopped := make(chan error, 1)
+		runtime.SetWatcherFireHook(func() {
+			once.Do(func() {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					stopped <- e.Runtime.Stop(ctx)
+				}()
+				conformance.Eventually(t, "Stop to begin", func() bool { return runtime.Stopping(e.Runtime) })
+			})
+		})
+		t.Cleanup(func() { runtime.SetWatcherFireHook(nil) })
+		e.Clock.Advance(time.Second) // the polls fall due
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatalf("Stop returned %v; it drained nothing that could not finish", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("Stop did not return: its watcher workers wait for a batch nobody hands out")
+		}
+	})
+}
+
+// Hole 5: Execute replayed with the same Run ID and idempotency key after
+// the Run ended waited until its context ended. It must return the end at
+// once.
+func TestExecuteReplayedAfterTheRunEndedReturnsItsEnd(t *testing.T) {
+	eachStore(t, nil, func(t *testing.T, e *conformance.RuntimeEnv) {
+		req := runtime.Request{Tenant: "acme", Session: "s1", RunID: "run_replayed", IdempotencyKey: "key-1", Input: "answer:once"}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res, err := e.Runtime.Execute(ctx, req)
+		if err != nil || res.Kind != runtime.ResultTerminal {
+			t.Fatalf("first execute: %v %s", err, res.Kind)
+		}
+		replay, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel2()
+		again, err := e.Runtime.Execute(replay, req)
+		if err != nil {
+			t.Fatalf("the replayed Execute did not return the Run's end: %v", err)
+		}
+		if again.Kind != runtime.ResultTerminal || again.Run.ID != "run_replayed" || again.Run.Result != "once" {
+			t.Fatalf("replay: %s %s %q", again.Kind, again.Run.ID, again.Run.Result)
+		}
+	})
+}
+
+// Hole 6: a reply that arrived after its Run had ended left a "done"
+// tombstone in the tracking table for good, so memory grew with every
+// cancel and every timeout.
+func TestALateReplyLeavesNothingTrackedAfterTheRunEnded(t *testing.T) {
+	eachStore(t, nil, func(t *testing.T, e *conformance.RuntimeEnv) {
+		runID := runtime.NewRunID(e.Clock.Now())
+		go func() {
+			_, _ = e.Runtime.Execute(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", RunID: runID, Input: `call:block()|answer:$results`})
+		}()
+		conformance.Eventually(t, "the block tool to start", func() bool { return e.Tools.Calls(abi.ExportStart) == 1 })
+		if _, err := e.Runtime.Cancel(context.Background(), "acme", runID, "no longer needed"); err != nil {
+			t.Fatal(err)
+		}
+		run := e.UntilTerminal(e.Runtime, runID, 100*time.Millisecond)
+		if run.Status != loop.StatusCancelled {
+			t.Fatalf("run %s", run.Status)
+		}
+		e.Plugins.Release() // the start call answers now, after the end
+		conformance.Eventually(t, "the late reply to be dropped", func() bool { return e.Runtime.Stats().DroppedOutcomes >= 1 })
+		conformance.Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() && e.Clock.Running() == 0 })
+		if n := runtime.TrackedAttempts(e.Runtime); n != 0 {
+			t.Fatalf("%d attempts are still tracked after the Run ended", n)
+		}
+	})
+}
+
+// withFaults is a harness whose store is h's wrapped in a FaultStore,
+// which *fs points at once the env is built.
+func withFaults(h conformance.RuntimeHarness, fs **conformance.FaultStore) conformance.RuntimeHarness {
+	inner := h.NewStore
+	h.NewStore = func(t *testing.T, clock runtime.Clock) runtime.Store {
+		*fs = conformance.NewFaultStore(inner(t, clock), conformance.FaultOptions{})
+		return *fs
+	}
+	return h
+}
+
+// eachStoreWithFaults is eachStore over a FaultStore.
+func eachStoreWithFaults(t *testing.T, f func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore)) {
+	for name, h := range harnesses() {
+		t.Run(name, func(t *testing.T) {
+			var fs *conformance.FaultStore
+			e := conformance.NewRuntimeEnv(t, withFaults(h, &fs), nil)
+			f(t, e, fs)
+		})
+	}
+}
+
+// storedTerminal waits for a Run to be terminal on record, without asking
+// the runtime (no Wait, which would kick its session), moving the fake
+// clock in small steps whenever no clock callback is running, so that
+// backoffs fall due. It fails the test after 10 s.
+func storedTerminal(t *testing.T, e *conformance.RuntimeEnv, runID string) loop.Run {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		run, err := e.Store.LoadRun(context.Background(), "acme", runID)
+		if err == nil && run.Status.Terminal() {
+			return run
+		}
+		if e.Clock.Running() == 0 {
+			e.Clock.Advance(50 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Millisecond) // a condition poll's cadence
+	}
+	run, _ := e.Store.LoadRun(context.Background(), "acme", runID)
+	t.Fatalf("run %s is still %s on record; nothing drives it (effects %+v)", runID, run.Status, run.Effects)
+	return loop.Run{}
+}
+
+// Hole 2: a settlement commit that failed once (a transient store error)
+// let go of the attempt before the commit was durable, so the next
+// advance found it executing with no handle and called start again: a
+// plugin that cannot attach ran its work twice, and the Run waited for the
+// watchdog meanwhile. The commit must be retried under the same command
+// ID, and the effect never run again.
+func TestAFailedSettlementCommitIsRetriedNeverStartedAgain(t *testing.T) {
+	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
+		var failed sync.Once
+		fs.FailWhen(func(method string, args any) (conformance.FaultKind, bool) {
+			c, ok := args.(runtime.Commit)
+			hit := false
+			if ok && strings.HasPrefix(c.CommandID, "settle/") && strings.Contains(c.CommandID, ".t1.0#") {
+				failed.Do(func() { hit = true })
+			}
+			return conformance.FaultError, hit
+		})
+		run, _, err := e.Runtime.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", Input: `call:echo({"text":"x"})|answer:$results`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := storedTerminal(t, e, run.ID)
+		if done.Status != loop.StatusCompleted || done.Result != "x" {
+			t.Fatalf("run %s, result %q", done.Status, done.Result)
+		}
+		key := loop.AssignmentKey{Tenant: "acme", Session: "s1", EffectID: run.ID + ".t1.0", Attempt: 1}.String()
+		if n := e.Tools.CallsFor(abi.ExportStart, key); n != 1 {
+			t.Fatalf("the tool call was started %d times; a failed settlement commit must be retried, not the effect", n)
+		}
+		if len(fs.Injected()) != 1 {
+			t.Fatalf("injected %v, want the one failed settlement commit", fs.Injected())
+		}
+	})
+}
+
+// Hole 4, one node: the watchdog forgets a session idle for two scans;
+// then a Run is submitted into it, and the driver's first claim fails on
+// a transient store error. No driver, no watchdog and no recovery looked
+// at the Run again. The driver retries, and the watchdog reads the store.
+func TestARunSubmittedIntoAForgottenSessionIsDrivenWhenItsClaimFails(t *testing.T) {
+	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
+		first := e.Execute("s1", "answer:one")
+		if first.Kind != runtime.ResultTerminal {
+			t.Fatalf("first run %s", first.Kind)
+		}
+		conformance.Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() && e.Clock.Running() == 0 })
+		e.Runtime.WatchdogScan(context.Background())
+		e.Runtime.WatchdogScan(context.Background())
+		if n := runtime.SessionsHeld(e.Runtime); n != 0 {
+			t.Fatalf("%d sessions held after two idle scans", n)
+		}
+		fs.FailNext("ClaimSession", conformance.FaultError, 1)
+		run, _, err := e.Runtime.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", Input: "answer:two"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := storedTerminal(t, e, run.ID)
+		if done.Status != loop.StatusCompleted {
+			t.Fatalf("run %s (%+v)", done.Status, done.Failure)
+		}
+	})
+}
+
+// Hole 4, two nodes: node-b submits into a session node-a owns but has
+// forgotten (idle). node-b's driver meets ErrSessionOwned and stops there;
+// node-a, which owns the Run, never looked at it. node-a's watchdog reads
+// the store's index of active sessions, finds the Run in a session it
+// owns, and drives it.
+func TestARunSubmittedOnAnotherNodeIntoAnOwnedSessionIsDriven(t *testing.T) {
+	eachStore(t, nil, func(t *testing.T, e *conformance.RuntimeEnv) {
+		a := e.Runtime
+		first := e.Execute("s1", "answer:one")
+		if first.Kind != runtime.ResultTerminal {
+			t.Fatalf("first run %s", first.Kind)
+		}
+		conformance.Eventually(t, "node-a to be idle", func() bool { return a.Idle() && e.Clock.Running() == 0 })
+		a.WatchdogScan(context.Background())
+		a.WatchdogScan(context.Background())
+		if n := runtime.SessionsHeld(a); n != 0 {
+			t.Fatalf("node-a holds %d sessions after two idle scans", n)
+		}
+		b := e.NewRuntime("node-b")
+		run, _, err := b.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", Input: "answer:two"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conformance.Eventually(t, "node-b to give the owned session up", func() bool { return b.Stats().Boundaries >= 1 && b.Idle() })
+		reported := a.WatchdogScan(context.Background()) + a.WatchdogScan(context.Background())
+		if reported != 1 {
+			t.Fatalf("node-a's watchdog reported %d Runs, want the one submitted on node-b", reported)
+		}
+		done := storedTerminal(t, e, run.ID)
+		if done.Status != loop.StatusCompleted {
+			t.Fatalf("run %s (%+v)", done.Status, done.Failure)
+		}
+	})
+}

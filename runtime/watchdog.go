@@ -1,0 +1,186 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+
+	"github.com/agenthost/agenthost/loop"
+)
+
+// watchdog is the safety net under the session drivers: every
+// WatchdogInterval it reads the store's index of sessions with an active
+// Run (Store.ActiveSessions), and for each one this node owns on record it
+// looks at the head Run. A Run that nothing will move on (stuck: nothing
+// in flight, nothing awaited, no timer) in two scans in a row at the same
+// version is reported and its session kicked, so the report is also a
+// repair. Because it reads the store, not the sessions this process holds
+// in memory, it finds a Run written into a session this node owns whoever
+// wrote it: another node's submission, or one whose driver failed to
+// start. (A session whose owner is dead, or that has none, is recovery's.)
+//
+// It also bounds the sessions the runtime holds in memory: one held with
+// no active Run in two scans in a row, and no driver on it, is forgotten.
+// Its claim stays in the store, so a later claim by this node reads it
+// back with the same epoch.
+type watchdog struct {
+	mu sync.Mutex
+	// suspects are the head Runs seen stuck once, by tenant/run, with the
+	// Seq at which they were seen.
+	suspects map[string]int64
+}
+
+// watchdogPage is how many sessions one ActiveSessions read returns.
+const watchdogPage = 500
+
+func (rt *Runtime) armWatchdog() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.stopped {
+		return
+	}
+	rt.watchdogTimer = rt.clock.AfterFunc(rt.opts.WatchdogInterval, func() {
+		rt.goTracked(func() {
+			rt.WatchdogScan(rt.life)
+			rt.armWatchdog()
+		})
+	})
+}
+
+// WatchdogScan runs one scan of the watchdog and returns the number of
+// Runs it reported stuck (and drove again). A store error ends the scan
+// early; the next one starts afresh.
+func (rt *Runtime) WatchdogScan(ctx context.Context) int {
+	owned, err := rt.ownedActiveSessions(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			rt.log.Warn("watchdog: reading the sessions with an active Run failed; the next scan tries again", "err", err)
+		}
+		return 0
+	}
+	rt.forgetIdleSessions(owned)
+	reported := 0
+	seen := map[string]bool{}
+	for _, o := range owned {
+		runs, err := rt.store.ActiveRuns(ctx, o.Tenant, o.Session)
+		if err != nil || len(runs) == 0 {
+			continue
+		}
+		head := runs[0]
+		rk := runKey(head.Tenant, head.ID)
+		seen[rk] = true
+		if !rt.stuck(head) {
+			rt.dog.forget(rk)
+			continue
+		}
+		if !rt.dog.suspect(rk, head.Seq) {
+			continue
+		}
+		reported++
+		rt.recStats.WatchdogReports.Add(1)
+		rt.opts.Observer.WatchdogReport(head.Tenant)
+		rt.log.Error("watchdog: run is stuck: not terminal, nothing in flight, nothing awaited, no timer; driving it again",
+			"tenant", head.Tenant, "session", head.Session, "run", head.ID, "status", head.Status, "seq", head.Seq)
+		rt.kick(head.Tenant, head.Session)
+	}
+	rt.dog.keepOnly(seen)
+	return reported
+}
+
+// ownedActiveSessions reads, page by page, the sessions with an active Run
+// that this node owns on record.
+func (rt *Runtime) ownedActiveSessions(ctx context.Context) (map[string]SessionOwner, error) {
+	owned := map[string]SessionOwner{}
+	var afterTenant, afterSession string
+	for {
+		page, err := rt.store.ActiveSessions(ctx, afterTenant, afterSession, watchdogPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range page {
+			if o.Owner == rt.nodeID {
+				owned[sessionKey(o.Tenant, o.Session)] = o
+			}
+		}
+		if len(page) < watchdogPage {
+			return owned, nil
+		}
+		last := page[len(page)-1]
+		afterTenant, afterSession = last.Tenant, last.Session
+	}
+}
+
+// forgetIdleSessions counts, for every session held in memory, the scans
+// in a row that found it without an active Run, and forgets it at the
+// second one if no driver is on it.
+func (rt *Runtime) forgetIdleSessions(active map[string]SessionOwner) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for k, s := range rt.sessions {
+		if _, ok := active[k]; ok || s.driving || s.dirty {
+			s.idleScans = 0
+			continue
+		}
+		if s.idleScans++; s.idleScans >= 2 {
+			delete(rt.sessions, k)
+		}
+	}
+}
+
+// suspect records that a Run was seen stuck at seq and reports whether it
+// was seen stuck at the same seq by the scan before.
+func (w *watchdog) suspect(rk string, seq int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev, seen := w.suspects[rk]
+	w.suspects[rk] = seq
+	return seen && prev == seq
+}
+
+func (w *watchdog) forget(rk string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.suspects, rk)
+}
+
+// keepOnly drops the suspects the last scan did not see.
+func (w *watchdog) keepOnly(seen map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k := range w.suspects {
+		if !seen[k] {
+			delete(w.suspects, k)
+		}
+	}
+}
+
+// stuck reports whether nothing will move a head Run on: no effect this
+// process calls, watches or settles, no person awaited, no effect timer,
+// and no advance running or holding its lock.
+func (rt *Runtime) stuck(run loop.Run) bool {
+	if run.Status.Terminal() {
+		return false
+	}
+	rk := runKey(run.Tenant, run.ID)
+	rt.mu.Lock()
+	_, locked := rt.runLocks[rk]
+	rt.mu.Unlock()
+	if locked || rt.attempts.busyRun(runPrefixOf(run.Tenant, run.Session, run.ID)) > 0 {
+		return false
+	}
+	for _, e := range run.Executing() {
+		if rt.attempts.handled(assignment(run, e.ID, e.Attempt)) {
+			return false
+		}
+	}
+	for _, a := range loop.Decide(run) {
+		switch a.Type {
+		case loop.ActionAwaitApproval, loop.ActionAwaitInput:
+			return false
+		case loop.ActionWakeAt:
+			if a.EffectID != "" { // a backoff or an effect timeout; the deadline alone does not count
+				return false
+			}
+		}
+	}
+	return true
+}
