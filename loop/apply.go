@@ -33,6 +33,8 @@ func Apply(run Run, ev Event) (Run, error) {
 		err = r.applyDispatched(ev)
 	case EventEffectPending:
 		err = r.applyPending(ev)
+	case EventEffectDeferred:
+		err = r.applyDeferred(ev)
 	case EventEffectSettled:
 		err = r.applySettled(ev)
 	case EventApprovalRecorded:
@@ -230,6 +232,19 @@ func (r *Run) applyPending(ev Event) error {
 		return fmt.Errorf("%w: %s#%d already pending with that handle", ErrNoChange, e.ID, ev.Attempt)
 	}
 	e.Handle = ev.Handle
+	e.DeferredSince = 0 // attached: a deferral, if any, is over
+	return nil
+}
+
+func (r *Run) applyDeferred(ev Event) error {
+	e, err := r.currentAttempt(ev)
+	if err != nil {
+		return err
+	}
+	if e.DeferredSince != 0 {
+		return fmt.Errorf("%w: %s#%d deferred since %d already", ErrNoChange, e.ID, ev.Attempt, e.DeferredSince)
+	}
+	e.DeferredSince = ev.At
 	return nil
 }
 
@@ -543,7 +558,9 @@ func (r *Run) beginEnd(v Verdict) {
 func (r *Run) applyTimer(ev Event) error {
 	now := ev.At
 	changed := r.checkDeadline(now)
-	for i := range r.Effects {
+	// Settling a timed-out effect can close the step, which empties
+	// r.Effects: the bound is read at each turn, not once.
+	for i := 0; i < len(r.Effects); i++ {
 		e := &r.Effects[i]
 		switch {
 		case e.State == EffectBackoff && now >= e.NotBefore:

@@ -146,6 +146,26 @@ func TestRepeatedPendingWithTheSameHandleChangesNothing(t *testing.T) {
 	}
 }
 
+// EffectDeferred records when an attempt was first deferred, once; an
+// attach that succeeds (EffectPending with a handle) ends the deferral.
+func TestADeferralIsRecordedOnceAndEndsWhenAttached(t *testing.T) {
+	r := dispatchedModel(t)
+	r = mustApply(t, r, Event{Type: EventEffectDeferred, At: 7, EffectID: "run_1.m1", Attempt: 1})
+	if got := r.Effect("run_1.m1").DeferredSince; got != 7 {
+		t.Fatalf("deferred since %d, want 7", got)
+	}
+	if _, err := Apply(r, Event{Type: EventEffectDeferred, At: 9, EffectID: "run_1.m1", Attempt: 1}); !errors.Is(err, ErrNoChange) {
+		t.Fatalf("a second deferral: %v, want ErrNoChange (max_defer counts from the first)", err)
+	}
+	if _, err := Apply(r, Event{Type: EventEffectDeferred, At: 9, EffectID: "run_1.m1", Attempt: 2}); !errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("a deferral of an attempt never dispatched: %v", err)
+	}
+	r = mustApply(t, r, Event{Type: EventEffectPending, At: 10, EffectID: "run_1.m1", Attempt: 1, Handle: "h"})
+	if got := r.Effect("run_1.m1").DeferredSince; got != 0 {
+		t.Fatalf("deferred since %d after the attempt was attached, want 0", got)
+	}
+}
+
 func TestApprovalEventsAreValidatedAsAWhole(t *testing.T) {
 	spec := baseSpec()
 	spec.Tools = append(spec.Tools, ToolSpec{Name: "wire", Approval: true, Policy: DefaultToolPolicy(false)})
@@ -242,5 +262,36 @@ func TestStepFailedEndsTheRunOnlyWhenAStepIsNeeded(t *testing.T) {
 	}
 	if _, err := Apply(dispatchedModel(t), ev); !errors.Is(err, ErrInvalidEvent) {
 		t.Fatalf("step_failed while a step is in flight: %v", err)
+	}
+}
+
+// A timer that times out the last tool call still executing closes the
+// step, which empties the Run's effects while applyTimer walks them: it
+// must stop there, not index past the end (Apply panicked on this log,
+// reachable in production with two tool calls, the first timing out after
+// the second finished).
+func TestATimerThatClosesTheStepStopsWalkingItsEffects(t *testing.T) {
+	spec := baseSpec()
+	spec.Limits.EffectTimeoutMS = 1000
+	model := &abi.ModelOutcome{Message: abi.Message{Role: abi.MessageAssistant, ToolCalls: []abi.ToolCall{
+		{ID: "c1", Name: "calc", Arguments: json.RawMessage(`{}`)},
+		{ID: "c2", Name: "calc", Arguments: json.RawMessage(`{}`)},
+	}}}
+	r := mustApply(t, Run{},
+		RunCreated(spec, 1),
+		Event{Type: EventRunStarted, At: 2},
+		Event{Type: EventModelStepPlanned, At: 3, Step: 1, Request: json.RawMessage(`{"messages":[]}`)},
+		Event{Type: EventEffectDispatched, At: 4, EffectID: "run_1.m1", Attempt: 1, Epoch: 7},
+		Settled("run_1.m1", 1, Outcome{State: OutcomeDone, Model: model}, 5),
+		Event{Type: EventEffectDispatched, At: 10, EffectID: "run_1.t1.0", Attempt: 1, Epoch: 7},
+		Event{Type: EventEffectDispatched, At: 10, EffectID: "run_1.t1.1", Attempt: 1, Epoch: 7},
+		Settled("run_1.t1.1", 1, Outcome{State: OutcomeDone, Tool: &abi.ToolOutcome{Content: "2"}}, 20),
+	)
+	next, err := Apply(r, Event{Type: EventTimerFired, At: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(next.Effects) != 0 || len(next.Transcript) != len(r.Transcript)+2 {
+		t.Fatalf("the step did not close: effects %+v", next.Effects)
 	}
 }

@@ -17,6 +17,10 @@ const (
 	EventEffectDispatched EventType = "effect_dispatched"
 	EventEffectPending    EventType = "effect_pending"
 	EventEffectSettled    EventType = "effect_settled"
+	// EventEffectDeferred records that recovery first found the executor
+	// of an executing attempt unavailable and deferred it (at At), so that
+	// max_defer counts from then across restarts.
+	EventEffectDeferred   EventType = "effect_deferred"
 	EventApprovalRecorded EventType = "approval_recorded"
 	EventInputProvided    EventType = "input_provided"
 	EventCancelRequested  EventType = "cancel_requested"

@@ -112,6 +112,9 @@ func fuzzEvent(r Run, now int64, b []byte) Event {
 	case op == 14:
 		id, attempt := anyEffect()
 		return Event{Type: EventEffectDispatched, At: now, EffectID: id, Attempt: attempt + 1}
+	case op == 15:
+		id, attempt := anyEffect()
+		return Event{Type: EventEffectDeferred, At: now, EffectID: id, Attempt: attempt}
 	}
 	types := []EventType{EventRunStarted, EventInputProvided, EventApprovalRecorded, EventRunCompleted, EventRunFailed, EventRunCancelled, EventModelStepPlanned, EventStepFailed}
 	ev := Event{Type: types[int(at(1))%len(types)], At: now, Step: r.Step + 1, Request: json.RawMessage(`{}`),

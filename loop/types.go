@@ -165,6 +165,10 @@ type Effect struct {
 	Outcome      *Outcome    `json:"outcome,omitempty"`
 	// Failures counts the attempts that failed and fell under the policy.
 	Failures int `json:"failures,omitempty"`
+	// DeferredSince is when recovery first deferred the current attempt
+	// because its executor was unavailable (EffectDeferred); 0 when it was
+	// not, or once it was attached again.
+	DeferredSince int64 `json:"deferred_since,omitempty"`
 }
 
 // Verdict is the end a Run is heading to. Once set, nothing new is

@@ -46,7 +46,7 @@ func (req advanceReq) fromExecutor() bool {
 		return false
 	}
 	switch req.pre.Type {
-	case loop.EventEffectSettled, loop.EventEffectPending, loop.EventTimerFired:
+	case loop.EventEffectSettled, loop.EventEffectPending, loop.EventEffectDeferred, loop.EventTimerFired:
 		return true
 	}
 	return false

@@ -248,16 +248,17 @@ func (t *attempts) beginCancel(key string) (watched, ok bool) {
 
 // watch hands a called attempt to the watcher (a pending reply, a
 // deferred attach). The hold of the call stays until release. It reports
-// false, and changes nothing, when a cancel call runs on the attempt: the
-// cancel's reply settles it, so there is nothing to watch.
+// false, and changes nothing, when other work settles the attempt: a
+// cancel call runs on it (its reply settles it), or its settlement is
+// being committed, or is durable, already. There is nothing to watch.
 func (t *attempts) watch(key string) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
-	if a == nil || a.phase != phaseCalling || a.holds == 0 {
+	if a == nil || a.holds == 0 || a.phase == phaseWatched {
 		return false, illegal("watch", key, a)
 	}
-	if a.cancelling {
+	if a.cancelling || a.phase == phaseSettling || a.phase == phaseSettled {
 		return false, nil
 	}
 	a.phase = phaseWatched

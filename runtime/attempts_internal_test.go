@@ -110,6 +110,19 @@ func TestAPendingReplyDuringACancelIsNotWatched(t *testing.T) {
 	if watched, err := a.watch(key); watched || err != nil {
 		t.Fatalf("watch during a cancel: %v %v", watched, err)
 	}
+	// The cancel settles it; then the call's pending reply comes.
+	if ok, _ := a.settling(key); !ok {
+		t.Fatal("settling the cancel")
+	}
+	if err := a.settledDurably(key, false); err != nil {
+		t.Fatal(err)
+	}
+	if watched, err := a.watch(key); watched || err != nil {
+		t.Fatalf("watch of a settled attempt: %v %v", watched, err)
+	}
+	if err := a.release(key); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Seeded random sequences of transitions: whatever is allowed, the busy

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/recovery"
 )
 
 // perform carries out what a committed advance obliges, once it is durable
@@ -194,7 +195,16 @@ func (rt *Runtime) onReply(run loop.Run, e loop.Effect, key, export string, repl
 			return
 		}
 		if !errors.As(err, new(*PluginError)) {
+			// The executor could not be reached, or did not answer within
+			// CallTimeout: whether the work began is unknown. The attempt
+			// is handled as recovery handles an attach that finds the
+			// executor unavailable: attach is asked again, with a backoff,
+			// until max_defer has passed, and then the missing-effect
+			// policy applies. Failing it at once would let a retry run
+			// work that may already be running.
 			rt.stats.UnavailableErrors.Add(1)
+			rt.actOnAttach(run, e, key, recovery.AttachState{Kind: recovery.AttachUnavailable, Reason: export + ": " + err.Error()})
+			return
 		}
 		rt.commitSettlement(run, e, key, loop.Outcome{State: loop.OutcomeFailed, Error: failureOf(err)})
 		return

@@ -2,8 +2,10 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,6 +306,90 @@ func TestARunSubmittedOnAnotherNodeIntoAnOwnedSessionIsDriven(t *testing.T) {
 		done := storedTerminal(t, e, run.ID)
 		if done.Status != loop.StatusCompleted {
 			t.Fatalf("run %s (%+v)", done.Status, done.Failure)
+		}
+	})
+}
+
+// Recovery's deferral of an unavailable executor survives a restart:
+// max_defer counts from the first deferral of any incarnation (recorded
+// as EffectDeferred), not from each new process's start, so a node that
+// keeps restarting cannot defer an attempt for ever.
+func TestADeferralSurvivesARestart(t *testing.T) {
+	eachStore(t, nil, func(t *testing.T, e *conformance.RuntimeEnv) {
+		res := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
+		e.Crash(e.Runtime)
+		e.Gate.Closed.Store(true)
+		b := e.Recover("node-b")
+		conformance.Eventually(t, "node-b to defer the attach", func() bool { return b.Recovery().Defer >= 1 })
+		conformance.Eventually(t, "the deferral to be on record", func() bool {
+			run, err := e.Store.LoadRun(context.Background(), "acme", res.Run.ID)
+			return err == nil && run.Effect(res.Run.ID+".t1.0").DeferredSince != 0
+		})
+		// node-b dies in turn; by the time node-c takes over, max_defer
+		// (30 s in this suite) has long passed since the first deferral.
+		e.Crash(b)
+		c := e.Recover("node-c")
+		run := e.UntilTerminal(c, res.Run.ID, time.Second)
+		if c.Recovery().Defer != 0 || c.Recovery().Fail != 1 {
+			t.Fatalf("node-c deferred %d times and failed %d; max_defer had passed since node-b's first deferral",
+				c.Recovery().Defer, c.Recovery().Fail)
+		}
+		if !strings.HasPrefix(run.Result, "error (executor_unavailable)") {
+			t.Fatalf("result %q", run.Result)
+		}
+	})
+}
+
+// lostStartReply passes the first start of a slow job through to the
+// executor, which begins the work, and then loses the reply: the runtime
+// sees the executor as unavailable (an unreachable executor, a call past
+// CallTimeout), not knowing that the work began.
+type lostStartReply struct {
+	runtime.Executor
+	lost atomic.Bool
+}
+
+func (l *lostStartReply) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	reply, err := l.Executor.Start(ctx, c)
+	if err == nil && c.Input.Effect.Tool == "slow" && l.lost.CompareAndSwap(false, true) {
+		return abi.EffectReply{}, fmt.Errorf("the reply was lost on the way: %w", runtime.ErrExecutorUnavailable)
+	}
+	return reply, err
+}
+
+// A start (or poll) that finds the executor unavailable is handled as
+// recovery handles an attach that does: the attempt's fate is unknown, so
+// attach is asked again until max_defer, and the work the executor began
+// is attached to, not started a second time under a new attempt. (The live
+// path used to fail the attempt at once as executor_unavailable, while
+// recovery deferred: two answers to one situation.)
+func TestAnUnavailableExecutorIsDeferredToAttachAsInRecovery(t *testing.T) {
+	var wrap *lostStartReply
+	eachStore(t, func(tn *runtime.Tenant) {
+		for i := range tn.Tools {
+			if tn.Tools[i].Spec.Name == "slow" {
+				wrap = &lostStartReply{Executor: tn.Tools[i].Executor}
+				tn.Tools[i].Executor = wrap
+			}
+		}
+	}, func(t *testing.T, e *conformance.RuntimeEnv) {
+		res := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
+		run := e.UntilTerminal(e.Runtime, res.Run.ID, 100*time.Millisecond)
+		if run.Status != loop.StatusCompleted || run.Result != "slow:x" {
+			t.Fatalf("run %s, result %q: the job that began was lost", run.Status, run.Result)
+		}
+		if !wrap.lost.Load() {
+			t.Fatal("the start reply was never lost")
+		}
+		key := loop.AssignmentKey{Tenant: "acme", Session: "s1", EffectID: run.ID + ".t1.0", Attempt: 1}.String()
+		if n := e.Tools.CallsFor(abi.ExportStart, key); n != 1 {
+			t.Fatalf("the job was started %d times", n)
+		}
+		if n := e.Tools.CallsFor(abi.ExportAttach, key); n < 1 {
+			t.Fatal("the runtime never asked the executor to attach")
+		}
+		if r := e.Runtime.Recovery(); r.Defer < 1 || r.Reattach != 1 {
+			t.Fatalf("decisions: defer %d, reattach %d", r.Defer, r.Reattach)
 		}
 	})
 }

@@ -94,8 +94,9 @@ type StreamItem struct {
 	Plugin   string
 }
 
-// followFallback is how often Follow re-reads the log when no notice came:
-// a commit made by another process publishes nothing here.
+// followFallback is how long Follow waits for a notice before it reads the
+// log again: a commit made by another process publishes nothing here. It
+// is measured on the runtime's Clock.
 const followFallback = time.Second
 
 // Follow calls fn, in order, for every event of a Run whose Seq is at least
@@ -109,8 +110,17 @@ func (rt *Runtime) Follow(ctx context.Context, tenant, runID string, fromSeq int
 	if fromSeq < 1 {
 		fromSeq = 1
 	}
-	tick := time.NewTicker(followFallback)
-	defer tick.Stop()
+	fallback := make(chan struct{}, 1)
+	arm := func() Timer {
+		return rt.clock.AfterFunc(followFallback, func() {
+			select {
+			case fallback <- struct{}{}:
+			default:
+			}
+		})
+	}
+	tm := arm()
+	defer func() { tm.Stop() }()
 	for {
 		evs, err := rt.store.Events(ctx, tenant, runID, fromSeq, 0)
 		if err != nil {
@@ -145,7 +155,8 @@ func (rt *Runtime) Follow(ctx context.Context, tenant, runID string, fromSeq int
 					return err
 				}
 			}
-		case <-tick.C:
+		case <-fallback:
+			tm = arm()
 		}
 	}
 }

@@ -221,7 +221,20 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 			st = attachState(e.Kind, reply)
 		}
 	}
+	rt.actOnAttach(run, e, key, st)
+}
+
+// actOnAttach plans what to do about an attempt whose state an attach (or
+// a failed call) found, with recovery.Plan, and carries the command out.
+// The caller holds the attempt as being called.
+func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recovery.AttachState) {
 	deferrals, firstMS := rt.attempts.deferral(key)
+	if e.DeferredSince != 0 && (firstMS == 0 || e.DeferredSince < firstMS) {
+		// An earlier incarnation deferred it first: max_defer counts from
+		// then, not from this process's start.
+		firstMS = e.DeferredSince
+		deferrals = max(deferrals, 1)
+	}
 	p := recovery.Policy{Missing: policyOf(run, e), MaxDeferMS: rt.opts.MaxDefer.Milliseconds(),
 		DeferBackoffMS: rt.opts.PollMin.Milliseconds(), MaxDeferBackoffMS: rt.opts.PollMax.Milliseconds()}
 	now := rt.nowMS()
@@ -236,6 +249,9 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 		rt.recordPending(run, e, key, abi.EffectReply{State: abi.StatePending, Handle: cmd.Handle, PollAfterMS: cmd.PollAfterMS})
 	case recovery.Defer:
 		rt.attempts.deferAttach(key, now)
+		if e.DeferredSince == 0 {
+			rt.recordDeferral(run, e, key)
+		}
 		watched, err := rt.attempts.watch(key)
 		if rt.check(err) != nil {
 			rt.abandon(key)
@@ -250,9 +266,25 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 		if !ok {
 			rt.attempts.forget(key)
 		}
+		rt.notifyQuiescent(run) // it waits on the watcher now
 	default:
 		rt.attempts.clearDeferral(key)
 		rt.commitSettlement(run, e, key, *cmd.Settlement.Outcome)
+	}
+}
+
+// recordDeferral commits when an attempt was first deferred
+// (EffectDeferred), so that max_defer counts from then across restarts.
+// It is best effort: if the commit fails, this process still counts from
+// its own first deferral, and the next deferral tries again.
+func (rt *Runtime) recordDeferral(run loop.Run, e loop.Effect, key string) {
+	ctx, cancel := rt.commitCtx()
+	defer cancel()
+	ev := loop.Event{Type: loop.EventEffectDeferred, EffectID: e.ID, Attempt: e.Attempt}
+	cmd := "deferred/" + key
+	if _, err := rt.advance(ctx, advanceReq{tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, outcomeOf: key,
+		commandID: func(loop.Run) string { return cmd }}); err != nil && rt.life.Err() == nil {
+		rt.log.Warn("recovery: the start of a deferral was not recorded; max_defer counts from this process's first deferral", "assignment_key", key, "err", err)
 	}
 }
 

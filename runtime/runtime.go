@@ -89,14 +89,17 @@ type Runtime struct {
 	// up every session and drives nothing from then on.
 	lost chan struct{}
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	expired  bool
-	sessions map[string]*sessionState // by tenant/session
-	waiters  map[string][]waiter      // by tenant/run
-	runLocks map[string]*runLock      // by tenant/run, while an advance holds or waits
-	renew    Timer
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	expired bool
+	// leaseFrom is when the last good renewal (or the registration)
+	// began: the lease is trusted until LeaseTTL minus leaseMargin after.
+	leaseFrom time.Time
+	sessions  map[string]*sessionState // by tenant/session
+	waiters   map[string][]waiter      // by tenant/run
+	runLocks  map[string]*runLock      // by tenant/run, while an advance holds or waits
+	renew     Timer
 
 	recoveryTimer, watchdogTimer Timer
 
@@ -105,15 +108,6 @@ type Runtime struct {
 	active   atomic.Int64 // goroutines doing runtime work
 	stats    statCounters
 	recStats recoveryCounters
-}
-
-type sessionState struct {
-	tenant, session string
-	epoch           uint64
-	claimed         bool
-	driving         bool
-	dirty           bool
-	idleScans       int // watchdog scans in a row that found no active Run
 }
 
 // Stats is a snapshot of the runtime's counters, taken by Stats.
@@ -198,8 +192,10 @@ func New(opts Options) (*Runtime, error) {
 
 // LeaseLost is closed when this node's lease expired before it could be
 // renewed (the process was paused, or starved of CPU, for longer than
-// LeaseTTL). The runtime has then given up every session, and it drives
-// nothing more: its in-flight work can no longer commit. The process
+// LeaseTTL), or when no renewal succeeded within the lease's trust window
+// (LeaseTTL minus a fifth of it, from the start of the last good renewal:
+// the store could not be reached). The runtime has then given up every
+// session, cancelled its calls, and it commits nothing more. The process
 // should stop and start again; the new incarnation's recovery takes every
 // session over. A runtime does not re-register by itself, because its
 // executor calls still running could then run a second time beside
@@ -239,45 +235,89 @@ func (rt *Runtime) Start(ctx context.Context) error {
 	}
 	rt.started = true
 	rt.mu.Unlock()
-	if err := rt.store.RegisterNode(ctx, rt.nodeID, rt.nowMS()+rt.opts.LeaseTTL.Milliseconds()); err != nil {
+	began := rt.clock.Now()
+	if err := rt.store.RegisterNode(ctx, rt.nodeID, began.UnixMilli()+rt.opts.LeaseTTL.Milliseconds()); err != nil {
 		return fmt.Errorf("runtime: register node %s: %w", rt.nodeID, err)
 	}
-	rt.armRenewal()
+	rt.mu.Lock()
+	rt.leaseFrom = began
+	rt.mu.Unlock()
+	rt.armRenewal(rt.opts.LeaseTTL / 3)
 	rt.startRecovery()
 	rt.log.Info("runtime started", "lease_ttl", rt.opts.LeaseTTL)
 	return nil
 }
 
-func (rt *Runtime) armRenewal() {
+func (rt *Runtime) armRenewal(after time.Duration) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.stopped || rt.expired {
 		return
 	}
-	rt.renew = rt.clock.AfterFunc(rt.opts.LeaseTTL/3, rt.renewLease)
+	rt.renew = rt.clock.AfterFunc(after, rt.renewLease)
 }
 
+// leaseMargin is how long before its lease runs out, counted from the
+// start of its last good renewal, a node stops trusting it: the margin
+// covers the clock skew between this node and the store, and a renewal
+// whose reply is on its way. A fifth of the TTL (3 s of the default 15 s).
+func (rt *Runtime) leaseMargin() time.Duration { return rt.opts.LeaseTTL / 5 }
+
+// renewLease extends the node's lease. A renewal that fails is tried again
+// sooner, but only within the trust window: if no renewal has succeeded
+// within LeaseTTL minus leaseMargin of the start of the last good one
+// (the lease may be running out at the store, and another node may take
+// the sessions over), the node gives its lease up (loseLease).
 func (rt *Runtime) renewLease() {
 	ctx, cancel := context.WithTimeout(rt.life, rt.opts.LeaseTTL/3)
 	defer cancel()
-	err := rt.store.RenewNode(ctx, rt.nodeID, rt.nowMS()+rt.opts.LeaseTTL.Milliseconds())
+	began := rt.clock.Now()
+	err := rt.store.RenewNode(ctx, rt.nodeID, began.UnixMilli()+rt.opts.LeaseTTL.Milliseconds())
 	switch {
-	case errors.Is(err, ErrNodeExpired):
-		rt.log.Error("node lease expired: this runtime gives up every session", "lease_ttl", rt.opts.LeaseTTL, "err", err)
+	case err == nil:
 		rt.mu.Lock()
-		rt.expired = true
-		sessions := rt.sessions
-		rt.sessions = map[string]*sessionState{}
+		rt.leaseFrom = began
 		rt.mu.Unlock()
-		for _, s := range sessions {
-			rt.boundary(s.tenant, s.session, err)
+		rt.armRenewal(rt.opts.LeaseTTL / 3)
+	case errors.Is(err, ErrNodeExpired):
+		rt.loseLease("the store says its lease expired", err)
+	case rt.life.Err() != nil:
+	default:
+		rt.mu.Lock()
+		trusted := rt.leaseFrom.Add(rt.opts.LeaseTTL - rt.leaseMargin())
+		rt.mu.Unlock()
+		if !rt.clock.Now().Before(trusted) {
+			rt.loseLease("no renewal succeeded within the lease's trust window", err)
+			return
 		}
-		close(rt.lost)
-		return
-	case err != nil && rt.life.Err() == nil:
-		rt.log.Warn("node lease renewal failed; retrying", "err", err)
+		retry := min(rt.opts.LeaseTTL/10, trusted.Sub(rt.clock.Now()))
+		rt.log.Warn("node lease renewal failed; retrying", "retry_in", retry, "trusted_until", trusted, "err", err)
+		rt.armRenewal(retry)
 	}
-	rt.armRenewal()
+}
+
+// loseLease gives the node's lease up: no commit starts from here on (a
+// lease this node cannot vouch for fences nothing at the store yet, so it
+// must fence itself), the calls still running are cancelled, every
+// session is given up at an ownership boundary, and LeaseLost closes.
+func (rt *Runtime) loseLease(why string, cause error) {
+	rt.mu.Lock()
+	if rt.expired {
+		rt.mu.Unlock()
+		return
+	}
+	rt.expired = true
+	sessions := rt.sessions
+	rt.sessions = map[string]*sessionState{}
+	rt.mu.Unlock()
+	rt.halted.Store(true)
+	rt.stopLife()
+	rt.log.Error("node lease lost: this runtime gives up every session and cancels its calls: "+why,
+		"lease_ttl", rt.opts.LeaseTTL, "err", cause)
+	for _, s := range sessions {
+		rt.boundary(s.tenant, s.session, fmt.Errorf("%w: %s: %w", ErrNodeExpired, why, cause))
+	}
+	close(rt.lost)
 }
 
 // Stop stops intake and the watcher, and waits until ctx ends for the
@@ -438,158 +478,6 @@ func (rt *Runtime) lockRun(rk string) func() {
 			delete(rt.runLocks, rk)
 		}
 		rt.mu.Unlock()
-	}
-}
-
-func sessionKey(tenant, session string) string { return tenant + "/" + session }
-func runKey(tenant, run string) string         { return tenant + "/" + run }
-
-// claim returns the epoch this node holds for a session, claiming it the
-// first time.
-func (rt *Runtime) claim(ctx context.Context, tenant, session string) (uint64, error) {
-	rt.mu.Lock()
-	s := rt.sessionLocked(tenant, session)
-	if s.claimed {
-		e := s.epoch
-		rt.mu.Unlock()
-		return e, nil
-	}
-	expired := rt.expired
-	rt.mu.Unlock()
-	if expired {
-		return 0, ErrNodeExpired
-	}
-	epoch, err := rt.store.ClaimSession(ctx, tenant, session, rt.nodeID, rt.nowMS())
-	if err != nil {
-		return 0, err
-	}
-	rt.mu.Lock()
-	s = rt.sessionLocked(tenant, session)
-	s.epoch, s.claimed = epoch, true
-	rt.mu.Unlock()
-	rt.log.Debug("session claimed", "tenant", tenant, "session", session, "epoch", epoch)
-	return epoch, nil
-}
-
-func (rt *Runtime) sessionLocked(tenant, session string) *sessionState {
-	k := sessionKey(tenant, session)
-	s, ok := rt.sessions[k]
-	if !ok {
-		s = &sessionState{tenant: tenant, session: session}
-		rt.sessions[k] = s
-	}
-	return s
-}
-
-// boundary gives a session up: this node no longer owns it. Waiters of its
-// Runs get a boundary result.
-func (rt *Runtime) boundary(tenant, session string, cause error) {
-	rt.stats.Boundaries.Add(1)
-	rt.mu.Lock()
-	delete(rt.sessions, sessionKey(tenant, session))
-	rt.mu.Unlock()
-	rt.attempts.forgetSettledIn(tenant + "/" + session + "/")
-	rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
-	rt.notifySession(tenant, session, Result{Kind: ResultBoundary, Err: cause})
-}
-
-// kick makes sure the session is being driven: it starts a driver
-// goroutine, or tells the running one to look again.
-func (rt *Runtime) kick(tenant, session string) {
-	rt.mu.Lock()
-	if rt.stopped {
-		rt.mu.Unlock()
-		return
-	}
-	s := rt.sessionLocked(tenant, session)
-	if s.driving {
-		s.dirty = true
-		rt.mu.Unlock()
-		return
-	}
-	s.driving = true
-	rt.wg.Add(1)
-	rt.active.Add(1)
-	rt.mu.Unlock()
-	go func() {
-		defer rt.wg.Done()
-		defer rt.active.Add(-1)
-		select {
-		case rt.drivers <- struct{}{}:
-			defer func() { <-rt.drivers }()
-		case <-rt.life.Done():
-			rt.mu.Lock()
-			s.driving = false
-			rt.mu.Unlock()
-			return
-		}
-		for {
-			rt.driveSession(tenant, session)
-			rt.mu.Lock()
-			if !s.dirty || rt.stopped {
-				s.driving = false
-				rt.mu.Unlock()
-				return
-			}
-			s.dirty = false
-			rt.mu.Unlock()
-		}
-	}()
-}
-
-// driveSession advances the head Run of a session until it is terminal (then
-// the next one starts) or quiescent. A store error on the way (the claim,
-// the read of the session's Runs) is retried with a backoff on the Clock:
-// a Run acknowledged into the session must not wait for the watchdog
-// because one read failed.
-func (rt *Runtime) driveSession(tenant, session string) {
-	ctx := rt.life
-	backoff := commitRetryMin
-	retry := func(what string, err error) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		rt.log.Warn("session driver: "+what+" failed; retrying", "tenant", tenant, "session", session, "retry_in", backoff, "err", err)
-		ok := rt.sleep(backoff)
-		backoff = min(2*backoff, commitRetryMax)
-		return ok
-	}
-	for ctx.Err() == nil {
-		epoch, err := rt.claim(ctx, tenant, session)
-		if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired) {
-			rt.boundary(tenant, session, err)
-			return
-		}
-		if err != nil {
-			if retry("claiming the session", err) {
-				continue
-			}
-			return
-		}
-		runs, err := rt.store.ActiveRuns(ctx, tenant, session)
-		if err != nil {
-			if retry("reading the session's active Runs", err) {
-				continue
-			}
-			return
-		}
-		if len(runs) == 0 {
-			return
-		}
-		for _, queued := range runs[1:] {
-			rt.notifyRun(tenant, queued.ID, Result{Kind: ResultWaiting, Run: queued, Waiting: &Waiting{Queued: true}})
-		}
-		head, err := rt.advance(ctx, advanceReq{tenant: tenant, session: session, runID: runs[0].ID, epoch: epoch, mayStart: true})
-		if errors.Is(err, errStoreFailed) && !rt.stopping() {
-			if retry("advancing the head Run", err) {
-				continue
-			}
-			return
-		}
-		if err != nil || !head.Status.Terminal() {
-			return
-		}
-		backoff = commitRetryMin
 	}
 }
 

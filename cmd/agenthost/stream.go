@@ -53,6 +53,8 @@ func (p *printer) event(ev loop.Event) {
 		}
 	case loop.EventEffectPending:
 		p.printf("  %s: pending (the executor works on it; handle %q)", p.effectName(ev.EffectID), ev.Handle)
+	case loop.EventEffectDeferred:
+		p.printf("  %s: its executor is unavailable; recovery asks it again until max_defer passes", p.effectName(ev.EffectID))
 	case loop.EventEffectSettled:
 		p.settled(ev)
 	case loop.EventApprovalRecorded:
