@@ -1,7 +1,8 @@
 // Package conformance holds the exported test suites every implementation
-// of agenthost's ports must pass (StoreSuite, and more as the ports grow),
-// and the fakes they use: MemStore, FakeClock, scripted executors, and
-// fake Wasm plugins under conformance/plugins.
+// of agenthost's ports must pass (StoreSuite, RuntimeSuite, PluginSuite),
+// the fakes they use (MemStore, FakeClock, scripted executors, and fake
+// Wasm plugins under conformance/plugins), and FaultStore, a seeded
+// wrapper of any Store that injects errors, timeouts and lost replies.
 //
 // Everything here is for tests; it is not a stable API and not for
 // production use.
