@@ -1,5 +1,7 @@
 package runtime
 
+import "github.com/agenthost/agenthost/loop"
+
 // RunLockRefs returns how many goroutines hold or wait for a Run's
 // advance lock.
 func RunLockRefs(rt *Runtime, tenant, runID string) int {
@@ -12,11 +14,7 @@ func RunLockRefs(rt *Runtime, tenant, runID string) int {
 }
 
 // SessionsHeld returns how many sessions the runtime holds state for.
-func SessionsHeld(rt *Runtime) int {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return len(rt.sessions)
-}
+func SessionsHeld(rt *Runtime) int { return rt.sessions.len() }
 
 // The watcher, for its own tests.
 type (
@@ -43,3 +41,31 @@ func TrackedAttempts(rt *Runtime) int {
 // SetWatcherFireHook sets a function onWatcherFire calls once it has
 // started its first worker, before the rest of the batch is handed out.
 func SetWatcherFireHook(f func()) { testHookWatcherFire = f }
+
+// ActiveWork returns how many goroutines of the runtime are doing its
+// work: Idle is ActiveWork() == 0.
+func ActiveWork(rt *Runtime) int64 { return rt.active.Load() }
+
+// DriversWaiting returns how many session drivers wait for a driver slot
+// while every slot is taken (0 while one is free: a driver that wants it
+// gets it without waiting on anything else).
+func DriversWaiting(rt *Runtime) int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.drivers) < cap(rt.drivers) {
+		return 0
+	}
+	rt.sessions.mu.Lock()
+	defer rt.sessions.mu.Unlock()
+	driving := 0
+	for _, s := range rt.sessions.m {
+		if s.driving {
+			driving++
+		}
+	}
+	return max(driving-len(rt.drivers), 0)
+}
+
+// Stuck is the watchdog's judgement of a session's head Run: not
+// terminal, and nothing in this process will move it on.
+func Stuck(rt *Runtime, run loop.Run) bool { return rt.stuck(run) }

@@ -155,11 +155,7 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	// claims compete with them for the store and the CPU, and made a pass
 	// over 10,000 sessions six times slower (docs/BENCHMARKS.md).
 	for _, o := range orphans {
-		rt.mu.Lock()
-		s := rt.sessions[sessionKey(o.Tenant, o.Session)]
-		mine := s != nil && s.claimed
-		rt.mu.Unlock()
-		if mine {
+		if _, mine := rt.sessions.claimed(o.Tenant, o.Session); mine {
 			rt.kick(o.Tenant, o.Session)
 		}
 	}
@@ -179,11 +175,9 @@ func (rt *Runtime) takeOver(ctx context.Context, o SessionOwner) error {
 	}
 	// A session this node had claimed under an earlier epoch must be
 	// claimed again: forget the cached claim.
-	rt.mu.Lock()
-	if s := rt.sessions[sessionKey(o.Tenant, o.Session)]; s != nil && s.claimed && o.Owner != rt.nodeID {
-		s.claimed = false
+	if o.Owner != rt.nodeID {
+		rt.sessions.dropClaim(o.Tenant, o.Session)
 	}
-	rt.mu.Unlock()
 	epoch, err := rt.claim(ctx, o.Tenant, o.Session)
 	if err != nil {
 		if errors.Is(err, ErrSessionOwned) {

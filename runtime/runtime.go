@@ -96,9 +96,9 @@ type Runtime struct {
 	// leaseFrom is when the last good renewal (or the registration)
 	// began: the lease is trusted until LeaseTTL minus leaseMargin after.
 	leaseFrom time.Time
-	sessions  map[string]*sessionState // by tenant/session
-	waiters   map[string][]waiter      // by tenant/run
-	runLocks  map[string]*runLock      // by tenant/run, while an advance holds or waits
+	sessions  *sessionTable       // the sessions this process holds
+	waiters   map[string][]waiter // by tenant/run
+	runLocks  map[string]*runLock // by tenant/run, while an advance holds or waits
 	renew     Timer
 
 	recoveryTimer, watchdogTimer Timer
@@ -179,7 +179,7 @@ func New(opts Options) (*Runtime, error) {
 		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
 		drivers:  make(chan struct{}, opts.MaxDrivers),
 		attempts: newAttempts(),
-		sessions: map[string]*sessionState{},
+		sessions: newSessionTable(),
 		waiters:  map[string][]waiter{},
 		runLocks: map[string]*runLock{},
 		dog:      &watchdog{suspects: map[string]int64{}},
@@ -307,9 +307,8 @@ func (rt *Runtime) loseLease(why string, cause error) {
 		return
 	}
 	rt.expired = true
-	sessions := rt.sessions
-	rt.sessions = map[string]*sessionState{}
 	rt.mu.Unlock()
+	sessions := rt.sessions.takeAll()
 	rt.halted.Store(true)
 	rt.stopLife()
 	rt.log.Error("node lease lost: this runtime gives up every session and cancels its calls: "+why,
@@ -346,9 +345,8 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		rt.halted.Store(true)
 	}
 	rt.stopLife()
+	sessions := rt.sessions.takeAll()
 	rt.mu.Lock()
-	sessions := rt.sessions
-	rt.sessions = map[string]*sessionState{}
 	waiters := rt.waiters
 	rt.waiters = map[string][]waiter{}
 	rt.mu.Unlock()

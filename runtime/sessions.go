@@ -3,37 +3,154 @@ package runtime
 import (
 	"context"
 	"errors"
+	"sync"
 )
 
 // Session ownership in this process: the sessions this node holds in
-// memory (sessionState), their claims and fencing epochs (claim), the
+// memory (sessionTable), their claims and fencing epochs (claim), the
 // boundary where it gives one up, and the one driver goroutine per session
-// (kick, driveSession). The Runtime's mu guards the session table; the
-// store holds the claims (Store.ClaimSession) and fences every commit with
-// the epoch. docs/DESIGN.md §5.3 walks through it.
+// (kick, driveSession). The store holds the claims (Store.ClaimSession)
+// and fences every commit with the epoch. docs/DESIGN.md §5.3 walks
+// through it.
 
+// sessionState is what this process holds about one session.
 type sessionState struct {
 	tenant, session string
-	epoch           uint64
-	claimed         bool
-	driving         bool
-	dirty           bool
-	idleScans       int // watchdog scans in a row that found no active Run
+	epoch           uint64 // the fencing epoch of this node's claim
+	claimed         bool   // epoch holds this node's claim
+	driving         bool   // a driver goroutine is on it
+	dirty           bool   // it was kicked while driven: drive it again
+	idleScans       int    // watchdog scans in a row that found no active Run
 }
+
+// sessionTable is the one owner of the sessions this process holds, by
+// tenant/session, behind its own lock. The watchdog bounds it by recent
+// work (forgetIdle). When both are taken, the Runtime's mu comes first.
+type sessionTable struct {
+	mu sync.Mutex
+	m  map[string]*sessionState
+}
+
+func newSessionTable() *sessionTable { return &sessionTable{m: map[string]*sessionState{}} }
 
 func sessionKey(tenant, session string) string { return tenant + "/" + session }
 func runKey(tenant, run string) string         { return tenant + "/" + run }
 
+// getLocked returns the session's state, adding it when it is not held.
+func (t *sessionTable) getLocked(tenant, session string) *sessionState {
+	k := sessionKey(tenant, session)
+	s, ok := t.m[k]
+	if !ok {
+		s = &sessionState{tenant: tenant, session: session}
+		t.m[k] = s
+	}
+	return s
+}
+
+// claimed returns the epoch of this node's claim on a session, if it holds
+// one.
+func (t *sessionTable) claimed(tenant, session string) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.m[sessionKey(tenant, session)]; s != nil && s.claimed {
+		return s.epoch, true
+	}
+	return 0, false
+}
+
+// setClaim records this node's claim on a session.
+func (t *sessionTable) setClaim(tenant, session string, epoch uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.getLocked(tenant, session)
+	s.epoch, s.claimed = epoch, true
+}
+
+// dropClaim forgets a cached claim (recovery found the session owned by a
+// dead incarnation, possibly an earlier claim of this node's: it must be
+// claimed again, for a new epoch).
+func (t *sessionTable) dropClaim(tenant, session string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.m[sessionKey(tenant, session)]; s != nil {
+		s.claimed = false
+	}
+}
+
+// remove forgets a session.
+func (t *sessionTable) remove(tenant, session string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, sessionKey(tenant, session))
+}
+
+// takeAll empties the table and returns what it held.
+func (t *sessionTable) takeAll() map[string]*sessionState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	all := t.m
+	t.m = map[string]*sessionState{}
+	return all
+}
+
+// startDriving marks a session as driven; false (and the session marked
+// dirty, to be driven again) when a driver is on it already.
+func (t *sessionTable) startDriving(tenant, session string) (*sessionState, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.getLocked(tenant, session)
+	if s.driving {
+		s.dirty = true
+		return s, false
+	}
+	s.driving = true
+	return s, true
+}
+
+// passDone ends a driver's pass over s: it reports whether to drive again
+// (the session was kicked meanwhile, and the runtime is not stopping), or
+// marks the session as no longer driven.
+func (t *sessionTable) passDone(s *sessionState, stopping bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !s.dirty || stopping {
+		s.driving = false
+		return false
+	}
+	s.dirty = false
+	return true
+}
+
+// forgetIdle counts, for every session held, the watchdog scans in a row
+// that found it without an active Run (active holds those with one), and
+// forgets it at the second if no driver is on it.
+func (t *sessionTable) forgetIdle(active map[string]SessionOwner) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, s := range t.m {
+		if _, ok := active[k]; ok || s.driving || s.dirty {
+			s.idleScans = 0
+			continue
+		}
+		if s.idleScans++; s.idleScans >= 2 {
+			delete(t.m, k)
+		}
+	}
+}
+
+func (t *sessionTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
 // claim returns the epoch this node holds for a session, claiming it the
 // first time.
 func (rt *Runtime) claim(ctx context.Context, tenant, session string) (uint64, error) {
-	rt.mu.Lock()
-	s := rt.sessionLocked(tenant, session)
-	if s.claimed {
-		e := s.epoch
-		rt.mu.Unlock()
-		return e, nil
+	if epoch, ok := rt.sessions.claimed(tenant, session); ok {
+		return epoch, nil
 	}
+	rt.mu.Lock()
 	expired := rt.expired
 	rt.mu.Unlock()
 	if expired {
@@ -43,31 +160,16 @@ func (rt *Runtime) claim(ctx context.Context, tenant, session string) (uint64, e
 	if err != nil {
 		return 0, err
 	}
-	rt.mu.Lock()
-	s = rt.sessionLocked(tenant, session)
-	s.epoch, s.claimed = epoch, true
-	rt.mu.Unlock()
+	rt.sessions.setClaim(tenant, session, epoch)
 	rt.log.Debug("session claimed", "tenant", tenant, "session", session, "epoch", epoch)
 	return epoch, nil
-}
-
-func (rt *Runtime) sessionLocked(tenant, session string) *sessionState {
-	k := sessionKey(tenant, session)
-	s, ok := rt.sessions[k]
-	if !ok {
-		s = &sessionState{tenant: tenant, session: session}
-		rt.sessions[k] = s
-	}
-	return s
 }
 
 // boundary gives a session up: this node no longer owns it. Waiters of its
 // Runs get a boundary result.
 func (rt *Runtime) boundary(tenant, session string, cause error) {
 	rt.stats.Boundaries.Add(1)
-	rt.mu.Lock()
-	delete(rt.sessions, sessionKey(tenant, session))
-	rt.mu.Unlock()
+	rt.sessions.remove(tenant, session)
 	rt.attempts.forgetSettledIn(tenant + "/" + session + "/")
 	rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
 	rt.notifySession(tenant, session, Result{Kind: ResultBoundary, Err: cause})
@@ -81,13 +183,11 @@ func (rt *Runtime) kick(tenant, session string) {
 		rt.mu.Unlock()
 		return
 	}
-	s := rt.sessionLocked(tenant, session)
-	if s.driving {
-		s.dirty = true
+	s, start := rt.sessions.startDriving(tenant, session)
+	if !start {
 		rt.mu.Unlock()
 		return
 	}
-	s.driving = true
 	rt.wg.Add(1)
 	rt.active.Add(1)
 	rt.mu.Unlock()
@@ -98,21 +198,14 @@ func (rt *Runtime) kick(tenant, session string) {
 		case rt.drivers <- struct{}{}:
 			defer func() { <-rt.drivers }()
 		case <-rt.life.Done():
-			rt.mu.Lock()
-			s.driving = false
-			rt.mu.Unlock()
+			rt.sessions.passDone(s, true)
 			return
 		}
 		for {
 			rt.driveSession(tenant, session)
-			rt.mu.Lock()
-			if !s.dirty || rt.stopped {
-				s.driving = false
-				rt.mu.Unlock()
+			if !rt.sessions.passDone(s, rt.stopping()) {
 				return
 			}
-			s.dirty = false
-			rt.mu.Unlock()
 		}
 	}()
 }

@@ -57,7 +57,7 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 		}
 		return 0
 	}
-	rt.forgetIdleSessions(owned)
+	rt.sessions.forgetIdle(owned)
 	reported := 0
 	seen := map[string]bool{}
 	for _, o := range owned {
@@ -106,23 +106,6 @@ func (rt *Runtime) ownedActiveSessions(ctx context.Context) (map[string]SessionO
 		}
 		last := page[len(page)-1]
 		afterTenant, afterSession = last.Tenant, last.Session
-	}
-}
-
-// forgetIdleSessions counts, for every session held in memory, the scans
-// in a row that found it without an active Run, and forgets it at the
-// second one if no driver is on it.
-func (rt *Runtime) forgetIdleSessions(active map[string]SessionOwner) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	for k, s := range rt.sessions {
-		if _, ok := active[k]; ok || s.driving || s.dirty {
-			s.idleScans = 0
-			continue
-		}
-		if s.idleScans++; s.idleScans >= 2 {
-			delete(rt.sessions, k)
-		}
 	}
 }
 
