@@ -16,16 +16,19 @@ import (
 
 	"github.com/agenthost/agenthost/badgerstore"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/bench"
+	"github.com/agenthost/agenthost/loop"
 )
 
 // TestServeSurvivesKill9 is docs/DESIGN.md §9's crash test with real processes:
 // the agenthost binary serves a tenant whose Runs call the slow-job tool;
 // 60 Runs are submitted over HTTP while the server is SIGKILLed at seeded
 // random moments, four times, and restarted on the same data dir each
-// time. At the end every acknowledged Run is terminal, no effect attempt
-// was settled twice, and the slow-job plugin's own execution counts (in
-// its KV) show that no job ran twice: slow_job is not idempotent, so its
-// missing-effect policy is fail and it never gets a second attempt.
+// time. At the end every acknowledged Run is terminal, its event log
+// passes loop.CheckEnded (numbered 1..n, one terminal event, last; no
+// effect attempt settled twice; no more attempts than the policy allows),
+// and the slow-job plugin's own execution counts (in its KV) show that no
+// job ran twice: slow_job is not idempotent, so its missing-effect policy
+// is fail and it never gets a second attempt.
 //
 // The random delay before each kill is the test's input (where in the
 // Runs' lives the crash falls), not a wait for a condition. Set
@@ -174,10 +177,12 @@ func TestServeSurvivesKill9(t *testing.T) {
 		if err != nil {
 			t.Fatalf("events of %s: %v", id, err)
 		}
-		for _, v := range bench.CheckEventLog(id, evs) {
-			t.Error(v)
+		for _, v := range loop.CheckEnded(evs) {
+			t.Errorf("run %s: %s", id, v)
 		}
-		recs := bench.EffectRecords(evs)
+		recs := loop.LogEffects(evs)
+		// Stricter than the policy check, whatever the config's policy:
+		// the non-idempotent slow_job gets one attempt.
 		for _, r := range recs {
 			if r.Kind == "tool" && r.Dispatched > 1 {
 				t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", r.ID, r.Dispatched)

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,17 +37,20 @@ type chaosOptions struct {
 	seed        uint64
 	concurrency int
 	faultEvery  durRange
+	faults      faultKinds
 	pause       durRange
 	resumeBound time.Duration
+	termBound   time.Duration
 	drain       time.Duration
 	timeout     time.Duration
 }
 
 func newBenchChaosCmd(bf *benchFlags) *cobra.Command {
-	o := &chaosOptions{faultEvery: durRange{3 * time.Second, 10 * time.Second}, pause: durRange{time.Second, 4 * time.Second}}
+	o := &chaosOptions{faultEvery: durRange{3 * time.Second, 10 * time.Second}, pause: durRange{time.Second, 4 * time.Second},
+		faults: faultKinds{faultKill, faultPause, faultTerm}}
 	cmd := &cobra.Command{
 		Use:   "chaos",
-		Short: "Kill and pause a real server under load, then check that no acknowledged Run was lost or mishandled",
+		Short: "Kill, pause and restart a real server under load, then check that no acknowledged Run was lost or mishandled",
 		Long: `chaos starts ` + "`agenthost serve`" + ` as a child process on a fresh data dir, with two
 tenants whose Runs use the conformance plugins, and for --duration lets
 --concurrency clients submit Runs of every kind: instant tools, slow tools
@@ -58,29 +60,38 @@ one or two questions (the clients answer each, under If-Match), slow ones
 the clients cancel while in flight, one that loses its work (its policy
 fails the Run), and hostile ones (an endless loop, a memory bomb, a trap,
 huge or malformed output, a file read, HTTP to a host not allowed). Every
---fault-every it either SIGKILLs the server and restarts it on the same
-data dir, or SIGSTOPs it for --pause and SIGCONTs
-it; the clients see their requests time out and retry them, a submission
-with the same Idempotency-Key.
+--fault-every it does one of the --faults: kill SIGKILLs the server and
+restarts it on the same data dir; pause SIGSTOPs it for --pause and
+SIGCONTs it; term restarts it gracefully: SIGTERM, which must make it exit
+0 within --term-bound, then a start on the same data dir. The first faults
+are each kind once, in a seeded order, so that even a short run has every
+kind; then the kind is drawn at random. The clients see their requests time
+out or answer 503 and retry them, a submission with the same
+Idempotency-Key.
 
 Then it stops the faults, waits for every acknowledged Run to end (approving
 and answering what still waits), stops the server with SIGTERM (it must exit 0), reopens
 the data dir with Badger and checks docs/DESIGN.md §9's invariants on every
-acknowledged Run: it is terminal; its event log is numbered 1..n with one
-terminal event, last; no effect attempt was settled twice; every input
-answers the question the Run was waiting on, once; no effect was
-dispatched more attempts than its policy allows; no slow job ran twice (the
-plugin counts its executions in its KV); the watchdog found no stuck Run; and
-the server answered within --resume-bound after every SIGCONT.
+acknowledged Run: it is terminal; its event log passes the Loop's log
+check (loop.LogCheck): numbered 1..n with one terminal event, last; no
+effect attempt settled twice, or without its dispatch; a gated call
+dispatched only once approved; every approval and every input answers what
+the Run was waiting on, once; no effect dispatched more attempts than its
+policy allows; and the rest of that check's rules. No slow job ran twice (the
+plugin counts its executions in its KV); the watchdog found no stuck Run; the
+server answered within --resume-bound after every SIGCONT; and it exited 0
+within --term-bound after every SIGTERM.
 
-It prints the faults survived, the Runs by kind and status, the effects
-settled, recovery's decisions, and the violations; it exits non-zero if
-there is any, naming them, and keeps the work dir for a post-mortem. The
+It prints the faults survived (kills, pauses, graceful restarts), the Runs
+by kind and status, the effects settled, recovery's decisions, and the
+violations; it exits non-zero if there is any, naming them, and keeps the
+work dir for a post-mortem. The
 seed (--seed, printed at the start) replays the same choices: kinds,
 tenants, fault times; the timing of the processes is not replayed.`,
 		Example: `  make plugins build
   bin/agenthost bench chaos --duration 10m
-  bin/agenthost bench chaos --duration 2m --seed 42 --fault-every 2s-5s --pause 1s-3s --json`,
+  bin/agenthost bench chaos --duration 2m --seed 42 --fault-every 2s-5s --pause 1s-3s --json
+  bin/agenthost bench chaos --duration 5m --faults term`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runChaos(cmd, bf, o) },
 	}
@@ -89,8 +100,10 @@ tenants, fault times; the timing of the processes is not replayed.`,
 	f.Uint64Var(&o.seed, "seed", 0, "the seed of the random choices (0: a fresh one, printed)")
 	f.IntVar(&o.concurrency, "concurrency", 8, "clients submitting and following Runs at once")
 	f.Var(&o.faultEvery, "fault-every", "time between two faults, a range drawn uniformly (e.g. 3s-10s)")
+	f.Var(&o.faults, "faults", "the kinds of fault to draw from: kill (SIGKILL, restart), pause (SIGSTOP, SIGCONT), term (SIGTERM, restart)")
 	f.Var(&o.pause, "pause", "how long a SIGSTOP lasts before its SIGCONT, a range (e.g. 1s-4s)")
 	f.DurationVar(&o.resumeBound, "resume-bound", 15*time.Second, "the server must answer /readyz this soon after a SIGCONT")
+	f.DurationVar(&o.termBound, "term-bound", 45*time.Second, "the server must exit 0 this soon after a SIGTERM (its own grace: 10s for requests, 20s for the runtime)")
 	f.DurationVar(&o.drain, "drain-timeout", 3*time.Minute, "bound on waiting for every acknowledged Run to end after the faults stop")
 	f.DurationVar(&o.timeout, "request-timeout", 2*time.Second, "bound on one HTTP request of the clients")
 	return cmd
@@ -102,8 +115,10 @@ type chaosParams struct {
 	DurationS      float64 `json:"duration_s"`
 	Concurrency    int     `json:"concurrency"`
 	FaultEvery     string  `json:"fault_every"`
+	Faults         string  `json:"faults"`
 	Pause          string  `json:"pause"`
 	ResumeBoundS   float64 `json:"resume_bound_s"`
+	TermBoundS     float64 `json:"term_bound_s"`
 	DrainTimeoutS  float64 `json:"drain_timeout_s"`
 	RequestTimeout float64 `json:"request_timeout_s"`
 }
@@ -114,8 +129,10 @@ type chaosResult struct {
 	ElapsedS   float64 `json:"elapsed_s"`
 	Kills      int     `json:"kills"`
 	Pauses     int     `json:"pauses"`
+	Restarts   int     `json:"graceful_restarts"`
 	MaxReadyMS float64 `json:"max_ready_after_restart_ms"`
 	MaxResumMS float64 `json:"max_answer_after_sigcont_ms"`
+	MaxExitMS  float64 `json:"max_exit_after_sigterm_ms"`
 
 	Submitted    int64                     `json:"submitted"`
 	Acknowledged int                       `json:"acknowledged"`
@@ -144,6 +161,9 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	if o.concurrency < 1 {
 		return fmt.Errorf("bench chaos: --concurrency must be at least 1")
 	}
+	if len(o.faults) == 0 {
+		return fmt.Errorf("bench chaos: --faults must name at least one of kill, pause and term")
+	}
 	if o.seed == 0 {
 		o.seed = rand.Uint64()
 	}
@@ -169,8 +189,8 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 			cleanup()
 		}
 	}()
-	bf.progressf(cmd, "chaos: seed %d (replay with --seed %d), %s of faults every %s (pauses %s), %d clients, work dir %s",
-		o.seed, o.seed, o.duration, &o.faultEvery, &o.pause, o.concurrency, dir)
+	bf.progressf(cmd, "chaos: seed %d (replay with --seed %d), %s of faults (%s) every %s (pauses %s), %d clients, work dir %s",
+		o.seed, o.seed, o.duration, &o.faults, &o.faultEvery, &o.pause, o.concurrency, dir)
 
 	tenants := []chaosTenant{{"alpha", "chaos-alpha-token"}, {"beta", "chaos-beta-token"}}
 	cfg, err := writeBenchConfig(dir, chaosConfig(plugins, cache, tenants))
@@ -213,15 +233,18 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 			}
 			lastProgress = time.Now()
 			acked, _ := clients.snapshot()
-			bf.progressf(cmd, "chaos: %s runs submitted %d, acknowledged %d; kills %d, pauses %d",
-				time.Since(began).Round(time.Second), clients.submitted.get(), len(acked), res.Kills, res.Pauses)
+			bf.progressf(cmd, "chaos: %s runs submitted %d, acknowledged %d; kills %d, pauses %d, graceful restarts %d",
+				time.Since(began).Round(time.Second), clients.submitted.get(), len(acked), res.Kills, res.Pauses, res.Restarts)
 		}
 	}
 
 	var faultViolations []string
 	rng := rand.New(rand.NewPCG(o.seed, 0))
+	// The first faults are each kind once, in a seeded order, so that even
+	// a short run has every kind; then the kinds are random.
+	first := append(faultKinds(nil), o.faults...)
+	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	end := began.Add(o.duration)
-	lastKind := ""
 	for n := 1; ; n++ {
 		next := o.faultEvery.draw(rng)
 		if time.Now().Add(next).After(end) {
@@ -235,15 +258,13 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 				return fmt.Errorf("bench chaos: restarting the server: %w", err)
 			}
 		}
-		// Random kinds, but the second fault is the other kind, so that even
-		// a short run has both.
-		kill := rng.IntN(2) == 0
-		if n == 2 {
-			kill = lastKind == "pause"
+		kind := o.faults[rng.IntN(len(o.faults))]
+		if n <= len(first) {
+			kind = first[n-1]
 		}
 		at := time.Since(began).Round(100 * time.Millisecond)
-		if kill {
-			lastKind = "kill"
+		switch kind {
+		case faultKill:
 			ready, err := srv.kill()
 			if err != nil {
 				keep = true
@@ -252,8 +273,22 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 			res.Kills++
 			res.MaxReadyMS = max(res.MaxReadyMS, msf(ready))
 			bf.progressf(cmd, "chaos: %s kill %d: SIGKILL, restarted on the same data dir, ready in %s", at, res.Kills, ready.Round(time.Millisecond))
-		} else {
-			lastKind = "pause"
+		case faultTerm:
+			exited, stopErr := srv.stop(o.termBound)
+			if stopErr != nil {
+				faultViolations = append(faultViolations, fmt.Sprintf("graceful restart %d: %v", res.Restarts+1, stopErr))
+				bf.progressf(cmd, "chaos: %s graceful restart %d: VIOLATION: %v", at, res.Restarts+1, stopErr)
+			}
+			ready, err := srv.start()
+			if err != nil {
+				keep = true
+				return fmt.Errorf("bench chaos: seed %d: the server did not come back after SIGTERM %d: %w (work dir kept: %s)", o.seed, res.Restarts+1, err, dir)
+			}
+			res.Restarts++
+			res.MaxExitMS = max(res.MaxExitMS, msf(exited))
+			res.MaxReadyMS = max(res.MaxReadyMS, msf(ready))
+			bf.progressf(cmd, "chaos: %s graceful restart %d: SIGTERM, exited in %s, restarted on the same data dir, ready in %s", at, res.Restarts, exited.Round(time.Millisecond), ready.Round(time.Millisecond))
+		case faultPause:
 			d := o.pause.draw(rng)
 			errorsBefore := clients.errors.get()
 			answered, err := srv.pause(d, o.resumeBound)
@@ -293,15 +328,8 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	watchdogMetric := scrapeCounter(clients, "agenthost_watchdog_reports_total")
 
 	// A clean stop: SIGTERM, exit 0.
-	p := srv.current()
-	if err := p.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("bench chaos: SIGTERM: %w", err)
-	}
-	if code, err := p.WaitExit(2 * time.Minute); err != nil {
-		faultViolations = append(faultViolations, err.Error())
-		p.Kill()
-	} else if code != 0 {
-		faultViolations = append(faultViolations, fmt.Sprintf("after SIGTERM agenthost serve exited %d, want 0", code))
+	if _, err := srv.stop(2 * time.Minute); err != nil {
+		faultViolations = append(faultViolations, "the last stop: "+err.Error())
 	}
 	bf.progressf(cmd, "chaos: server stopped; checking the data dir")
 
@@ -325,8 +353,8 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	}
 
 	params := chaosParams{Seed: o.seed, DurationS: o.duration.Seconds(), Concurrency: o.concurrency,
-		FaultEvery: o.faultEvery.String(), Pause: o.pause.String(), ResumeBoundS: o.resumeBound.Seconds(),
-		DrainTimeoutS: o.drain.Seconds(), RequestTimeout: o.timeout.Seconds()}
+		FaultEvery: o.faultEvery.String(), Faults: o.faults.String(), Pause: o.pause.String(), ResumeBoundS: o.resumeBound.Seconds(),
+		TermBoundS: o.termBound.Seconds(), DrainTimeoutS: o.drain.Seconds(), RequestTimeout: o.timeout.Seconds()}
 	if err := bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "chaos", Started: began, Machine: bf.thisMachine(), Params: params, Result: res},
 		chaosTables(res)...); err != nil {
 		return err
@@ -460,17 +488,10 @@ func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tena
 			out = append(out, fmt.Sprintf("events of run %s/%s: %v", r.Tenant, r.ID, err))
 			continue
 		}
-		out = append(out, CheckEventLog(r.ID, evs)...)
-		out = append(out, checkInputs(r.ID, evs)...)
-		var spec *loop.Spec
-		for _, ev := range evs {
-			if ev.Type == loop.EventRunCreated {
-				spec = ev.Spec
-				break
-			}
+		for _, v := range chaosCheckLog(evs) {
+			out = append(out, fmt.Sprintf("run %s/%s (%s): %s", r.Tenant, r.ID, r.Kind, v))
 		}
-		recs := EffectRecords(evs)
-		out = append(out, checkPolicies(r.ID, spec, recs)...)
+		recs := loop.LogEffects(evs)
 		jobs, v, err := CheckSlowJobs(ctx, store, r.Tenant, "slow-job", recs)
 		if err != nil {
 			out = append(out, fmt.Sprintf("run %s/%s: reading the slow-job KV: %v", r.Tenant, r.ID, err))
@@ -535,9 +556,9 @@ func chaosReadLog(path string, res *chaosResult) []string {
 
 // chaosTables is the human-readable summary.
 func chaosTables(res *chaosResult) []table {
-	faults := table{Title: "Faults", Header: []string{"kills", "pauses", "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "submission retries", "client errors", "of which during pauses"},
-		Rows: [][]string{{strconv.Itoa(res.Kills), strconv.Itoa(res.Pauses), fmt.Sprintf("%.0f", res.MaxReadyMS), fmt.Sprintf("%.0f", res.MaxResumMS),
-			strconv.FormatInt(res.Retries, 10), strconv.FormatInt(res.ClientErrors, 10), strconv.FormatInt(res.PauseErrors, 10)}},
+	faults := table{Title: "Faults", Header: []string{"kills", "pauses", "graceful restarts", "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "slowest exit after SIGTERM (ms)", "submission retries", "client errors", "of which during pauses"},
+		Rows: [][]string{{strconv.Itoa(res.Kills), strconv.Itoa(res.Pauses), strconv.Itoa(res.Restarts), fmt.Sprintf("%.0f", res.MaxReadyMS), fmt.Sprintf("%.0f", res.MaxResumMS),
+			fmt.Sprintf("%.0f", res.MaxExitMS), strconv.FormatInt(res.Retries, 10), strconv.FormatInt(res.ClientErrors, 10), strconv.FormatInt(res.PauseErrors, 10)}},
 		Notes: []string{fmt.Sprintf("seed %d; %.0f s in all, of which %.0f s draining; approvals answered: %d yes, %d no; questions answered: %d; cancellations asked: %d", res.Seed, res.ElapsedS, res.DrainS, res.Approved, res.Denied, res.Answered, res.Cancels)}}
 	statuses := []string{"completed", "failed", "cancelled", "pending", "running", "waiting"}
 	runs := table{Title: "Runs", Header: append([]string{"kind", "acknowledged"}, statuses...)}
@@ -561,7 +582,7 @@ func chaosTables(res *chaosResult) []table {
 	effects := countTable("Effects", []string{"settled", "attempts"}, res.EffectsSettled)
 	effects.Notes = []string{fmt.Sprintf("%d attempts dispatched; %d slow jobs checked against the plugin's execution counts", res.Dispatched, res.SlowJobs)}
 	recovery := countTable("Recovery", []string{"decision", "count"}, res.Recovery)
-	recovery.Notes = []string{fmt.Sprintf("%d sessions taken over from a killed server; %d watchdog reports", res.SessionsTaken, res.Watchdog)}
+	recovery.Notes = []string{fmt.Sprintf("%d sessions taken over from a killed or stopped server; %d watchdog reports", res.SessionsTaken, res.Watchdog)}
 	verdict := table{Title: fmt.Sprintf("Violations: %d", len(res.Violations)), Header: []string{"#", "violation"}}
 	for i, v := range res.Violations {
 		verdict.Rows = append(verdict.Rows, []string{strconv.Itoa(i + 1), v})

@@ -51,6 +51,41 @@ func (r durRange) draw(rng *rand.Rand) time.Duration {
 	return r.lo + time.Duration(rng.Int64N(int64(r.hi-r.lo)+1))
 }
 
+// The kinds of fault: SIGKILL and restart, SIGSTOP then SIGCONT, and a
+// graceful restart (SIGTERM, a clean exit, then start again).
+const (
+	faultKill  = "kill"
+	faultPause = "pause"
+	faultTerm  = "term"
+)
+
+// faultKinds is a flag that holds the kinds of fault a chaos run draws
+// from, a comma-separated list of kill, pause and term.
+type faultKinds []string
+
+func (f *faultKinds) String() string { return strings.Join(*f, ",") }
+
+func (f *faultKinds) Set(s string) error {
+	var kinds []string
+	seen := map[string]bool{}
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		switch k {
+		case faultKill, faultPause, faultTerm:
+		default:
+			return fmt.Errorf("want a comma-separated list of kill, pause and term; got %q", k)
+		}
+		if !seen[k] {
+			seen[k] = true
+			kinds = append(kinds, k)
+		}
+	}
+	*f = kinds
+	return nil
+}
+
+func (f *faultKinds) Type() string { return "kinds" }
+
 // chaosServer is the `agenthost serve` child the chaos bench kills,
 // pauses and restarts on the same data dir; the clients ask it for the
 // current address. It is safe for concurrent use.
@@ -103,6 +138,28 @@ func (s *chaosServer) addr() string {
 func (s *chaosServer) kill() (time.Duration, error) {
 	s.current().Kill()
 	return s.start()
+}
+
+// stop SIGTERMs the current child and waits up to bound for it to exit,
+// and returns how long that took. A child that does not exit within
+// bound (it is SIGKILLed then), or exits with a code other than 0, is an
+// error: SIGTERM must stop the server cleanly.
+func (s *chaosServer) stop(bound time.Duration) (time.Duration, error) {
+	p := s.current()
+	began := time.Now()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		return 0, fmt.Errorf("SIGTERM: %w", err)
+	}
+	code, err := p.WaitExit(bound)
+	took := time.Since(began)
+	if err != nil {
+		p.Kill()
+		return took, fmt.Errorf("after SIGTERM: %w", err)
+	}
+	if code != 0 {
+		return took, fmt.Errorf("after SIGTERM agenthost serve exited %d, want 0", code)
+	}
+	return took, nil
 }
 
 // pause SIGSTOPs the current child for d, SIGCONTs it, and returns how

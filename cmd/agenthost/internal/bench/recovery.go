@@ -76,11 +76,13 @@ type recoveryResult struct {
 	Failed        int              `json:"failed"`
 	Cancelled     int              `json:"cancelled"`
 	NotTerminal   int              `json:"not_terminal"`
-	// DoubleSettlements counts effect attempts settled more than once in
-	// the event logs; JobsRerun counts slow jobs the plugin ran more than
-	// once (its own exec count in its KV). Both must be 0.
-	DoubleSettlements int `json:"double_settlements"`
-	JobsRerun         int `json:"jobs_rerun"`
+	// LogViolations counts what loop.CheckEnded finds wrong in the event
+	// logs (an attempt settled twice, a gap in the numbering, a Run not
+	// ended, attempts beyond the policy, …); JobsRerun counts slow jobs
+	// the plugin ran more than once (its own exec count in its KV). Both
+	// must be 0.
+	LogViolations int `json:"log_violations"`
+	JobsRerun     int `json:"jobs_rerun"`
 	// JobsFailed counts slow jobs whose settlement is not the job's
 	// finished result (a failure or a tool error): must be 0.
 	JobsFailed int `json:"jobs_failed"`
@@ -108,8 +110,10 @@ serve wire theirs) and measures, from the start of the open: the open
 itself, the time until recovery's first pass is done (ready), the time until
 every in-flight effect is re-attached or settled (decided), and the time
 until every Run is terminal, with the Runs/s that makes. It then checks the
-event logs: every Run must have completed, no effect attempt may be settled
-twice, and the slow-job plugin must have run no job twice.`,
+event logs: every Run must have completed, every log must pass
+loop.CheckEnded (numbered 1..n, one terminal event, last; no effect attempt
+settled twice; no more attempts than the policy allows), and the slow-job
+plugin must have run no job twice.`,
 		Example: `  bin/agenthost bench recovery --runs 1000
   bin/agenthost bench recovery --runs 10000 --json
   bin/agenthost bench recovery --runs 10000 --cpuprofile recovery.pprof`,
@@ -204,8 +208,8 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 			fmt.Sprintf("sessions taken over %d; decisions %s", res.SessionsTaken, formatDecisions(res.Decisions)),
 			fmt.Sprintf("commits %d (%.1f a Run), executor calls %d (%.1f a Run)", res.Commits, float64(res.Commits)/float64(p.Runs),
 				res.ExecutorCalls, float64(res.ExecutorCalls)/float64(p.Runs)),
-			fmt.Sprintf("Runs completed %d, failed %d, cancelled %d, not terminal %d; effects settled twice %d; jobs run twice %d; jobs not finished %d",
-				res.Completed, res.Failed, res.Cancelled, res.NotTerminal, res.DoubleSettlements, res.JobsRerun, res.JobsFailed),
+			fmt.Sprintf("Runs completed %d, failed %d, cancelled %d, not terminal %d; event log violations %d; jobs run twice %d; jobs not finished %d",
+				res.Completed, res.Failed, res.Cancelled, res.NotTerminal, res.LogViolations, res.JobsRerun, res.JobsFailed),
 		},
 	}
 	if err := bf.emit(cmd.OutOrStdout(), out, tbl); err != nil {
@@ -383,8 +387,9 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 }
 
 // checkRecovered reads what the recovery left: every Run of the tenant
-// must be completed, no effect attempt settled twice, and the slow-job
-// plugin must have run each job once (its exec count in its KV).
+// must be completed, its event log must pass loop.CheckEnded (no effect
+// attempt settled twice, …), and the slow-job plugin must have run each
+// job once (its exec count in its KV).
 func checkRecovered(ctx context.Context, store runtime.Store, n int, res *recoveryResult) error {
 	var ids []string
 	for _, st := range []loop.Status{loop.StatusCompleted, loop.StatusFailed, loop.StatusCancelled,
@@ -424,14 +429,15 @@ func checkRecovered(ctx context.Context, store runtime.Store, n int, res *recove
 		if err != nil {
 			return fmt.Errorf("bench: recovery: events of %s: %w", id, err)
 		}
-		settled := map[string]int{}
+		for _, v := range loop.CheckEnded(evs) {
+			if res.LogViolations++; res.LogViolations <= 5 {
+				res.Problems = append(res.Problems, fmt.Sprintf("run %s: %s", id, v))
+			}
+		}
 		for _, ev := range evs {
 			k := fmt.Sprintf("%s#%d", ev.EffectID, ev.Attempt)
 			switch ev.Type {
 			case loop.EventEffectSettled:
-				if settled[k]++; settled[k] == 2 {
-					res.DoubleSettlements++
-				}
 				if ref, err := loop.ParseEffectID(ev.EffectID); err == nil && ref.Kind == "tool" && !jobFinished(ev.Outcome) {
 					res.JobsFailed++
 					if res.JobsFailed == 1 {
@@ -455,8 +461,8 @@ func checkRecovered(ctx context.Context, store runtime.Store, n int, res *recove
 	if res.JobsFailed > 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d slow jobs did not finish", res.JobsFailed))
 	}
-	if res.DoubleSettlements > 0 {
-		res.Problems = append(res.Problems, fmt.Sprintf("%d effect attempts settled twice", res.DoubleSettlements))
+	if res.LogViolations > 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d violations of loop.CheckEnded in the event logs", res.LogViolations))
 	}
 	if res.JobsRerun > 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d slow jobs ran more than once", res.JobsRerun))

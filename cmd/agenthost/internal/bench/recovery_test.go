@@ -36,9 +36,9 @@ func TestBenchRecovery(t *testing.T) {
 		t.Errorf("Runs completed %d, failed %d, cancelled %d, not terminal %d; want all %d completed",
 			r.Completed, r.Failed, r.Cancelled, r.NotTerminal, runs)
 	}
-	if r.DoubleSettlements != 0 || r.JobsRerun != 0 || r.JobsFailed != 0 {
-		t.Errorf("effects settled twice %d, jobs run twice %d, jobs not finished %d; want 0",
-			r.DoubleSettlements, r.JobsRerun, r.JobsFailed)
+	if r.LogViolations != 0 || r.JobsRerun != 0 || r.JobsFailed != 0 {
+		t.Errorf("event log violations %d, jobs run twice %d, jobs not finished %d; want 0",
+			r.LogViolations, r.JobsRerun, r.JobsFailed)
 	}
 	var decided int64
 	for _, d := range []string{"reattach", "settle", "retry", "fail", "fail_run"} {
