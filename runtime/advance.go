@@ -145,8 +145,13 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		batch, next, fx, err := rt.foldActions(ctx, tenant, run, req, epoch)
 		if err != nil {
 			if req.fromExecutor() && (errors.Is(err, loop.ErrStaleAttempt) || errors.Is(err, loop.ErrAlreadySettled) || errors.Is(err, loop.ErrTerminal)) {
+				// The news is stale (often: its own commit, applied before
+				// a lost acknowledgement). Drop it, and advance the Run as
+				// it stands, as after a duplicate commit: what that commit
+				// dispatched must still be performed.
 				rt.dropOutcome(req, err)
-				return run, nil
+				req.pre, req.commandID = nil, nil
+				continue
 			}
 			return run, err
 		}

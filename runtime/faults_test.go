@@ -393,3 +393,33 @@ func TestAnUnavailableExecutorIsDeferredToAttachAsInRecovery(t *testing.T) {
 		}
 	})
 }
+
+// The store writes a settlement that also dispatches the next effects,
+// and the acknowledgement is lost. The retried commit finds the outcome
+// applied already (stale news), and must still perform what the commit
+// dispatched: the tool call used to stay executing on record with no one
+// calling it. (Found by the metamorphic test with store faults, seed 168.)
+func TestALostAcknowledgementOfASettlementStillPerformsItsDispatches(t *testing.T) {
+	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
+		var lost sync.Once
+		fs.FailWhen(func(method string, args any) (conformance.FaultKind, bool) {
+			c, ok := args.(runtime.Commit)
+			hit := false
+			if ok && strings.HasPrefix(c.CommandID, "settle/") && strings.HasSuffix(c.CommandID, ".m1#1") {
+				lost.Do(func() { hit = true })
+			}
+			return conformance.FaultLostReply, hit
+		})
+		run, _, err := e.Runtime.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", Input: `call:echo({"text":"x"})|answer:$results`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := storedTerminal(t, e, run.ID)
+		if done.Status != loop.StatusCompleted || done.Result != "x" {
+			t.Fatalf("run %s, result %q", done.Status, done.Result)
+		}
+		if len(fs.Injected()) != 1 {
+			t.Fatalf("injected %v, want the one lost acknowledgement", fs.Injected())
+		}
+	})
+}
