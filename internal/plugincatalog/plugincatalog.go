@@ -41,9 +41,13 @@ var Bench = []string{
 	ConformanceName(Builder), ConformanceName(Executor), ConformanceName(Scripted), ConformanceName(Hostile),
 }
 
+// ConformanceDir is where the conformance plugins go under the plugins
+// directory: a conformance plugin's name there is ConformanceDir+NAME.
+const ConformanceDir = "conformance/"
+
 // ConformanceName is a conformance plugin's name relative to the plugins
 // directory: conformance/NAME.
-func ConformanceName(name string) string { return "conformance/" + name }
+func ConformanceName(name string) string { return ConformanceDir + name }
 
 // Path is where `make plugins` puts the plugin named rel (a name of Bench)
 // under the plugins directory dir.

@@ -18,17 +18,18 @@ import (
 
 	"github.com/agenthost/agenthost/badgerstore"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/loop"
 )
 
 // The plugins chaos loads, by their paths under --plugins as `make
-// plugins` lays them out. (The names are conformance.PluginBuilder and
-// the like, but the binary must not import conformance: it links testing.)
+// plugins` lays them out (internal/plugincatalog names them for the
+// tests, the bench and the Makefile alike).
 const (
-	chaosBuilder  = "conformance/builder"
-	chaosScripted = "conformance/scripted"
-	chaosHostile  = "conformance/hostile"
-	chaosSlowJob  = "slow-job"
+	chaosBuilder  = plugincatalog.ConformanceDir + plugincatalog.Builder
+	chaosScripted = plugincatalog.ConformanceDir + plugincatalog.Scripted
+	chaosHostile  = plugincatalog.ConformanceDir + plugincatalog.Hostile
+	chaosSlowJob  = plugincatalog.SlowJobTool
 )
 
 // chaosOptions are the flags of `agenthost bench chaos`.
@@ -153,6 +154,10 @@ type chaosResult struct {
 	SessionsTaken  int            `json:"sessions_taken_over"`
 	Watchdog       int            `json:"watchdog_reports"`
 	DrainS         float64        `json:"drain_s"`
+	// UnusualEnds lists the Runs that did not end as their kind usually
+	// does (lost: failed; cancel: cancelled; the others: completed), with
+	// why: not violations, but what to read first after a run.
+	UnusualEnds []string `json:"unusual_ends"`
 
 	Violations []string `json:"violations"`
 }
@@ -351,6 +356,9 @@ func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
 	if res.Violations == nil {
 		res.Violations = []string{}
 	}
+	if res.UnusualEnds == nil {
+		res.UnusualEnds = []string{}
+	}
 
 	params := chaosParams{Seed: o.seed, DurationS: o.duration.Seconds(), Concurrency: o.concurrency,
 		FaultEvery: o.faultEvery.String(), Faults: o.faults.String(), Pause: o.pause.String(), ResumeBoundS: o.resumeBound.Seconds(),
@@ -479,6 +487,13 @@ func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tena
 			continue
 		}
 		byKind[string(run.Status)]++
+		if usual := usualEnd(r.Kind); run.Status.Terminal() && run.Status != usual {
+			why := ""
+			if run.Failure != nil {
+				why = ": " + run.Failure.Error()
+			}
+			res.UnusualEnds = append(res.UnusualEnds, fmt.Sprintf("%s/%s (%s) %s%s", r.Tenant, r.ID, r.Kind, run.Status, why))
+		}
 		res.ByStatus[string(run.Status)]++
 		if !run.Status.Terminal() {
 			out = append(out, fmt.Sprintf("run %s/%s (%s) is %s, not terminal", r.Tenant, r.ID, r.Kind, run.Status))
@@ -492,7 +507,7 @@ func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tena
 			out = append(out, fmt.Sprintf("run %s/%s (%s): %s", r.Tenant, r.ID, r.Kind, v))
 		}
 		recs := loop.LogEffects(evs)
-		jobs, v, err := CheckSlowJobs(ctx, store, r.Tenant, "slow-job", recs)
+		jobs, v, err := CheckSlowJobs(ctx, store, r.Tenant, chaosSlowJob, recs)
 		if err != nil {
 			out = append(out, fmt.Sprintf("run %s/%s: reading the slow-job KV: %v", r.Tenant, r.ID, err))
 		}
@@ -519,6 +534,19 @@ func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tena
 		}
 	}
 	return out
+}
+
+// usualEnd is how a Run of a kind ends when nothing goes wrong: a lost
+// one fails (its policy is fail_run), a cancelled one is cancelled (unless
+// it ended before its cancellation), every other completes.
+func usualEnd(kind string) loop.Status {
+	switch kind {
+	case "lost":
+		return loop.StatusFailed
+	case "cancel":
+		return loop.StatusCancelled
+	}
+	return loop.StatusCompleted
 }
 
 // chaosReadLog counts recovery's decisions, the sessions taken over and
@@ -578,7 +606,10 @@ func chaosTables(res *chaosResult) []table {
 		}
 		runs.Rows = append(runs.Rows, row)
 	}
-	runs.Notes = []string{fmt.Sprintf("%d submissions started, %d acknowledged", res.Submitted, res.Acknowledged)}
+	runs.Notes = []string{fmt.Sprintf("%d submissions started, %d acknowledged; %d ended otherwise than their kind usually does", res.Submitted, res.Acknowledged, len(res.UnusualEnds))}
+	for _, u := range firstN(res.UnusualEnds, 10) {
+		runs.Notes = append(runs.Notes, "  "+u)
+	}
 	effects := countTable("Effects", []string{"settled", "attempts"}, res.EffectsSettled)
 	effects.Notes = []string{fmt.Sprintf("%d attempts dispatched; %d slow jobs checked against the plugin's execution counts", res.Dispatched, res.SlowJobs)}
 	recovery := countTable("Recovery", []string{"decision", "count"}, res.Recovery)

@@ -5,9 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 )
 
 // benchPluginsDir builds the plugins `agenthost bench` loads (through the
@@ -19,21 +21,17 @@ func benchPluginsDir(t testing.TB) string {
 	if err := os.MkdirAll(filepath.Join(dir, "conformance"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"prompt-builder", "scripted-model", "calculator", "slow-job"} {
-		p, err := conformance.BuildExampleWasm(name)
+	for _, rel := range plugincatalog.Bench {
+		build := conformance.BuildExampleWasm
+		name, isConformance := strings.CutPrefix(rel, plugincatalog.ConformanceDir)
+		if isConformance {
+			build = conformance.BuildPlugin
+		}
+		p, err := build(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink(p, filepath.Join(dir, name+".wasm")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, name := range []string{conformance.PluginBuilder, conformance.PluginExecutor, conformance.PluginScripted, conformance.PluginHostile} {
-		p, err := conformance.BuildPlugin(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(p, filepath.Join(dir, "conformance", name+".wasm")); err != nil {
+		if err := os.Symlink(p, plugincatalog.Path(dir, rel)); err != nil {
 			t.Fatal(err)
 		}
 	}

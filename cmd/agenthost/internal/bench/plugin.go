@@ -14,15 +14,16 @@ import (
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/internal/hostlink"
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
 
 // The plugins bench plugin loads, under --plugins.
 const (
-	benchCallPlugin  = "conformance/executor" // exports "empty", a no-op
-	benchStartPlugin = "calculator"           // the tool "calculate"
-	benchLoadPlugin  = "calculator"
+	benchCallPlugin  = plugincatalog.ConformanceDir + plugincatalog.Executor // exports "empty", a no-op
+	benchStartPlugin = plugincatalog.Calculator                              // the tool "calculate"
+	benchLoadPlugin  = plugincatalog.Calculator
 )
 
 // benchPluginParams are the parameters of a bench plugin run.
@@ -309,7 +310,7 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 // benchStartPath loads the calculator as an executor and returns a path
 // that runs a whole Executor.Start of its tool, checking every reply.
 func benchStartPath(ctx context.Context, h *host.Host, path string) (callPath, error) {
-	plug, err := h.Load(ctx, host.PluginSpec{Name: "calculator", Path: path, Role: abi.RoleExecutor})
+	plug, err := h.Load(ctx, host.PluginSpec{Name: plugincatalog.Calculator, Path: path, Role: abi.RoleExecutor})
 	if err != nil {
 		return callPath{}, fmt.Errorf("bench plugin: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -30,7 +31,7 @@ import (
 const (
 	recoveryTenant   = "bench"
 	recoveryQuestion = "Please run a slow job for %d seconds"
-	recoveryJobTool  = "slow-job"
+	recoveryJobTool  = plugincatalog.SlowJobTool
 	// recoveryHold is the poll_after the child gives every pending job:
 	// far longer than the child lives, so that it settles none of them.
 	recoveryHold = time.Hour
@@ -137,7 +138,7 @@ plugin must have run no job twice.`,
 
 func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout time.Duration, cpuProfile string) error {
 	started := time.Now()
-	paths, err := bf.pluginPaths("prompt-builder", "scripted-model", recoveryJobTool)
+	paths, err := bf.pluginPaths(plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, recoveryJobTool)
 	if err != nil {
 		return err
 	}
@@ -258,7 +259,7 @@ tenants:
     model: scripted-model
     tool_executors: [slow-job]
 `, filepath.Join(dir, "data"), syncWrites, cache,
-		paths["prompt-builder"], paths["scripted-model"], paths[recoveryJobTool], recoveryTenant)
+		paths[plugincatalog.PromptBuilder], paths[plugincatalog.ScriptedModel], paths[recoveryJobTool], recoveryTenant)
 }
 
 // runRecoveryChild starts `agenthost bench recovery-child`, relays its

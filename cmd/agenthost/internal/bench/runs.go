@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/metrics"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
 	"github.com/agenthost/agenthost/internal/benchkit"
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -147,9 +148,9 @@ func spentSoFar(m *metrics.Metrics) (spent, error) {
 						continue
 					}
 					switch l.GetValue() {
-					case "prompt-builder":
+					case plugincatalog.PromptBuilder:
 						s.build += sum
-					case "scripted-model":
+					case plugincatalog.ScriptedModel:
 						s.model += sum
 					default:
 						s.tool += sum
@@ -200,7 +201,7 @@ type benchLoad struct {
 // benchRunsConfig is the config of the Run benches: the three plugins, one
 // tenant with a token and no quotas.
 func benchRunsConfig(bf *benchFlags, dir string, p *runsParams) (string, error) {
-	paths, err := bf.pluginPaths("prompt-builder", "scripted-model", "calculator")
+	paths, err := bf.pluginPaths(plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, plugincatalog.Calculator)
 	if err != nil {
 		return "", err
 	}
