@@ -53,6 +53,9 @@ func TestChaosShort(t *testing.T) {
 	r := got.Result
 	t.Logf("seed %d (replay with AGENTHOST_CHAOS_SEED=%d): %d kills, %d pauses, %d graceful restarts, %d Runs acknowledged %v, effects %v, recovery %v, %d violations, in %s",
 		r.Seed, r.Seed, r.Kills, r.Pauses, r.Restarts, r.Acknowledged, r.ByStatus, r.EffectsSettled, r.Recovery, len(r.Violations), time.Since(began).Round(time.Second))
+	if len(r.UnusualEnds) > 0 {
+		t.Logf("Runs that ended otherwise than their kind usually does: %q", r.UnusualEnds)
+	}
 	if err != nil {
 		t.Fatalf("bench chaos, seed %d: %v", r.Seed, err)
 	}
