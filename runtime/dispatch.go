@@ -436,8 +436,22 @@ func (rt *Runtime) takeWatched(it watchItem) (*Tenant, loop.Run, loop.Effect, st
 	key := loop.AssignmentKey{Tenant: it.Tenant, Session: it.Session, EffectID: it.EffectID, Attempt: it.Attempt}.String()
 	t, ok := rt.opts.Tenants.Tenant(it.Tenant)
 	run, err := rt.store.LoadRun(rt.life, it.Tenant, it.RunID)
-	if !ok || err != nil {
+	if !ok || errors.Is(err, ErrRunNotFound) {
 		rt.attempts.forget(key)
+		return nil, loop.Run{}, loop.Effect{}, key, false
+	}
+	if err != nil {
+		// The store failed: the item falls due again after a backoff,
+		// still watched. Forgetting it would leave the attempt executing
+		// on record with nobody polling it.
+		if rt.life.Err() == nil {
+			retry := it
+			retry.At = rt.clock.Now().Add(max(it.Interval, rt.opts.PollMin))
+			rt.log.Warn("watcher: reading the Run failed; trying again", "assignment_key", key, "retry_at", retry.At, "err", err)
+			if !rt.watcher.Schedule(retry) {
+				rt.attempts.forget(key)
+			}
+		}
 		return nil, loop.Run{}, loop.Effect{}, key, false
 	}
 	e := run.Effect(it.EffectID)

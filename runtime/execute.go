@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/agenthost/agenthost/loop"
@@ -119,6 +120,13 @@ func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, err
 	}
 	unlock()
 	if err != nil {
+		if !errors.Is(err, ErrRunExists) {
+			// The store may have written the Run and lost the reply: the
+			// session is driven all the same, so such a Run does not wait
+			// for the watchdog (a client that retries with its
+			// IdempotencyKey gets it back).
+			rt.kick(req.Tenant, req.Session)
+		}
 		return loop.Run{}, false, err
 	}
 	rt.kick(req.Tenant, req.Session)
@@ -247,6 +255,13 @@ func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Even
 		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, input: o, what: what,
 		commandID: func(r loop.Run) string { return fmt.Sprintf("%s/%s@%d", what, r.ID, r.Seq) },
 	})
+	if errors.Is(err, errStoreFailed) {
+		// The store may have written the input and lost the reply: the
+		// session is driven all the same, so what that commit dispatched
+		// is performed. The caller, told of the failure, may send the
+		// input again (with IfSeq, safely).
+		rt.kick(tenant, run.Session)
+	}
 	if err != nil {
 		return cur, err
 	}

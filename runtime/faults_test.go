@@ -423,3 +423,91 @@ func TestALostAcknowledgementOfASettlementStillPerformsItsDispatches(t *testing.
 		}
 	})
 }
+
+// waitInjected waits until fs has injected n faults in all.
+func waitInjected(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore, n int) {
+	t.Helper()
+	conformance.Eventually(t, "the fault to be injected", func() bool {
+		if e.Clock.Running() == 0 {
+			e.Clock.Advance(50 * time.Millisecond)
+		}
+		return len(fs.Injected()) >= n
+	})
+}
+
+// A poll falls due and the read of its Run fails: the poll is tried again
+// later. (The attempt used to be forgotten, executing on record with no
+// one polling it. Found by the metamorphic test with store faults.)
+func TestAPollWhoseRunCannotBeReadIsTriedAgain(t *testing.T) {
+	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
+		res := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
+		if res.Kind != runtime.ResultWaiting {
+			t.Fatalf("result %s", res.Kind)
+		}
+		conformance.Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() && e.Clock.Running() == 0 })
+		fs.FailNext("LoadRun", conformance.FaultError, 1) // the poll's read of the Run
+		waitInjected(t, e, fs, 1)
+		if done := storedTerminal(t, e, res.Run.ID); done.Status != loop.StatusCompleted || done.Result != "slow:x" {
+			t.Fatalf("run %s, result %q", done.Status, done.Result)
+		}
+	})
+}
+
+// The store writes a submission and loses the reply: Submit reports the
+// failure, and the session is driven all the same, so the Run it wrote
+// does not wait for the watchdog.
+func TestASubmissionWrittenDespiteAnErrorIsDriven(t *testing.T) {
+	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
+		fs.FailNext("CreateRun", conformance.FaultLostReply, 1)
+		_, _, err := e.Runtime.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", RunID: "run_lost_ack", Input: "answer:ok"})
+		if err == nil {
+			t.Fatal("Submit reported success for a reply the store lost")
+		}
+		if done := storedTerminal(t, e, "run_lost_ack"); done.Status != loop.StatusCompleted {
+			t.Fatalf("run %s", done.Status)
+		}
+	})
+}
+
+// An approval is written and its reply lost; the commit also dispatched
+// the next model step. The caller is told of the failure, and the session
+// is driven all the same, so that step is performed.
+func TestAnInputWrittenDespiteAnErrorIsPerformed(t *testing.T) {
+	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
+		res := e.Execute("s1", `call:wire({"text":"w"})|answer:$results`)
+		if res.Kind != runtime.ResultWaiting || len(res.Waiting.Approvals) != 1 {
+			t.Fatalf("result %s %+v", res.Kind, res.Waiting)
+		}
+		fs.FailWhen(func(method string, args any) (conformance.FaultKind, bool) {
+			c, ok := args.(runtime.Commit)
+			return conformance.FaultLostReply, ok && strings.HasPrefix(c.CommandID, "approve/")
+		})
+		_, err := e.Runtime.Approve(context.Background(), "acme", res.Run.ID, []abi.ApprovalDecision{{ToolCallID: res.Waiting.Approvals[0], Approved: true}})
+		if err == nil {
+			t.Fatal("Approve reported success for a reply the store lost")
+		}
+		fs.FailWhen(nil)
+		if done := storedTerminal(t, e, res.Run.ID); done.Status != loop.StatusCompleted || done.Result != "w" {
+			t.Fatalf("run %s, result %q", done.Status, done.Result)
+		}
+	})
+}
+
+// Recovery's claim of an orphaned session is written and its reply lost:
+// the session is handed to its driver all the same, which claims it again
+// and finishes the Run, and the node is ready. (It used to stay owned on
+// record by a node that never drove it, and the node never became ready.)
+func TestARecoveryClaimWrittenDespiteAnErrorIsDriven(t *testing.T) {
+	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
+		res := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
+		e.Crash(e.Runtime)
+		fs.FailNext("ClaimSession", conformance.FaultLostReply, 1)
+		b := e.Recover("node-b")
+		if done := storedTerminal(t, e, res.Run.ID); done.Status != loop.StatusCompleted || done.Result != "slow:x" {
+			t.Fatalf("run %s, result %q", done.Status, done.Result)
+		}
+		if len(fs.Injected()) != 1 || !b.Ready() {
+			t.Fatalf("injected %v, ready %v", fs.Injected(), b.Ready())
+		}
+	})
+}

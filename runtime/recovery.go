@@ -113,7 +113,9 @@ func (rt *Runtime) armRecovery() {
 // RecoverNow runs one recovery pass: it takes over every session whose
 // owner incarnation is dead and hands it to a driver, which re-drives its
 // Runs and sends its executing effects through attach. It returns the
-// number of sessions taken over.
+// number of sessions taken over. Its error is the scan's (or ctx's): a
+// claim the store fails is logged, and the session handed to its driver
+// all the same, which claims it again.
 func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	rt.recStats.Passes.Add(1)
 	orphans, err := rt.store.OrphanedSessions(ctx, rt.nowMS())
@@ -123,11 +125,11 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	// Claims are synced writes: make them concurrently, so the store can
 	// group their syncs (docs/DESIGN.md §10), with a bounded number of workers.
 	var (
-		taken    atomic.Int64
-		firstErr error
-		errMu    sync.Mutex
-		wg       sync.WaitGroup
-		work     = make(chan SessionOwner)
+		taken  atomic.Int64
+		errMu  sync.Mutex
+		unsure = map[string]bool{} // claims the store failed: they may be written
+		wg     sync.WaitGroup
+		work   = make(chan SessionOwner)
 	)
 	for w := 0; w < min(len(orphans), recoveryWorkers); w++ {
 		wg.Add(1)
@@ -135,10 +137,11 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 			defer wg.Done()
 			for o := range work {
 				if err := rt.takeOver(ctx, o); err != nil {
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = err
+					if ctx.Err() == nil {
+						rt.log.Warn("recovery: claiming a session failed; its driver claims it again", "tenant", o.Tenant, "session", o.Session, "err", err)
 					}
+					errMu.Lock()
+					unsure[sessionKey(o.Tenant, o.Session)] = true
 					errMu.Unlock()
 					continue
 				}
@@ -154,12 +157,17 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	// Drive them only once every claim is made: drivers started among the
 	// claims compete with them for the store and the CPU, and made a pass
 	// over 10,000 sessions six times slower (docs/BENCHMARKS.md).
+	// A claim the store failed may have been written (a lost reply): its
+	// session is driven too, and the driver claims it again (the same
+	// epoch, if it was written), retrying a store error, or meets its
+	// owner at a boundary. Otherwise a session this node owns on record
+	// would wait for the watchdog.
 	for _, o := range orphans {
-		if _, mine := rt.sessions.claimed(o.Tenant, o.Session); mine {
+		if _, mine := rt.sessions.claimed(o.Tenant, o.Session); mine || unsure[sessionKey(o.Tenant, o.Session)] {
 			rt.kick(o.Tenant, o.Session)
 		}
 	}
-	return int(taken.Load()), firstErr
+	return int(taken.Load()), ctx.Err()
 }
 
 // recoveryWorkers bounds the sessions a recovery pass takes over at once.
