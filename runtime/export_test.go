@@ -1,6 +1,12 @@
 package runtime
 
-import "github.com/agenthost/agenthost/loop"
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/agenthost/agenthost/loop"
+)
 
 // RunLockRefs returns how many goroutines hold or wait for a Run's
 // advance lock.
@@ -69,3 +75,25 @@ func DriversWaiting(rt *Runtime) int {
 // Stuck is the watchdog's judgement of a session's head Run: not
 // terminal, and nothing in this process will move it on.
 func Stuck(rt *Runtime, run loop.Run) bool { return rt.stuck(run) }
+
+// WakeArmed reports whether the watcher holds the wake-up perform
+// schedules for a Run's loop.ActionWakeAt at atMS.
+func WakeArmed(rt *Runtime, tenant, runID string, atMS int64) bool {
+	rt.watcher.mu.Lock()
+	defer rt.watcher.mu.Unlock()
+	_, ok := rt.watcher.index["wake/"+tenant+"/"+runID+"/"+strconv.FormatInt(atMS, 10)]
+	return ok
+}
+
+// TrackedKeys lists the attempts the runtime tracks, each with its phase
+// and holds, for failure messages.
+func TrackedKeys(rt *Runtime) []string {
+	rt.attempts.mu.Lock()
+	defer rt.attempts.mu.Unlock()
+	var out []string
+	for k, a := range rt.attempts.byKey {
+		out = append(out, fmt.Sprintf("%s %s holds=%d cancelling=%v deferrals=%d", k, a.phase, a.holds, a.cancelling, a.deferrals))
+	}
+	sort.Strings(out)
+	return out
+}
