@@ -511,3 +511,55 @@ func TestARecoveryClaimWrittenDespiteAnErrorIsDriven(t *testing.T) {
 		}
 	})
 }
+
+// slowBuilder moves the fake clock while it builds, as a slow builder
+// call takes time.
+type slowBuilder struct {
+	runtime.Builder
+	clock *conformance.FakeClock
+	took  time.Duration
+}
+
+func (b *slowBuilder) Build(ctx context.Context, tenant string, in abi.BuildInput) (abi.BuildOutput, error) {
+	b.clock.Set(b.clock.Now().Add(b.took))
+	return b.Builder.Build(ctx, tenant, in)
+}
+
+// The events of a batch are stamped when they are applied: those after a
+// slow builder call carry the time after it, so the model effect's
+// timeout and the deadline count from its dispatch, not from before the
+// build. (Every event of a batch used to carry the time read before the
+// builder was called.)
+func TestEventsAfterASlowBuildCarryTheTimeAfterIt(t *testing.T) {
+	var slow *slowBuilder
+	for name, h := range harnesses() {
+		t.Run(name, func(t *testing.T) {
+			e := conformance.NewRuntimeEnv(t, h, func(tn *runtime.Tenant) {
+				slow = &slowBuilder{Builder: tn.Builder, took: 7 * time.Second}
+				tn.Builder = slow
+			})
+			slow.clock = e.Clock
+			before := e.Clock.Now().UnixMilli()
+			res := e.Execute("s1", "answer:late")
+			if res.Kind != runtime.ResultTerminal {
+				t.Fatalf("result %s", res.Kind)
+			}
+			evs, err := e.Store.Events(context.Background(), "acme", res.Run.ID, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				switch ev.Type {
+				case loop.EventRunStarted:
+					if ev.At != before {
+						t.Errorf("run_started at %d, want %d (before the build)", ev.At, before)
+					}
+				case loop.EventModelStepPlanned, loop.EventEffectDispatched:
+					if ev.At < before+7000 {
+						t.Errorf("%s at %d, before the builder returned (%d)", ev.Type, ev.At, before+7000)
+					}
+				}
+			}
+		})
+	}
+}
