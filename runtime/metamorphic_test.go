@@ -280,7 +280,10 @@ type meta struct {
 	reports int64 // watchdog reports of retired incarnations
 	runs    []metaRun
 	stalled bool
-	trace   bool // AGENTHOST_METAMORPHIC_TRACE: log every timer fired and every call let through
+	// The progress seen last and when, and the progress at the last stall.
+	lastProgress, stalledAt int64
+	progressAt              time.Time
+	trace                   bool // AGENTHOST_METAMORPHIC_TRACE: log every timer fired and every call let through
 
 	mu         sync.Mutex
 	log        []string
@@ -303,7 +306,7 @@ func newMeta(t *testing.T, sc scenario, mode metaMode) *meta {
 	m := &meta{t: t, sc: sc, mode: mode,
 		rng: rand.New(rand.NewSource(sc.seed)), sched: rand.New(rand.NewSource(sc.seed + 1)),
 		clock: newMetaClock(), seen: map[string]int{}}
-	m.start = m.clock.Now()
+	m.start, m.progressAt = m.clock.Now(), time.Now()
 	if os.Getenv("AGENTHOST_METAMORPHIC_TRACE") != "" {
 		m.trace = true
 		m.clock.trace = func(at, armed time.Time, sleeper string) {
@@ -764,7 +767,7 @@ func (m *meta) drainStop(done chan error, let int) error {
 		if time.Now().After(deadline) {
 			m.fatalf("Stop did not return within 60s")
 		}
-		if !m.quiet() {
+		if !m.settled() {
 			m.pause(i)
 			continue
 		}
@@ -858,25 +861,34 @@ func (m *meta) pause(i int) {
 	time.Sleep(100 * time.Microsecond)
 }
 
-// waitQuiet waits until the runtime is quiet. The one case the count
-// cannot see (a driver waiting for the driver slot while its session was
-// given up) is taken as quiet when nothing has moved for two seconds
-// while a retry sleeps on the clock.
+// settled reports whether the runtime is quiet, or taken as quiet: the
+// one case the count cannot see (a driver waiting for the driver slot
+// after its session was given up) is taken as quiet once nothing has
+// moved (no store call, executor call or timer) for two seconds while a
+// retry sleeps on the clock, and from then on while nothing moves.
+func (m *meta) settled() bool {
+	if m.quiet() {
+		return true
+	}
+	if p := m.progress(); p != m.lastProgress {
+		m.lastProgress, m.progressAt = p, time.Now()
+		return false
+	}
+	if m.clock.sleepers.Load() == 0 || time.Since(m.progressAt) < 2*time.Second {
+		return false
+	}
+	if !m.stalled || m.stalledAt != m.lastProgress {
+		m.stalled, m.stalledAt = true, m.lastProgress
+		m.logf("(quiet by stall: %d working, %d at the gate, %d asleep, %d waiting for a driver slot)", runtime.ActiveWork(m.rt),
+			m.gate.waiting(), m.clock.sleepers.Load(), runtime.DriversWaiting(m.rt))
+	}
+	return true
+}
+
+// waitQuiet waits until the runtime is settled.
 func (m *meta) waitQuiet() {
 	deadline := time.Now().Add(60 * time.Second)
-	last, since := int64(-1), time.Now()
-	for i := 0; ; i++ {
-		if m.quiet() {
-			return
-		}
-		if p := m.progress(); p != last {
-			last, since = p, time.Now()
-		} else if m.clock.sleepers.Load() > 0 && time.Since(since) > 2*time.Second {
-			m.stalled = true
-			m.logf("(quiet by stall: %d working, %d at the gate, %d asleep, %d waiting for a driver slot)", runtime.ActiveWork(m.rt),
-				m.gate.waiting(), m.clock.sleepers.Load(), runtime.DriversWaiting(m.rt))
-			return
-		}
+	for i := 0; !m.settled(); i++ {
 		if time.Now().After(deadline) {
 			w := int64(0)
 			if m.rt != nil {
@@ -1155,11 +1167,14 @@ func hasEffectTimer(run loop.Run) bool {
 type metaOutcome struct {
 	mode    string
 	stalled bool
-	trace   bool                // AGENTHOST_METAMORPHIC_TRACE: log every timer fired and every call let through
-	runs    []string            // one line per Run: acknowledged, status, result, failure
-	logs    map[string][]string // its events, normalized
-	faults  []string
-	ops     []string // the operations, for the record
+	// The progress seen last and when, and the progress at the last stall.
+	lastProgress, stalledAt int64
+	progressAt              time.Time
+	trace                   bool                // AGENTHOST_METAMORPHIC_TRACE: log every timer fired and every call let through
+	runs                    []string            // one line per Run: acknowledged, status, result, failure
+	logs                    map[string][]string // its events, normalized
+	faults                  []string
+	ops                     []string // the operations, for the record
 }
 
 // callIndex is the FaultStore's numbering of calls, which counts the
