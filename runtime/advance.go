@@ -70,6 +70,22 @@ type dispatchedEffect struct {
 // tried again.
 var errStoreFailed = errors.New("runtime: the store failed")
 
+// afterUncertainCommit follows an advance that failed because the store
+// did: its commit may have been written (a lost reply) and may have ended
+// the Run, which no later advance would then see (a driver looks only at
+// active Runs). So the Run is read again, and if it has ended, its end is
+// handled as after any advance: its bookkeeping goes, its waiters are
+// told, the next queued Run may start. If the read fails too, the end is
+// found by the next advance or kick that reads it.
+func (rt *Runtime) afterUncertainCommit(req advanceReq) {
+	ctx, cancel := rt.commitCtx()
+	defer cancel()
+	run, err := rt.store.LoadRun(ctx, req.tenant, req.runID)
+	if err == nil && run.Status.Terminal() {
+		rt.afterAdvance(req, run)
+	}
+}
+
 // errAdvanceGaveUp means an advance met version conflicts too many times in a
 // row; something else is committing to the Run in a tight loop.
 var errAdvanceGaveUp = errors.New("runtime: too many version conflicts")
@@ -91,8 +107,11 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			req.onDurable(cur)
 		}
 		unlock()
-		if err == nil {
+		switch {
+		case err == nil:
 			rt.afterAdvance(req, cur)
+		case errors.Is(err, errStoreFailed):
+			rt.afterUncertainCommit(req)
 		}
 	}()
 	tenant, ok := rt.opts.Tenants.Tenant(req.tenant)
@@ -138,8 +157,12 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			if epoch, err = rt.claim(ctx, req.tenant, req.session); err != nil {
 				if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired) {
 					rt.boundary(req.tenant, req.session, err)
+					return loop.Run{}, err
 				}
-				return loop.Run{}, err
+				// The store failed: the claim may be written (a lost
+				// reply), so the callers that retry, or kick the session,
+				// must hear that trying again may succeed.
+				return loop.Run{}, fmt.Errorf("%w: claim %s/%s: %w", errStoreFailed, req.tenant, req.session, err)
 			}
 		}
 		batch, next, fx, err := rt.foldActions(ctx, tenant, run, req, epoch)

@@ -290,6 +290,9 @@ func (t *attempts) release(key string) error {
 	if a == nil || !t.unholdLocked(key, a) {
 		return illegal("release", key, a)
 	}
+	if a.holds == 0 && t.ended[runPrefix(key)] {
+		t.deleteLocked(key) // its Run ended while this work ran
+	}
 	return nil
 }
 
