@@ -110,6 +110,21 @@ func (rt *Runtime) launch(key string, f func()) {
 // abandon gives up the caller's hold on an attempt without an answer.
 func (rt *Runtime) abandon(key string) { rt.check(rt.attempts.abandon(key)) }
 
+// backToWatcher hands a called attempt back to the watcher and gives up
+// the hold of the call, which concluded with nothing to commit (a poll
+// still pending, a deferred attach). It reports false when there is
+// nothing to watch: other work settles the attempt (a cancel), or the
+// bookkeeping refused.
+func (rt *Runtime) backToWatcher(key string) bool {
+	watched, err := rt.attempts.watch(key)
+	if rt.check(err) != nil {
+		rt.abandon(key)
+		return false
+	}
+	rt.check(rt.attempts.release(key))
+	return watched
+}
+
 // check logs a bookkeeping error (which panics first under the invariants
 // build tag) and returns it.
 func (rt *Runtime) check(err error) error {
@@ -503,13 +518,7 @@ func (rt *Runtime) runWatchItem(it watchItem) {
 		}
 		if err == nil && reply.State == abi.StatePending && reply.Handle == it.Handle {
 			// Still pending, same handle: nothing to record; back off.
-			watched, err := rt.attempts.watch(key)
-			if rt.check(err) != nil {
-				rt.abandon(key)
-				return
-			}
-			rt.check(rt.attempts.release(key))
-			if !watched { // a cancel runs on it, and its reply settles it
+			if !rt.backToWatcher(key) {
 				return
 			}
 			interval := nextPollInterval(it.Interval, rt.opts.PollMin, rt.opts.PollMax)

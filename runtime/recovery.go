@@ -254,13 +254,7 @@ func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recov
 		if e.DeferredSince == 0 {
 			rt.recordDeferral(run, e, key)
 		}
-		watched, err := rt.attempts.watch(key)
-		if rt.check(err) != nil {
-			rt.abandon(key)
-			return
-		}
-		rt.check(rt.attempts.release(key))
-		if !watched { // a cancel runs on it, and its reply settles it
+		if !rt.backToWatcher(key) {
 			return
 		}
 		ok := rt.watcher.Schedule(watchItem{Key: "attach/" + key, Kind: watchAttach, At: time.UnixMilli(cmd.RetryAtMS),
