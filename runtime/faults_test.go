@@ -190,6 +190,20 @@ func eachStoreWithFaults(t *testing.T, f func(t *testing.T, e *conformance.Runti
 	}
 }
 
+// failCommitOnce makes the first Commit whose command ID matches fail
+// with kind, and no other.
+func failCommitOnce(fs *conformance.FaultStore, kind conformance.FaultKind, match func(commandID string) bool) {
+	var once sync.Once
+	fs.FailWhen(func(_ string, args any) (conformance.FaultKind, bool) {
+		c, ok := args.(runtime.Commit)
+		hit := false
+		if ok && match(c.CommandID) {
+			once.Do(func() { hit = true })
+		}
+		return kind, hit
+	})
+}
+
 // storedTerminal waits for a Run to be terminal on record, without asking
 // the runtime (no Wait, which would kick its session), moving the fake
 // clock in small steps whenever no clock callback is running, so that
@@ -220,14 +234,8 @@ func storedTerminal(t *testing.T, e *conformance.RuntimeEnv, runID string) loop.
 // ID, and the effect never run again.
 func TestAFailedSettlementCommitIsRetriedNeverStartedAgain(t *testing.T) {
 	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
-		var failed sync.Once
-		fs.FailWhen(func(method string, args any) (conformance.FaultKind, bool) {
-			c, ok := args.(runtime.Commit)
-			hit := false
-			if ok && strings.HasPrefix(c.CommandID, "settle/") && strings.Contains(c.CommandID, ".t1.0#") {
-				failed.Do(func() { hit = true })
-			}
-			return conformance.FaultError, hit
+		failCommitOnce(fs, conformance.FaultError, func(cmd string) bool {
+			return strings.HasPrefix(cmd, "settle/") && strings.Contains(cmd, ".t1.0#")
 		})
 		run, _, err := e.Runtime.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", Input: `call:echo({"text":"x"})|answer:$results`})
 		if err != nil {
@@ -401,14 +409,8 @@ func TestAnUnavailableExecutorIsDeferredToAttachAsInRecovery(t *testing.T) {
 // calling it. (Found by the metamorphic test with store faults, seed 168.)
 func TestALostAcknowledgementOfASettlementStillPerformsItsDispatches(t *testing.T) {
 	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
-		var lost sync.Once
-		fs.FailWhen(func(method string, args any) (conformance.FaultKind, bool) {
-			c, ok := args.(runtime.Commit)
-			hit := false
-			if ok && strings.HasPrefix(c.CommandID, "settle/") && strings.HasSuffix(c.CommandID, ".m1#1") {
-				lost.Do(func() { hit = true })
-			}
-			return conformance.FaultLostReply, hit
+		failCommitOnce(fs, conformance.FaultLostReply, func(cmd string) bool {
+			return strings.HasPrefix(cmd, "settle/") && strings.HasSuffix(cmd, ".m1#1")
 		})
 		run, _, err := e.Runtime.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", Input: `call:echo({"text":"x"})|answer:$results`})
 		if err != nil {
