@@ -75,14 +75,20 @@ var errStoreFailed = errors.New("runtime: the store failed")
 // the Run, which no later advance would then see (a driver looks only at
 // active Runs). So the Run is read again, and if it has ended, its end is
 // handled as after any advance: its bookkeeping goes, its waiters are
-// told, the next queued Run may start. If the read fails too, the end is
-// found by the next advance or kick that reads it.
+// told, the next queued Run may start. Otherwise its session is kicked,
+// so that whatever the lost commit dispatched is performed. If the read
+// fails too, the next advance or kick that reads the Run finds its end.
 func (rt *Runtime) afterUncertainCommit(req advanceReq) {
 	ctx, cancel := rt.commitCtx()
 	defer cancel()
 	run, err := rt.store.LoadRun(ctx, req.tenant, req.runID)
-	if err == nil && run.Status.Terminal() {
+	switch {
+	case err == nil && run.Status.Terminal():
 		rt.afterAdvance(req, run)
+	case err == nil:
+		rt.kick(run.Tenant, run.Session)
+	case req.session != "":
+		rt.kick(req.tenant, req.session)
 	}
 }
 

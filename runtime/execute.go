@@ -255,13 +255,10 @@ func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Even
 		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, input: o, what: what,
 		commandID: func(r loop.Run) string { return fmt.Sprintf("%s/%s@%d", what, r.ID, r.Seq) },
 	})
-	if errors.Is(err, errStoreFailed) {
-		// The store may have written the input and lost the reply: the
-		// session is driven all the same, so what that commit dispatched
-		// is performed. The caller, told of the failure, may send the
-		// input again (with IfSeq, safely).
-		rt.kick(tenant, run.Session)
-	}
+	// On a store error the commit may be written all the same (a lost
+	// reply): advance has then driven the session (afterUncertainCommit).
+	// The caller, told of the failure, may send the input again (with
+	// IfSeq, safely).
 	if err != nil {
 		return cur, err
 	}
