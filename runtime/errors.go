@@ -1,6 +1,9 @@
 package runtime
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of the runtime's ports. Implementations wrap them with
 // context; callers check them with errors.Is.
@@ -43,3 +46,21 @@ var (
 // name that is empty or too long). It is a bug in the caller; retrying the
 // same request fails the same way.
 var ErrInvalidRequest = errors.New("runtime: invalid store request")
+
+// SessionOwnedError is the ErrSessionOwned a ClaimSession gives: it names
+// the live incarnation that owns the session and the session's epoch, so
+// that a node which accepted an input for a session it does not own can
+// commit that input under the owner's epoch (docs/DESIGN.md §5, "Several
+// nodes") instead of refusing it.
+type SessionOwnedError struct {
+	Tenant, Session string
+	Owner           string // the live owner incarnation
+	Epoch           uint64 // the session's current epoch
+}
+
+func (e *SessionOwnedError) Error() string {
+	return fmt.Sprintf("runtime: session %s/%s owned by the live incarnation %s (epoch %d)", e.Tenant, e.Session, e.Owner, e.Epoch)
+}
+
+// Unwrap makes errors.Is(err, ErrSessionOwned) true.
+func (e *SessionOwnedError) Unwrap() error { return ErrSessionOwned }

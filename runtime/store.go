@@ -211,3 +211,33 @@ type PruneStats struct {
 	Events   int
 	Commands int
 }
+
+// Change is the news that a Run was created or committed to, as a Store
+// that several processes share reports it to the others.
+type Change struct {
+	Tenant  string
+	Session string
+	RunID   string
+	Seq     int64 // the Run's version after the commit
+	// Owner is the session's owner incarnation on record when the commit
+	// was made ("" when none): the node that should drive what it asks.
+	Owner string
+	// Rescan says that changes may have been missed (the feed reconnected):
+	// the other fields are empty, and a subscriber looks again at
+	// everything it cares about.
+	Rescan bool
+}
+
+// ChangeFeed is implemented by a Store that several processes share
+// (pgstore, through LISTEN/NOTIFY). The runtime subscribes to it at Start
+// to wake its drivers, Follow streams and waiters when another node
+// commits. It is a latency hint only: a change may be late or lost, and
+// correctness never depends on it (the watchdog and Follow's fallback
+// poll the store).
+type ChangeFeed interface {
+	// SubscribeChanges calls fn for each change committed through another
+	// Store instance (another process), and with Rescan set after the feed
+	// may have missed some. fn is called from one goroutine, in order, and
+	// must not block. The returned function ends the subscription.
+	SubscribeChanges(fn func(Change)) (cancel func())
+}
