@@ -138,7 +138,8 @@ func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string
 				return err
 			}
 			if live {
-				return fmt.Errorf("badgerstore: claim session %s/%s by %s: %w (owner %s)", tenant, session, nodeID, runtime.ErrSessionOwned, o.Owner)
+				return fmt.Errorf("badgerstore: claim session %s/%s by %s: %w", tenant, session, nodeID,
+					&runtime.SessionOwnedError{Tenant: tenant, Session: session, Owner: o.Owner, Epoch: o.Epoch})
 			}
 		}
 		epoch = o.Epoch + 1

@@ -484,7 +484,8 @@ func (s *MemStore) ClaimSession(ctx context.Context, tenant, session, nodeID str
 	case sess.owner == nodeID:
 		return sess.epoch, nil
 	case sess.owner != "" && s.alive(sess.owner, nowMS):
-		return 0, fmt.Errorf("memstore: claim session %s/%s by %s: %w (owner %s)", tenant, session, nodeID, runtime.ErrSessionOwned, sess.owner)
+		return 0, fmt.Errorf("memstore: claim session %s/%s by %s: %w", tenant, session, nodeID,
+			&runtime.SessionOwnedError{Tenant: tenant, Session: session, Owner: sess.owner, Epoch: sess.epoch})
 	}
 	sess.owner = nodeID
 	sess.epoch++

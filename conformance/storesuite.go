@@ -719,6 +719,10 @@ func testTakeover(t *testing.T, h *harness) {
 	h.register("b", 10*time.Second)
 	_, err = h.s.ClaimSession(h.ctx, "t", "s", "b", h.nowMS())
 	h.wantErr(err, runtime.ErrSessionOwned, "claim of a session a live node owns")
+	var owned *runtime.SessionOwnedError
+	if !errors.As(err, &owned) || owned.Tenant != "t" || owned.Session != "s" || owned.Owner != "a" || owned.Epoch != e1 {
+		t.Fatalf("claim of a session a live node owns: %v; want a *runtime.SessionOwnedError naming t/s, owner a, epoch %d", err, e1)
+	}
 
 	// a renews and outlives its first lease.
 	h.clock.Advance(8 * time.Second)
