@@ -12,7 +12,10 @@
 #
 # What it installs today: clang, lld, wasi-libc and
 # libclang-rt-14-dev-wasm32, which build the C example plugin
-# (examples/plugins/calculator-c) that the tests verify.
+# (examples/plugins/calculator-c) that the tests verify; and postgresql,
+# whose server (initdb, pg_ctl) runs the pgstore tests: internal/pgserver
+# starts a throwaway one per test binary, as the postgres user when the
+# tests run as root.
 set -eu
 
 REQUIRED='
@@ -20,6 +23,7 @@ REQUIRED='
 /usr/bin/wasm-ld lld
 /usr/include/wasm32-wasi/stdio.h wasi-libc
 /usr/lib/llvm-14/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a libclang-rt-14-dev-wasm32
+/usr/lib/postgresql/*/bin/initdb postgresql
 '
 
 missing=$(printf '%s\n' "$REQUIRED" | while read -r file pkg; do
