@@ -36,6 +36,9 @@ type MemStore struct {
 	nodes       map[string]*memNode
 	kv          map[memKVScope]map[string][]byte
 	kvUsed      map[memKVScope]int64
+
+	feedMu sync.Mutex
+	feeds  []*memFeed // of the handles on this store (MemHandle)
 }
 
 var _ runtime.Store = (*MemStore)(nil)

@@ -129,7 +129,15 @@ func NewRuntimeEnv(t *testing.T, h RuntimeHarness, mutate func(*runtime.Tenant))
 // and waits for its first recovery pass.
 func (e *RuntimeEnv) NewRuntime(nodeID string) *runtime.Runtime {
 	e.T.Helper()
-	rt, err := runtime.New(runtime.Options{Store: e.Store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
+	return e.NewRuntimeOn(e.Store, e.Tenant, nodeID)
+}
+
+// NewRuntimeOn starts another runtime, on the same clock, over store (a
+// handle on the same store, for several nodes) with tenant "acme" as
+// given, and waits for its first recovery pass.
+func (e *RuntimeEnv) NewRuntimeOn(store runtime.Store, tenant *runtime.Tenant, nodeID string) *runtime.Runtime {
+	e.T.Helper()
+	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": tenant}, Clock: e.Clock,
 		NodeID: nodeID, PollMin: 100 * time.Millisecond, PollMax: time.Second, LeaseTTL: time.Minute,
 		MaxDefer: 30 * time.Second, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour})
 	if err != nil {

@@ -52,6 +52,35 @@ func (req advanceReq) fromExecutor() bool {
 	return false
 }
 
+// fromOutside reports whether pre is an input from a person or an API
+// client (an approval, an input, a cancel request), which any node may
+// take for any session.
+func (req advanceReq) fromOutside() bool { return req.pre != nil && !req.fromExecutor() }
+
+// guestInput is the batch a node commits for an input to a Run whose
+// session another live node owns: the input event alone, folded into the
+// Run, and nothing that follows from it. The Loop never acts on an input
+// in the same event that records it, so the owner, woken by the commit
+// (ChangeFeed) or by its poll of the store, reads the input and does what
+// it asks (plans, dispatches, cancels) under its own epoch, as if it had
+// taken the input itself. The commit carries the owner's epoch, so the
+// store refuses it if the session changed hands meanwhile.
+func guestInput(run loop.Run, req advanceReq, nowMS int64) ([]loop.Event, loop.Run, error) {
+	ev := *req.pre
+	if ev.At == 0 {
+		ev.At = nowMS
+	}
+	ev.Seq = run.Seq + 1
+	next, err := loop.Apply(run, ev)
+	if errors.Is(err, loop.ErrNoChange) {
+		return nil, run, nil
+	}
+	if err != nil {
+		return nil, run, err
+	}
+	return []loop.Event{ev}, next, nil
+}
+
 // sideEffects are what a commit obliges the runtime to do once it is
 // durable.
 type sideEffects struct {
@@ -158,9 +187,20 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			}
 			return run, nil
 		}
-		epoch := req.epoch
+		epoch, guest := req.epoch, false
 		if epoch == 0 {
 			if epoch, err = rt.claim(ctx, req.tenant, req.session); err != nil {
+				var owned *SessionOwnedError
+				if errors.As(err, &owned) && req.fromOutside() && rt.isShared() {
+					// Another live node drives the session: commit the
+					// input alone, under its owner's epoch, and leave what
+					// it asks for to the owner (guestInput), whom the
+					// commit wakes through the store's ChangeFeed.
+					epoch, guest = owned.Epoch, true
+					err = nil
+				}
+			}
+			if err != nil {
 				if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired) {
 					rt.boundary(req.tenant, req.session, err)
 					return loop.Run{}, err
@@ -171,7 +211,16 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 				return loop.Run{}, fmt.Errorf("%w: claim %s/%s: %w", errStoreFailed, req.tenant, req.session, err)
 			}
 		}
-		batch, next, fx, err := rt.foldActions(ctx, tenant, run, req, epoch)
+		var (
+			batch []loop.Event
+			next  loop.Run
+			fx    sideEffects
+		)
+		if guest {
+			batch, next, err = guestInput(run, req, rt.nowMS())
+		} else {
+			batch, next, fx, err = rt.foldActions(ctx, tenant, run, req, epoch)
+		}
 		if err != nil {
 			if req.fromExecutor() && (errors.Is(err, loop.ErrStaleAttempt) || errors.Is(err, loop.ErrAlreadySettled) || errors.Is(err, loop.ErrTerminal)) {
 				// The news is stale (often: its own commit, applied before
@@ -185,6 +234,9 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			return run, err
 		}
 		if len(batch) == 0 {
+			if guest {
+				return next, nil // the owner acts on the Run, never a guest
+			}
 			rt.perform(tenant, next, epoch, fx)
 			return next, nil
 		}
@@ -213,6 +265,11 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		case errors.Is(err, ErrVersionConflict):
 			rt.stats.Conflicts.Add(1)
 			continue
+		case errors.Is(err, ErrFenced) && guest:
+			// The session changed hands since its owner was read: read
+			// it again, and claim it if its owner is gone.
+			rt.stats.Conflicts.Add(1)
+			continue
 		case errors.Is(err, ErrFenced):
 			rt.boundary(req.tenant, req.session, err)
 			return loop.Run{}, err
@@ -235,6 +292,10 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		rt.observeCommit(run, next, batch)
 		rt.hub.Publish(Notice{Tenant: req.tenant, RunID: req.runID, Seq: next.Seq})
 		rt.countTerminal(run, next)
+		if guest {
+			rt.stats.GuestInputs.Add(1)
+			return next, nil
+		}
 		rt.perform(tenant, next, epoch, fx)
 		return next, nil
 	}

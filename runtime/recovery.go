@@ -122,6 +122,7 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("runtime: recovery scan: %w", err)
 	}
+	rt.spreadClaims(orphans)
 	// Claims are synced writes: make them concurrently, so the store can
 	// group their syncs (docs/DESIGN.md §10), with a bounded number of workers.
 	var (

@@ -103,6 +103,11 @@ type Runtime struct {
 
 	recoveryTimer, watchdogTimer Timer
 
+	// shared is set when the store is a ChangeFeed, shared with other
+	// nodes; leaveFeed ends the subscription (cluster.go).
+	shared    bool
+	leaveFeed func()
+
 	ready    atomic.Bool
 	halted   atomic.Bool
 	active   atomic.Int64 // goroutines doing runtime work
@@ -117,6 +122,7 @@ type Stats struct {
 	Conflicts         int64 // version conflicts retried
 	DroppedOutcomes   int64 // stale or repeated outcomes dropped
 	Boundaries        int64 // sessions given up on lost ownership
+	GuestInputs       int64 // inputs committed for sessions another live node drives
 	ExecutorCalls     int64 // start, poll, attach and cancel calls made
 	EffectsSettled    int64 // settlements committed (a timeout's or a cancellation's included), counted before the Run's waiters hear of them
 	RunsCompleted     int64
@@ -134,6 +140,7 @@ func (s Stats) RunsEnded() int64 { return s.RunsCompleted + s.RunsFailed + s.Run
 // goroutines add to them.
 type statCounters struct {
 	Commits, DuplicateCommits, Conflicts, DroppedOutcomes, Boundaries atomic.Int64
+	GuestInputs                                                       atomic.Int64
 	ExecutorCalls, EffectsSettled                                     atomic.Int64
 	RunsCompleted, RunsFailed, RunsCancelled, UnavailableErrors       atomic.Int64
 }
@@ -216,7 +223,7 @@ func (rt *Runtime) Stats() Stats {
 	c := &rt.stats
 	return Stats{
 		Commits: c.Commits.Load(), DuplicateCommits: c.DuplicateCommits.Load(), Conflicts: c.Conflicts.Load(),
-		DroppedOutcomes: c.DroppedOutcomes.Load(), Boundaries: c.Boundaries.Load(),
+		DroppedOutcomes: c.DroppedOutcomes.Load(), Boundaries: c.Boundaries.Load(), GuestInputs: c.GuestInputs.Load(),
 		ExecutorCalls: c.ExecutorCalls.Load(), EffectsSettled: c.EffectsSettled.Load(),
 		RunsCompleted: c.RunsCompleted.Load(), RunsFailed: c.RunsFailed.Load(), RunsCancelled: c.RunsCancelled.Load(),
 		UnavailableErrors: c.UnavailableErrors.Load(),
@@ -243,6 +250,7 @@ func (rt *Runtime) Start(ctx context.Context) error {
 	rt.leaseFrom = began
 	rt.mu.Unlock()
 	rt.armRenewal(rt.opts.LeaseTTL / 3)
+	rt.joinFeed()
 	rt.startRecovery()
 	rt.log.Info("runtime started", "lease_ttl", rt.opts.LeaseTTL)
 	return nil
@@ -399,7 +407,12 @@ func (rt *Runtime) markStopped() (already bool) {
 			tm.Stop()
 		}
 	}
+	leave := rt.leaveFeed
+	rt.leaveFeed = nil
 	rt.mu.Unlock()
+	if leave != nil {
+		leave()
+	}
 	rt.watcher.Stop()
 	return already
 }

@@ -169,9 +169,16 @@ func (rt *Runtime) claim(ctx context.Context, tenant, session string) (uint64, e
 // Runs get a boundary result.
 func (rt *Runtime) boundary(tenant, session string, cause error) {
 	rt.stats.Boundaries.Add(1)
+	_, held := rt.sessions.claimed(tenant, session)
 	rt.sessions.remove(tenant, session)
 	rt.attempts.forgetSettledIn(tenant + "/" + session + "/")
-	rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
+	if held || !errors.Is(cause, ErrSessionOwned) {
+		rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
+	} else {
+		// A session this node never held, driven by another live node
+		// (a Run submitted here for it): not news.
+		rt.log.Debug("session driven by another node", "tenant", tenant, "session", session, "err", cause)
+	}
 	rt.notifySession(tenant, session, Result{Kind: ResultBoundary, Err: cause})
 }
 
