@@ -46,7 +46,10 @@ type Options struct {
 	// commit, the node's lease renewal included, waits behind them.
 	MaxDrivers int
 	// RecoveryInterval is the time between recovery passes after the first
-	// one at start-up (default 10s).
+	// one at start-up (default 10s; LeaseTTL/3 when the Store is a
+	// ChangeFeed, shared with other nodes: there a node that dies leaves
+	// its sessions to the others once its lease runs out, and the next
+	// pass should not be far behind).
 	RecoveryInterval time.Duration
 	// MaxDefer is how long recovery waits for an unavailable executor
 	// before the missing-effect policy applies (default 5m).
@@ -166,6 +169,9 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if opts.MaxDrivers <= 0 {
 		opts.MaxDrivers = 128
+	}
+	if _, shared := opts.Store.(ChangeFeed); shared {
+		setDefault(&opts.RecoveryInterval, opts.LeaseTTL/3)
 	}
 	setDefault(&opts.RecoveryInterval, 10*time.Second)
 	setDefault(&opts.MaxDefer, 5*time.Minute)
