@@ -1,0 +1,230 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/internal/pgserver"
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// recorder is a subscriber that keeps what it is given.
+type recorder struct {
+	mu  sync.Mutex
+	got []runtime.Change
+}
+
+func (r *recorder) add(c runtime.Change) {
+	r.mu.Lock()
+	r.got = append(r.got, c)
+	r.mu.Unlock()
+}
+
+func (r *recorder) all() []runtime.Change {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]runtime.Change(nil), r.got...)
+}
+
+// has reports whether a change of run at Seq seq (or a Rescan, for run
+// "") has arrived.
+func (r *recorder) has(run string, seq int64) bool {
+	for _, c := range r.all() {
+		if (run == "" && c.Rescan) || (run != "" && c.RunID == run && c.Seq == seq) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestAChangeReachesTheOtherInstancesNotItsOwn(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	a, b := open(t, dsn, schema, nil), open(t, dsn, schema, nil)
+	other := open(t, dsn, freshSchema(t, dsn), nil) // another schema: another store
+	var ra, rb, ro recorder
+	defer a.SubscribeChanges(ra.add)()
+	defer b.SubscribeChanges(rb.add)()
+	defer other.SubscribeChanges(ro.add)()
+
+	ctx := context.Background()
+	if err := b.RegisterNode(ctx, "node-b", time.Now().Add(time.Minute).UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := b.ClaimSession(ctx, "t", "s", "node-b", time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRun(t, b, "t", "s", "r1", 1)
+	c := step(t, r, epoch, "", loop.Event{Type: loop.EventRunStarted})
+	if _, err := b.Commit(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a to hear of b's commit", 10*time.Second, func() bool { return ra.has("r1", 2) })
+	for _, ch := range ra.all() {
+		if ch.RunID == "r1" && ch.Seq == 2 && (ch.Tenant != "t" || ch.Session != "s" || ch.Owner != "node-b" || ch.Rescan) {
+			t.Fatalf("a heard %+v; want t/s/r1 at Seq 2 owned by node-b", ch)
+		}
+	}
+	// Now a commits: b hears that, after its own notification (one channel,
+	// in commit order), which it must have dropped.
+	r2 := newRun(t, a, "t", "s2", "r2", 1)
+	eventually(t, "b to hear of a's creation", 10*time.Second, func() bool { return rb.has("r2", 1) })
+	for _, ch := range rb.all() {
+		if ch.RunID != "r2" {
+			t.Fatalf("b heard %+v: its own change, or another's", ch)
+		}
+	}
+	if got := ra.all(); len(got) > 0 && got[len(got)-1].RunID == "r2" {
+		t.Fatalf("a heard its own creation of r2: %+v", got)
+	}
+	_ = r2
+	if got := ro.all(); len(got) != 0 {
+		t.Fatalf("a store on another schema heard %+v", got)
+	}
+}
+
+// TestTheFeedReconnectsAfterARestartAndSaysRescan restarts the server
+// under two Stores: the listener reconnects, delivers a Rescan, and later
+// changes arrive again.
+func TestTheFeedReconnectsAfterARestartAndSaysRescan(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv, err := pgserver.Start(ctx, pgserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	dsn := srv.DSN("postgres")
+	a, b := open(t, dsn, "agenthost", nil), open(t, dsn, "agenthost", nil)
+	var ra recorder
+	defer a.SubscribeChanges(ra.add)()
+	newRun(t, b, "t", "s", "before", 1)
+	eventually(t, "a to hear of a creation before the restart", 10*time.Second, func() bool { return ra.has("before", 1) })
+
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a Rescan after the restart", 30*time.Second, func() bool { return ra.has("", 0) })
+	// b's pooled connections died with the server: its first calls may
+	// fail (ErrStoreUnavailable), then it reconnects.
+	eventually(t, "b to create a Run after the restart", 30*time.Second, func() bool {
+		_, err := b.CreateRun(ctx, createReq(t, "t", "s", "after"))
+		return err == nil
+	})
+	eventually(t, "a to hear of a creation after the restart", 10*time.Second, func() bool { return ra.has("after", 1) })
+}
+
+func createReq(t testing.TB, tenant, session, id string) runtime.CreateRun {
+	spec := loop.Spec{Tenant: tenant, Session: session, ID: id, Input: "hello", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy}
+	ev := loop.RunCreated(spec, 1)
+	r, err := loop.Apply(loop.Run{}, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Seq = 1
+	return runtime.CreateRun{Run: r, Event: ev}
+}
+
+// TestManyChangesArriveCoalesced commits many times to many Runs through
+// one Store: the other hears the last Seq of every Run (payloads split
+// under the NOTIFY limit), and nothing newer than was committed.
+func TestManyChangesArriveCoalesced(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	a, b := open(t, dsn, schema, nil), open(t, dsn, schema, nil)
+	var ra recorder
+	defer a.SubscribeChanges(ra.add)()
+	ctx := context.Background()
+	const runs = 300
+	last := map[string]int64{}
+	for i := range runs {
+		id := fmt.Sprintf("run-with-a-longish-id-%04d", i)
+		r := newRun(t, b, "tenant-with-a-longish-id", "s", id, 1)
+		c := step(t, r, 0, "", loop.Event{Type: loop.EventRunStarted})
+		if _, err := b.Commit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		last[id] = c.Run.Seq
+	}
+	eventually(t, "a to hear the last commit of every Run", 20*time.Second, func() bool {
+		seen := map[string]int64{}
+		for _, c := range ra.all() {
+			if c.Seq > last[c.RunID] {
+				t.Fatalf("a heard Seq %d of %s, past its last commit", c.Seq, c.RunID)
+			}
+			seen[c.RunID] = max(seen[c.RunID], c.Seq)
+		}
+		for id, seq := range last {
+			if seen[id] != seq {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestNoticesStayUnderTheLimitAndRoundTrip(t *testing.T) {
+	var in []runtime.Change
+	for i := range 500 {
+		in = append(in, runtime.Change{Tenant: strings.Repeat("t", 64), Session: strings.Repeat("s", 64),
+			RunID: fmt.Sprintf("%064d", i), Seq: int64(i), Owner: strings.Repeat("n\"é", 40)})
+	}
+	payloads := encodeNotices("origin", "agenthost", true, in)
+	var out []runtime.Change
+	for i, p := range payloads {
+		if len(p) >= 8000 {
+			t.Fatalf("payload %d is %d bytes", i, len(p))
+		}
+		n, changes, ok := decodeNotice(p)
+		if !ok || n.Origin != "origin" || n.Schema != "agenthost" {
+			t.Fatalf("payload %d does not decode: %s", i, p)
+		}
+		if i == 0 != n.Rescan {
+			t.Fatalf("payload %d: rescan %v", i, n.Rescan)
+		}
+		out = append(out, changes...)
+	}
+	if len(payloads) < 3 || fmt.Sprint(out) != fmt.Sprint(in) {
+		t.Fatalf("%d payloads; the changes do not round-trip", len(payloads))
+	}
+}
+
+// TestASlowSubscriberGetsARescanAndBlocksNothing fills a subscriber's
+// queue while it is stuck: the queue is bounded, its changes are replaced
+// by a Rescan, and the store's commits go on meanwhile.
+func TestASlowSubscriberGetsARescanAndBlocksNothing(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	s := open(t, dsn, freshSchema(t, dsn), nil)
+	stuck, entered := make(chan struct{}), make(chan struct{})
+	var rec recorder
+	first := true
+	defer s.SubscribeChanges(func(c runtime.Change) {
+		if first {
+			first = false
+			close(entered)
+			<-stuck
+		}
+		rec.add(c)
+	})()
+	s.feed.deliver(runtime.Change{Tenant: "t", Session: "s", RunID: "r", Seq: 1})
+	<-entered
+	for i := 1; i < maxSubQueue+10; i++ {
+		s.feed.deliver(runtime.Change{Tenant: "t", Session: "s", RunID: "r", Seq: int64(i + 1)})
+	}
+	newRun(t, s, "t", "s", "still-commits", 1)
+	close(stuck)
+	eventually(t, "the subscriber to catch up", 10*time.Second, func() bool {
+		got := rec.all()
+		return len(got) > 0 && got[len(got)-1].Seq == maxSubQueue+10
+	})
+	got := rec.all()
+	if len(got) > 20 || !got[1].Rescan {
+		t.Fatalf("the stuck subscriber got %d changes (%+v …); want its first, a Rescan, then the rest", len(got), got[:2])
+	}
+}

@@ -1,0 +1,118 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agenthost/agenthost/internal/pgserver"
+)
+
+func TestMigrationsAreNumberedWithoutAGap(t *testing.T) {
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 || SchemaVersion() != len(ms) {
+		t.Fatalf("%d migrations, SchemaVersion %d", len(ms), SchemaVersion())
+	}
+	for i, m := range ms {
+		if m.version != i+1 || !strings.HasPrefix(m.name, fmt.Sprintf("%04d_", i+1)) {
+			t.Fatalf("migration %d is %s (version %d)", i+1, m.name, m.version)
+		}
+	}
+}
+
+// schemaState describes a schema: its versions as recorded, and its
+// tables and indexes, so that a test can tell whether Open changed it.
+func schemaState(t *testing.T, dsn, schema string) string {
+	t.Helper()
+	var versions, objects string
+	query(t, dsn, fmt.Sprintf(`SELECT coalesce(string_agg(version::text || '@' || applied_at::text, ',' ORDER BY version), '')
+		FROM %s.agenthost_schema`, schema), &versions)
+	query(t, dsn, fmt.Sprintf(`SELECT coalesce(string_agg(c.relname || ':' || c.relkind::text, ',' ORDER BY c.relname), '')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '%s'`, schema), &objects)
+	return versions + " | " + objects
+}
+
+func TestOpenAppliesTheSchemaAndReopeningChangesNothing(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	s := open(t, dsn, schema, nil)
+	var n, maxV int
+	query(t, dsn, "SELECT count(*), max(version) FROM "+schema+".agenthost_schema", &n, &maxV)
+	if n != SchemaVersion() || maxV != SchemaVersion() {
+		t.Fatalf("a fresh schema records %d versions up to %d; want 1..%d", n, maxV, SchemaVersion())
+	}
+	var unlogged int
+	query(t, dsn, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = '`+schema+`' AND c.relkind = 'r' AND c.relpersistence <> 'p'`, &unlogged)
+	if unlogged != 0 {
+		t.Fatalf("%d tables are not logged", unlogged)
+	}
+	before := schemaState(t, dsn, schema)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	open(t, dsn, schema, nil)
+	if after := schemaState(t, dsn, schema); after != before {
+		t.Fatalf("reopening changed the schema:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestOpensRacingOnAFreshDatabase starts several nodes at once on a
+// database that has no schema yet (the default one): all of them open,
+// and each migration is applied once (agenthost_schema's primary key
+// would refuse a second).
+func TestOpensRacingOnAFreshDatabase(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	const nodes = 4
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		errs  = make([]error, nodes)
+		got   = make([]*Store, nodes)
+	)
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got[i], errs[i] = Open(context.Background(), Options{DSN: dsn, Logger: quietLogger()})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		defer got[i].Close()
+	}
+	var n, distinct int
+	query(t, dsn, "SELECT count(*), count(DISTINCT version) FROM agenthost.agenthost_schema", &n, &distinct)
+	if n != SchemaVersion() || distinct != SchemaVersion() {
+		t.Fatalf("agenthost_schema holds %d rows (%d versions) after %d racing opens; want each of the %d versions once", n, distinct, nodes, SchemaVersion())
+	}
+}
+
+func TestANewerSchemaIsRefusedAndLeftAlone(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	s := open(t, dsn, schema, nil)
+	_ = s.Close()
+	newer := SchemaVersion() + 1
+	var one int
+	query(t, dsn, fmt.Sprintf("INSERT INTO %s.agenthost_schema (version) VALUES (%d) RETURNING 1", schema, newer), &one)
+	before := schemaState(t, dsn, schema)
+	_, err := Open(context.Background(), Options{DSN: dsn, Schema: schema, Logger: quietLogger()})
+	want := fmt.Sprintf("pgstore: the database schema is version %d, this agenthost knows up to %d; upgrade agenthost (or point store.dsn at another database)", newer, SchemaVersion())
+	if err == nil || err.Error() != want {
+		t.Fatalf("Open of a newer schema: %v\nwant: %s", err, want)
+	}
+	if after := schemaState(t, dsn, schema); after != before {
+		t.Fatalf("the refused Open changed the schema:\nbefore %s\nafter  %s", before, after)
+	}
+}

@@ -1,0 +1,295 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Leases are kept in the database's clock. Only durations cross machines:
+// the caller's expiry, computed on its own clock, becomes a TTL on this
+// process's clock (the same one, in the caller's process), and the
+// database stores its own now plus that TTL. When Options.Clock is set,
+// its time stands in for the database's, and an expiry is stored as given.
+
+// sqlRegisterNode inserts a node, or renews it if it is alive: $1 node,
+// $2 now (or NULL), $3 TTL in ms. An incarnation found dead is marked
+// dead for good. It returns whether the node is alive.
+var sqlRegisterNode = `WITH c AS (SELECT ` + dbNow(2) + ` AS now)
+	INSERT INTO nodes AS n (node_id, expires_ms, dead)
+	SELECT $1, c.now + $3, false FROM c
+	ON CONFLICT (node_id) DO UPDATE SET
+		expires_ms = CASE WHEN NOT n.dead AND (SELECT now FROM c) < n.expires_ms
+			THEN greatest(n.expires_ms, EXCLUDED.expires_ms) ELSE n.expires_ms END,
+		dead = n.dead OR (SELECT now FROM c) >= n.expires_ms
+	RETURNING NOT n.dead`
+
+// sqlRenewNode extends a live node's lease, never shortening it, and
+// marks one whose lease ran out dead. No row: the node is unknown.
+var sqlRenewNode = `UPDATE nodes AS n SET
+		expires_ms = CASE WHEN NOT n.dead AND c.now < n.expires_ms
+			THEN greatest(n.expires_ms, c.now + $3) ELSE n.expires_ms END,
+		dead = n.dead OR c.now >= n.expires_ms
+	FROM (SELECT ` + dbNow(2) + ` AS now) AS c
+	WHERE n.node_id = $1
+	RETURNING NOT n.dead`
+
+// alive is the SQL test of a node row n at c.now.
+const alive = `NOT n.dead AND c.now < n.expires_ms`
+
+// sqlClaimState reads, without a lock, what ClaimSession decides by:
+// $1 tenant, $2 session, $3 node, $4 now. The session may have no row.
+var sqlClaimState = `SELECT s.owner, s.epoch,
+		coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false),
+		coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = s.owner), false)
+	FROM (SELECT ` + dbNow(4) + ` AS now) AS c
+	LEFT JOIN sessions s ON s.tenant = $1 AND s.session = $2`
+
+// sqlClaimLiveness reads, after the session row is locked, whether the
+// claiming node and the session's owner are alive.
+var sqlClaimLiveness = `SELECT
+		coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false),
+		coalesce((SELECT ` + alive + ` FROM nodes n JOIN sessions s ON n.node_id = s.owner
+			WHERE s.tenant = $1 AND s.session = $2), false)
+	FROM (SELECT ` + dbNow(4) + ` AS now) AS c`
+
+// RegisterNode implements runtime.Ownership: one statement. Registering a
+// live incarnation again renews it (never shortening its lease); one
+// whose lease ran out gives ErrNodeExpired, and stays dead.
+func (s *Store) RegisterNode(ctx context.Context, nodeID string, expiresMS int64) error {
+	return s.putNode(ctx, "register", sqlRegisterNode, nodeID, expiresMS)
+}
+
+// RenewNode implements runtime.Ownership: one statement.
+func (s *Store) RenewNode(ctx context.Context, nodeID string, expiresMS int64) error {
+	return s.putNode(ctx, "renew", sqlRenewNode, nodeID, expiresMS)
+}
+
+func (s *Store) putNode(ctx context.Context, verb, q, nodeID string, expiresMS int64) error {
+	if err := runtime.CheckName("node id", nodeID); err != nil {
+		return fmt.Errorf("pgstore: %s node: %w", verb, err)
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	ttl := expiresMS - s.localNowMS()
+	var live bool
+	err := s.pool.QueryRow(ctx, q, nodeID, s.nowParam(), ttl).Scan(&live)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows): // RenewNode of an unknown node
+	case err != nil:
+		return fail(verb+" node "+nodeID, err)
+	}
+	if !live {
+		return fmt.Errorf("pgstore: %s node %s: %w; stop driving its sessions and register a fresh node id", verb, nodeID, runtime.ErrNodeExpired)
+	}
+	return nil
+}
+
+// ClaimSession implements runtime.Ownership. When it writes nothing (the
+// node owns the session already, a live node owns it, or the claiming
+// node is dead) one read without a lock decides. A claim that takes the
+// session runs a transaction: it creates the session's row if missing,
+// locks it, reads again whether the nodes are alive, and writes the new
+// owner and epoch.
+func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string, nowMS int64) (uint64, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return 0, fmt.Errorf("pgstore: claim session: %w", err)
+	}
+	if err := runtime.CheckName("node id", nodeID); err != nil {
+		return 0, fmt.Errorf("pgstore: claim session: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	what := "claim session " + tenant + "/" + session
+	now := s.nowParam()
+	var (
+		owner              *string
+		epoch              *int64
+		self, ownerIsAlive bool
+	)
+	err := s.pool.QueryRow(ctx, sqlClaimState, tenant, session, nodeID, now).Scan(&owner, &epoch, &self, &ownerIsAlive)
+	if err != nil {
+		return 0, fail(what, err)
+	}
+	if e, done, err := claimDecision(tenant, session, nodeID, deref(owner), uint64(deref(epoch)), self, ownerIsAlive); done {
+		return e, err
+	}
+	var result uint64
+	err = s.inTx(ctx, false, func(ctx context.Context, conn *pgx.Conn) error {
+		result = 0
+		b := &pgx.Batch{}
+		b.Queue(sqlBegin)
+		b.Queue(sqlEnsureSession, tenant, session)
+		b.Queue(sqlLockSessionEpoch, tenant, session)
+		b.Queue(sqlClaimLiveness, tenant, session, nodeID, now)
+		br := conn.SendBatch(ctx, b)
+		var (
+			owner       string
+			epoch       int64
+			self, alive bool
+		)
+		err := execAll(br, 2)
+		if err == nil {
+			_, err = queryOne(br, &owner, &epoch)
+		}
+		if err == nil {
+			_, err = queryOne(br, &self, &alive)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if e, done, err := claimDecision(tenant, session, nodeID, owner, uint64(epoch), self, alive); done {
+			result = e
+			return err
+		}
+		result = uint64(epoch) + 1
+		b = &pgx.Batch{}
+		b.Queue(`UPDATE sessions SET owner = $3, epoch = $4 WHERE tenant = $1 AND session = $2`, tenant, session, nodeID, int64(result))
+		b.Queue(sqlCommit)
+		return sendWrites(ctx, conn, b)
+	})
+	if err != nil {
+		return 0, fail(what, err)
+	}
+	return result, nil
+}
+
+// claimDecision decides a claim that writes nothing; done is false when
+// the claim takes the session.
+func claimDecision(tenant, session, nodeID, owner string, epoch uint64, self, ownerAlive bool) (uint64, bool, error) {
+	switch {
+	case !self:
+		return 0, true, fmt.Errorf("pgstore: claim session %s/%s by %s: %w", tenant, session, nodeID, runtime.ErrNodeExpired)
+	case owner == nodeID:
+		return epoch, true, nil
+	case owner != "" && ownerAlive:
+		return 0, true, fmt.Errorf("pgstore: claim session %s/%s by %s: %w", tenant, session, nodeID,
+			&runtime.SessionOwnedError{Tenant: tenant, Session: session, Owner: owner, Epoch: epoch})
+	}
+	return 0, false, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// ReleaseSession implements runtime.Ownership: one statement.
+func (s *Store) ReleaseSession(ctx context.Context, tenant, session, nodeID string) error {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return fmt.Errorf("pgstore: release session: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	_, err := s.pool.Exec(ctx, `UPDATE sessions SET owner = '' WHERE tenant = $1 AND session = $2 AND owner = $3`, tenant, session, nodeID)
+	if err != nil {
+		return fail("release session "+tenant+"/"+session, err)
+	}
+	return nil
+}
+
+// OrphanedSessions implements runtime.Ownership. It is cross-tenant: it
+// reads the sessions that hold a non-terminal Run (sessions_live) and the
+// owner of each, never a Run.
+func (s *Store) OrphanedSessions(ctx context.Context, nowMS int64) ([]runtime.SessionOwner, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	out, err := s.sessionOwners(ctx, `SELECT s.tenant, s.session, s.owner, s.epoch
+		FROM sessions s CROSS JOIN (SELECT `+dbNow(1)+` AS now) AS c
+		LEFT JOIN nodes n ON n.node_id = s.owner
+		WHERE s.live_count > 0 AND (s.owner = '' OR n.node_id IS NULL OR NOT (`+alive+`))
+		ORDER BY s.tenant, s.session`, s.nowParam())
+	if err != nil {
+		return nil, fail("orphaned sessions", err)
+	}
+	return out, nil
+}
+
+// ActiveSessions implements runtime.Ownership, through sessions_live, in
+// byte order of (tenant, session).
+func (s *Store) ActiveSessions(ctx context.Context, afterTenant, afterSession string, limit int) ([]runtime.SessionOwner, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	out, err := s.sessionOwners(ctx, `SELECT tenant, session, owner, epoch FROM sessions
+		WHERE live_count > 0 AND (tenant, session) > ($1, $2)
+		ORDER BY tenant, session LIMIT $3`, afterTenant, afterSession, limitParam(limit))
+	if err != nil {
+		return nil, fail("active sessions", err)
+	}
+	return out, nil
+}
+
+func (s *Store) sessionOwners(ctx context.Context, q string, args ...any) ([]runtime.SessionOwner, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []runtime.SessionOwner
+	for rows.Next() {
+		var (
+			o     runtime.SessionOwner
+			epoch int64
+		)
+		if err := rows.Scan(&o.Tenant, &o.Session, &o.Owner, &epoch); err != nil {
+			return nil, err
+		}
+		o.Epoch = uint64(epoch)
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// ExecutingEffects implements runtime.Ownership, from the effects table.
+func (s *Store) ExecutingEffects(ctx context.Context, tenant, session string) ([]runtime.EffectRecord, error) {
+	if err := checkIDs("tenant", tenant, "session", session); err != nil {
+		return nil, fmt.Errorf("pgstore: executing effects: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	rows, err := s.pool.Query(ctx, `SELECT run_id, effect_id, attempt, handle, epoch FROM effects
+		WHERE tenant = $1 AND session = $2 ORDER BY ordinal, effect_id`, tenant, session)
+	if err != nil {
+		return nil, fail("executing effects of "+tenant+"/"+session, err)
+	}
+	defer rows.Close()
+	var out []runtime.EffectRecord
+	for rows.Next() {
+		e := runtime.EffectRecord{Tenant: tenant, Session: session}
+		var (
+			attempt int32
+			epoch   int64
+		)
+		if err := rows.Scan(&e.RunID, &e.EffectID, &attempt, &e.Handle, &epoch); err != nil {
+			return nil, fail("executing effects of "+tenant+"/"+session, err)
+		}
+		e.Attempt, e.Epoch = int(attempt), uint64(epoch)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail("executing effects of "+tenant+"/"+session, err)
+	}
+	return out, nil
+}
