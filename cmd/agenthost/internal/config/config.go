@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/pgstore"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -33,9 +34,13 @@ type Config struct {
 	File string
 	Dir  string
 
-	// DataDir is the Badger store's directory.
+	// Store says which store holds the Runs: Badger in DataDir (the
+	// default) or PostgreSQL.
+	Store Store
+	// DataDir is the Badger store's directory (unused with postgres).
 	DataDir string
 	// SyncWrites makes every acknowledged commit durable (default true).
+	// Badger only: PostgreSQL's own synchronous_commit decides there.
 	SyncWrites bool
 	// CacheDir is the wazero compilation cache on disk; "" disables it.
 	CacheDir string
@@ -46,7 +51,9 @@ type Config struct {
 	// `agenthost serve` (the first runs at start).
 	RetentionInterval time.Duration
 	// WatchdogInterval is the time between the watchdog's scans for stuck
-	// Runs; a Run is reported when two scans in a row find it stuck.
+	// Runs; a Run is reported when two scans in a row find it stuck. Its
+	// default is shorter with postgres (DefaultPostgresWatchdogInterval),
+	// where it is also the safety net for a lost cross-node notification.
 	WatchdogInterval time.Duration
 	// LeaseTTL is how long the process's node lease lasts between
 	// renewals (every LeaseTTL/3). A process paused or starved for longer
@@ -61,6 +68,36 @@ type Config struct {
 
 	Plugins map[string]Plugin
 	Tenants map[string]Tenant
+}
+
+// The store drivers.
+const (
+	DriverBadger   = "badger"
+	DriverPostgres = "postgres"
+)
+
+// Store is the store.* section: which store, and how to reach it.
+type Store struct {
+	// Driver is DriverBadger (default: the embedded store in DataDir) or
+	// DriverPostgres.
+	Driver string
+	// DSN is the PostgreSQL connection string (postgres only). It may hold
+	// a password: show it only through pgstore.RedactDSN (Location does).
+	DSN      string
+	Postgres Postgres
+}
+
+// Postgres is store.postgres.*: the pool and session settings of the
+// PostgreSQL store. Zero values take pgstore's defaults.
+type Postgres struct {
+	// MaxConns is the size of the connection pool (default 16). Every
+	// node's MaxConns together must stay under the server's
+	// max_connections.
+	MaxConns int
+	// StatementTimeout bounds every statement (default 30s).
+	StatementTimeout time.Duration
+	// Schema is the schema holding the tables (default "agenthost").
+	Schema string
 }
 
 // Log configures the process's logs.
@@ -149,6 +186,10 @@ var (
 	DefaultRetentionInterval = time.Hour
 	// DefaultWatchdogInterval is the time between watchdog scans.
 	DefaultWatchdogInterval = 30 * time.Second
+	// DefaultPostgresWatchdogInterval is the time between watchdog scans
+	// when the store is postgres: shorter, since the watchdog also finds
+	// the work whose cross-node notification was lost.
+	DefaultPostgresWatchdogInterval = 10 * time.Second
 	// DefaultLeaseTTL is the node lease's default length.
 	DefaultLeaseTTL = 15 * time.Second
 	// MinLeaseTTL is the shortest lease_ttl the config accepts.
@@ -174,4 +215,14 @@ func (t Tenant) ToolApproval(tool string, declared abi.Approval) bool {
 		return o.Approval == abi.ApprovalAlways
 	}
 	return declared == abi.ApprovalAlways
+}
+
+// StoreLocation names the store for messages and logs: "data dir DIR" for
+// Badger, "postgres DSN" for PostgreSQL with the DSN's password hidden
+// (pgstore.RedactDSN). Never show Store.DSN any other way.
+func (c *Config) StoreLocation() string {
+	if c.Store.Driver == DriverPostgres {
+		return "postgres " + pgstore.RedactDSN(c.Store.DSN)
+	}
+	return "data dir " + c.DataDir
 }

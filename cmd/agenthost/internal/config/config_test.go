@@ -246,3 +246,142 @@ func TestMissingPluginFilesAreListed(t *testing.T) {
 		t.Fatalf("got %q", missing)
 	}
 }
+
+func TestStoreDefaultsToBadger(t *testing.T) {
+	cfg, err := parse(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store.Driver != DriverBadger || cfg.Store.DSN != "" || cfg.Store.Postgres != (Postgres{}) {
+		t.Errorf("store defaults: %+v", cfg.Store)
+	}
+	if cfg.WatchdogInterval != DefaultWatchdogInterval {
+		t.Errorf("watchdog_interval with badger: %s, want %s", cfg.WatchdogInterval, DefaultWatchdogInterval)
+	}
+	if got, want := cfg.StoreLocation(), "data dir "+filepath.Join(cfg.Dir, "data"); got != want {
+		t.Errorf("StoreLocation %q, want %q", got, want)
+	}
+}
+
+func TestStorePostgres(t *testing.T) {
+	cfg, err := parse(t, minimal+`
+store:
+  driver: postgres
+  dsn: postgres://agenthost:s3cret@db.internal:5432/agenthost
+  postgres:
+    max_conns: 8
+    statement_timeout: 5s
+    schema: ah_prod
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Store{Driver: DriverPostgres, DSN: "postgres://agenthost:s3cret@db.internal:5432/agenthost",
+		Postgres: Postgres{MaxConns: 8, StatementTimeout: 5 * time.Second, Schema: "ah_prod"}}
+	if cfg.Store != want {
+		t.Errorf("store: %+v, want %+v", cfg.Store, want)
+	}
+	// The watchdog is the safety net for a lost cross-node notification.
+	if cfg.WatchdogInterval != DefaultPostgresWatchdogInterval {
+		t.Errorf("watchdog_interval with postgres: %s, want %s", cfg.WatchdogInterval, DefaultPostgresWatchdogInterval)
+	}
+	loc := cfg.StoreLocation()
+	if strings.Contains(loc, "s3cret") || !strings.Contains(loc, "db.internal") {
+		t.Errorf("StoreLocation %q must name the server and hide the password", loc)
+	}
+}
+
+func TestStorePostgresKeepsAConfiguredWatchdogInterval(t *testing.T) {
+	cfg, err := parse(t, minimal+"watchdog_interval: 45s\nstore: {driver: postgres, dsn: \"host=/tmp dbname=x\"}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.WatchdogInterval != 45*time.Second {
+		t.Errorf("watchdog_interval %s, want the configured 45s", cfg.WatchdogInterval)
+	}
+}
+
+func TestStoreEnvironmentOverrides(t *testing.T) {
+	t.Setenv("AGENTHOST_STORE_DRIVER", "postgres")
+	t.Setenv("AGENTHOST_STORE_DSN", "postgres://u:pw@h/db")
+	t.Setenv("AGENTHOST_STORE_POSTGRES_MAX_CONNS", "4")
+	t.Setenv("AGENTHOST_STORE_POSTGRES_STATEMENT_TIMEOUT", "2s")
+	cfg, err := parse(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store.Driver != DriverPostgres || cfg.Store.DSN != "postgres://u:pw@h/db" ||
+		cfg.Store.Postgres.MaxConns != 4 || cfg.Store.Postgres.StatementTimeout != 2*time.Second {
+		t.Errorf("store from the environment: %+v", cfg.Store)
+	}
+}
+
+func TestStoreEnvironmentOverridesTheFile(t *testing.T) {
+	t.Setenv("AGENTHOST_STORE_DSN", "host=/run/pg dbname=other password=envpw")
+	cfg, err := parse(t, minimal+"store: {driver: postgres, dsn: \"postgres://u:pw@h/db\"}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store.DSN != "host=/run/pg dbname=other password=envpw" {
+		t.Errorf("AGENTHOST_STORE_DSN did not override store.dsn: %q", cfg.StoreLocation())
+	}
+}
+
+func TestStoreProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // each must be in one problem
+	}{
+		{"unknown driver", "store: {driver: mysql}\n",
+			[]string{`store.driver: "mysql" is not a store driver: want badger`, "or postgres (with store.dsn)"}},
+		{"empty driver", "store: {driver: \"\"}\n", []string{"store.driver: is empty: want badger"}},
+		{"postgres without dsn", "store: {driver: postgres}\n",
+			[]string{"store.dsn: is required with store.driver postgres", "AGENTHOST_STORE_DSN"}},
+		{"dsn with badger", "store: {dsn: \"postgres://u:topsecret@h/db\"}\n",
+			[]string{"store.dsn: is set, but store.driver is badger", "set store.driver: postgres"}},
+		{"negative pool", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {max_conns: -2}}\n",
+			[]string{"store.postgres.max_conns: -2 is negative: want the size of the connection pool, at least 1"}},
+		{"pool not a number", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {max_conns: many}}\n",
+			[]string{`store.postgres.max_conns: want an integer, got the string "many"`}},
+		{"bad statement timeout", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {statement_timeout: -1s}}\n",
+			[]string{`store.postgres.statement_timeout: "-1s" is not a duration`}},
+		{"bad schema", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {schema: \"1; drop\"}}\n",
+			[]string{`store.postgres.schema: "1; drop" is not a plain schema name`}},
+		{"unknown store key", "store: {driver: badger, pool: 3}\n", []string{"store.pool: unknown key"}},
+		{"store not a map", "store: postgres\n", []string{"store: want a map"}},
+		{"dsn not a string", "store: {driver: postgres, dsn: {host: x}}\n", []string{"store.dsn: want a connection string, got a map"}},
+		{"dsn under driver", "store: {driver: \"postgres://u:topsecret@h/db\"}\n",
+			[]string{`store.driver: "postgres://u:xxxxx@h/db" is not a store driver`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, minimal+tc.yaml)
+			ps := problems(t, err)
+			text := strings.Join(ps, "\n")
+			for _, want := range tc.want {
+				if !strings.Contains(text, want) {
+					t.Errorf("no problem says %q; got:\n%s", want, text)
+				}
+			}
+			for _, p := range ps {
+				if !strings.Contains(p, "agenthost.yaml: ") || strings.Contains(p, "\n") {
+					t.Errorf("problem %q must be one line naming the file", p)
+				}
+			}
+			if strings.Contains(text, "topsecret") {
+				t.Errorf("a problem shows the DSN's password:\n%s", text)
+			}
+		})
+	}
+}
+
+func TestStoreProblemsFromTheEnvironmentNameTheKey(t *testing.T) {
+	t.Setenv("AGENTHOST_STORE_DRIVER", "sqlite")
+	t.Setenv("AGENTHOST_STORE_POSTGRES_MAX_CONNS", "-1")
+	_, err := parse(t, minimal)
+	text := strings.Join(problems(t, err), "\n")
+	for _, want := range []string{`store.driver: "sqlite" is not a store driver`, "store.postgres.max_conns: -1 is negative"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no problem says %q; got:\n%s", want, text)
+		}
+	}
+}

@@ -26,6 +26,8 @@ func FuzzConfig(f *testing.F) {
 		"1: 2\n",
 		"tenants:\n  acme:\n    limits: {max_steps: 1e300}\n",
 		"a: &x [*x]\n",
+		"store: {driver: postgres, dsn: \"postgres://u:pw@h/db\", postgres: {max_conns: -1, schema: \"X\"}}\n",
+		"store: {driver: [1], dsn: 3, postgres: 4}\n",
 		"\t\tbad: [\n",
 	} {
 		f.Add([]byte(seed))

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/pgstore"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -36,6 +37,7 @@ var (
 	topKeys = []string{
 		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "watchdog_interval", "lease_ttl", "listen",
 		"log.format", "log.level", "max_instance_memory",
+		"store.driver", "store.dsn", "store.postgres.max_conns", "store.postgres.statement_timeout", "store.postgres.schema",
 	}
 	pluginKeys = []string{
 		"path", "sha256", "role", "memory_pages", "call_timeout",
@@ -159,9 +161,14 @@ func (d *decoder) decode(all map[string]any) *Config {
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = DefaultRetentionInterval
 	}
-	c.WatchdogInterval = d.duration(all, "watchdog_interval", DefaultWatchdogInterval)
+	c.Store = d.store(all)
+	watchdogDefault := DefaultWatchdogInterval
+	if c.Store.Driver == DriverPostgres {
+		watchdogDefault = DefaultPostgresWatchdogInterval
+	}
+	c.WatchdogInterval = d.duration(all, "watchdog_interval", watchdogDefault)
 	if c.WatchdogInterval == 0 {
-		c.WatchdogInterval = DefaultWatchdogInterval
+		c.WatchdogInterval = watchdogDefault
 	}
 	c.LeaseTTL = d.duration(all, "lease_ttl", DefaultLeaseTTL)
 	switch {
@@ -188,6 +195,97 @@ func (d *decoder) decode(all map[string]any) *Config {
 		d.problem("tenants", "no tenant is declared: add at least one under tenants (see config.example.yaml)")
 	}
 	return c
+}
+
+// schemaPattern is what store.postgres.schema must match: an unquoted
+// PostgreSQL identifier.
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// store decodes the store.* section. The DSN may hold a password, so no
+// problem ever quotes it.
+func (d *decoder) store(all map[string]any) Store {
+	s := Store{Driver: DriverBadger}
+	if raw, ok := lookup(all, "store.driver"); ok {
+		switch v, _ := raw.(string); v {
+		case DriverBadger, DriverPostgres:
+			s.Driver = v
+		case "":
+			if _, isString := raw.(string); !isString {
+				d.problem("store.driver", "want a string, got %s", typeName(raw))
+			} else {
+				d.problem("store.driver", "is empty: want badger (the default: an embedded store in data_dir) or postgres (with store.dsn)")
+			}
+		default:
+			d.problem("store.driver", "%q is not a store driver: want badger (the default: an embedded store in data_dir) or postgres (with store.dsn)", redactSuspect(v))
+		}
+	}
+	if raw, ok := lookup(all, "store.dsn"); ok {
+		if v, isString := raw.(string); isString {
+			s.DSN = strings.TrimSpace(v)
+		} else {
+			d.problem("store.dsn", "want a connection string, got %s", kindOf(raw))
+		}
+	}
+	switch {
+	case s.Driver == DriverPostgres && s.DSN == "":
+		d.problem("store.dsn", "is required with store.driver postgres: set a PostgreSQL connection string such as \"postgres://agenthost@db.internal:5432/agenthost\" (better in AGENTHOST_STORE_DSN, or with the password in PGPASSWORD or ~/.pgpass, than in this file)")
+	case s.Driver == DriverBadger && s.DSN != "":
+		d.problem("store.dsn", "is set, but store.driver is badger, which keeps everything in data_dir and reads no DSN: set store.driver: postgres (or AGENTHOST_STORE_DRIVER=postgres) to use PostgreSQL, or remove store.dsn")
+	}
+	if raw, ok := lookup(all, "store.postgres.max_conns"); ok {
+		if n, isInt := signedInt(raw); isInt && n < 0 {
+			d.problem("store.postgres.max_conns", "%d is negative: want the size of the connection pool, at least 1, or 0 for the default (16)", n)
+		} else {
+			s.Postgres.MaxConns = d.integer(all, "store.postgres.max_conns", 0, 1<<20)
+		}
+	}
+	s.Postgres.StatementTimeout = d.duration(all, "store.postgres.statement_timeout", 0)
+	s.Postgres.Schema = d.str(all, "store.postgres.schema", "")
+	if s.Postgres.Schema != "" && !schemaPattern.MatchString(s.Postgres.Schema) {
+		d.problem("store.postgres.schema", "%q is not a plain schema name: use 1 to 63 of a-z, 0-9 and _, not starting with a digit (default agenthost)", truncate(s.Postgres.Schema))
+	}
+	return s
+}
+
+// signedInt reads an integer of any sign from YAML or the environment.
+func signedInt(raw any) (int64, bool) {
+	switch v := raw.(type) {
+	case int:
+		return int64(v), true
+	case int64:
+		return v, true
+	case string:
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// kindOf names a value's type without quoting it, for keys whose values
+// may be secret.
+func kindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "nothing"
+	case bool:
+		return "a boolean"
+	case int, int64, uint64, float64:
+		return "a number"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a map"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// redactSuspect hides the password of a value that looks like a DSN put
+// under the wrong key.
+func redactSuspect(v string) string {
+	if strings.Contains(v, "://") || strings.Contains(v, "=") {
+		return pgstore.RedactDSN(v)
+	}
+	return truncate(v)
 }
 
 // ids returns the sorted IDs of the map at key, reporting bad ones.
