@@ -26,6 +26,10 @@ type RecoveryStats struct {
 	FailRun         int64
 	Defer           int64
 	WatchdogReports int64 // Runs found stuck
+	// WatchdogWakes counts the head Runs the watchdog drove at the first
+	// sighting, on a store shared with other nodes: Runs another node
+	// wrote to whose change notice was lost (cluster.go).
+	WatchdogWakes int64
 }
 
 // Decided is how many decisions recovery made that ended its doubt about
@@ -35,6 +39,7 @@ func (s RecoveryStats) Decided() int64 { return s.Reattach + s.Settle + s.Retry 
 // recoveryCounters are the live counters behind RecoveryStats.
 type recoveryCounters struct {
 	Passes, SessionsTaken, WatchdogReports        atomic.Int64
+	WatchdogWakes                                 atomic.Int64
 	Reattach, Settle, Retry, Fail, FailRun, Defer atomic.Int64
 }
 
@@ -74,7 +79,7 @@ func (rt *Runtime) Recovery() RecoveryStats {
 		Passes: c.Passes.Load(), SessionsTaken: c.SessionsTaken.Load(),
 		Reattach: c.Reattach.Load(), Settle: c.Settle.Load(), Retry: c.Retry.Load(),
 		Fail: c.Fail.Load(), FailRun: c.FailRun.Load(), Defer: c.Defer.Load(),
-		WatchdogReports: c.WatchdogReports.Load(),
+		WatchdogReports: c.WatchdogReports.Load(), WatchdogWakes: c.WatchdogWakes.Load(),
 	}
 }
 

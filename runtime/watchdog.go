@@ -18,6 +18,12 @@ import (
 // wrote it: another node's submission, or one whose driver failed to
 // start. (A session whose owner is dead, or that has none, is recovery's.)
 //
+// On a store shared with other nodes (a ChangeFeed), a Run found stuck at
+// the first sighting is driven at once, quietly: another node wrote to it
+// and the notice that should have woken this node was lost (the feed is a
+// hint). The report, an error, is kept for a Run still stuck at the next
+// scan, which a wake-up did not move.
+//
 // It also bounds the sessions the runtime holds in memory: one held with
 // no active Run in two scans in a row, and no driver on it, is forgotten.
 // Its claim stays in the store, so a later claim by this node reads it
@@ -58,6 +64,7 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 		return 0
 	}
 	rt.sessions.forgetIdle(owned)
+	shared := rt.isShared()
 	reported := 0
 	seen := map[string]bool{}
 	for _, o := range owned {
@@ -73,6 +80,16 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 			continue
 		}
 		if !rt.dog.suspect(rk, head.Seq) {
+			if shared {
+				// Another node may have written to the Run (a Run
+				// submitted, an input) and its change notice been lost:
+				// wake it now. Still stuck at the next scan, it is
+				// reported.
+				rt.recStats.WatchdogWakes.Add(1)
+				rt.log.Info("watchdog: drove a run nothing was moving, whose change notice from another node was lost",
+					"tenant", head.Tenant, "session", head.Session, "run", head.ID, "seq", head.Seq)
+				rt.kick(head.Tenant, head.Session)
+			}
 			continue
 		}
 		reported++
