@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -260,7 +261,8 @@ func (s *Store) sessionOwners(ctx context.Context, q string, args ...any) ([]run
 	return out, rows.Err()
 }
 
-// ExecutingEffects implements runtime.Ownership, from the effects table.
+// ExecutingEffects implements runtime.Ownership, through runs_executing:
+// the records the Runs of the session with executing effects hold.
 func (s *Store) ExecutingEffects(ctx context.Context, tenant, session string) ([]runtime.EffectRecord, error) {
 	if err := checkIDs("tenant", tenant, "session", session); err != nil {
 		return nil, fmt.Errorf("pgstore: executing effects: %w", err)
@@ -269,24 +271,23 @@ func (s *Store) ExecutingEffects(ctx context.Context, tenant, session string) ([
 		return nil, err
 	}
 	defer s.leave()
-	rows, err := s.pool.Query(ctx, `SELECT run_id, effect_id, attempt, handle, epoch FROM effects
-		WHERE tenant = $1 AND session = $2 ORDER BY ordinal, effect_id`, tenant, session)
+	rows, err := s.pool.Query(ctx, `SELECT executing FROM runs
+		WHERE tenant = $1 AND session = $2 AND has_executing ORDER BY ordinal`, tenant, session)
 	if err != nil {
 		return nil, fail("executing effects of "+tenant+"/"+session, err)
 	}
 	defer rows.Close()
 	var out []runtime.EffectRecord
 	for rows.Next() {
-		e := runtime.EffectRecord{Tenant: tenant, Session: session}
-		var (
-			attempt int32
-			epoch   int64
-		)
-		if err := rows.Scan(&e.RunID, &e.EffectID, &attempt, &e.Handle, &epoch); err != nil {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
 			return nil, fail("executing effects of "+tenant+"/"+session, err)
 		}
-		e.Attempt, e.Epoch = int(attempt), uint64(epoch)
-		out = append(out, e)
+		var recs []runtime.EffectRecord
+		if err := json.Unmarshal(b, &recs); err != nil {
+			return nil, fmt.Errorf("pgstore: executing effects of %s/%s: decode: %w", tenant, session, err)
+		}
+		out = append(out, recs...)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fail("executing effects of "+tenant+"/"+session, err)

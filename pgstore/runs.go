@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,44 +12,68 @@ import (
 )
 
 // The statements of CreateRun and Commit. Each is prepared once per
-// connection (pgx's statement cache) and sent in a pipelined batch.
+// connection (pgx's statement cache) and sent in a pipelined batch; the
+// writes of each are one statement of data-modifying CTEs.
 const (
 	sqlBegin         = "BEGIN"
 	sqlCommit        = "COMMIT"
 	sqlEnsureSession = `INSERT INTO sessions (tenant, session) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	sqlLockSession   = `SELECT last_ordinal, owner, epoch FROM sessions WHERE tenant = $1 AND session = $2 FOR UPDATE`
-	sqlCreateCmdRun  = `SELECT r.ordinal, r.snapshot FROM create_commands c
-		JOIN runs r ON r.tenant = c.tenant AND r.run_id = c.run_id
-		WHERE c.tenant = $1 AND c.command_id = $2`
-	sqlRunExists  = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $2)`
-	sqlNewOrdinal = `UPDATE sessions SET last_ordinal = $3, live_count = live_count + $4 WHERE tenant = $1 AND session = $2`
-	sqlInsertRun  = `INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, updated_at, create_cmd, executing, snapshot)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
-	sqlInsertEvents = `INSERT INTO events (tenant, run_id, seq, body)
-		SELECT $1, $2, u.seq, u.body FROM unnest($3::bigint[], $4::bytea[]) AS u(seq, body)`
-	sqlInsertCreateCmd = `INSERT INTO create_commands (tenant, command_id, run_id) VALUES ($1, $2, $3)`
-	sqlInsertEffects   = `INSERT INTO effects (tenant, session, ordinal, run_id, effect_id, attempt, handle, epoch)
-		SELECT $1, $2, $3, $4, u.effect_id, u.attempt, u.handle, u.epoch
-		FROM unnest($5::text[], $6::integer[], $7::text[], $8::bigint[]) AS u(effect_id, attempt, handle, epoch)`
-	sqlDeleteEffects  = `DELETE FROM effects WHERE tenant = $1 AND session = $2 AND ordinal = $3`
-	sqlInsertPrunable = `INSERT INTO prunable (updated_at, tenant, run_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
-	sqlDeletePrunable = `DELETE FROM prunable WHERE tenant = $1 AND run_id = $2`
+
+	// sqlCreateLookup: $1 tenant, $2 run, $3 creation command (NULL for
+	// none). Whether the run ID is used, and the Run the command created.
+	sqlCreateLookup = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $2), d.ordinal, d.snapshot
+		FROM (SELECT 1) AS one LEFT JOIN (
+			SELECT r.ordinal, r.snapshot FROM create_commands c
+			JOIN runs r ON r.tenant = c.tenant AND r.run_id = c.run_id
+			WHERE c.tenant = $1 AND c.command_id = $3) AS d ON true`
+
+	// sqlCreate writes a new Run: $1 tenant, $2 session, $3 run, $4
+	// ordinal, $5 live (0 or 1), $6 seq, $7 status, $8 has_executing, $9
+	// updated_at, $10 creation command (or NULL), $11 executing, $12
+	// snapshot, $13 the first event.
+	sqlCreate = `WITH s AS (
+			UPDATE sessions SET last_ordinal = $4, live_count = live_count + $5 WHERE tenant = $1 AND session = $2),
+		e AS (INSERT INTO events (tenant, run_id, seq, body) VALUES ($1, $3, 1, $13)),
+		c AS (INSERT INTO create_commands (tenant, command_id, run_id) SELECT $1, $10, $3 WHERE $10::text IS NOT NULL)
+		INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, has_executing, updated_at, create_cmd, executing, snapshot)
+		VALUES ($1, $3, $2, $4, $6, $7, $5 > 0, $8, $9, $10, $11, $12)`
 
 	sqlLockSessionEpoch = `SELECT owner, epoch FROM sessions WHERE tenant = $1 AND session = $2 FOR UPDATE`
-	sqlLockRun          = `SELECT session, ordinal, seq, live, executing FROM runs WHERE tenant = $1 AND run_id = $2 FOR UPDATE`
-	sqlCommandSeq       = `SELECT seq FROM commands WHERE tenant = $1 AND run_id = $2 AND command_id = $3`
-	sqlUpdateRun        = `UPDATE runs SET seq = $3, status = $4, live = $5, updated_at = $6, executing = $7, snapshot = $8
+
+	// sqlLockRun locks and reads a Run, and looks a command ID up ($3,
+	// NULL for none) among the ones applied to it.
+	sqlLockRun = `SELECT r.session, r.seq, r.live,
+			(SELECT c.seq FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = $3)
+		FROM runs r WHERE r.tenant = $1 AND r.run_id = $2 FOR UPDATE OF r`
+
+	// sqlCommit writes a commit: $1 tenant, $2 run, $3 the events' Seqs,
+	// $4 their JSON, $5 the new seq, $6 status, $7 live, $8
+	// has_executing, $9 updated_at, $10 executing, $11 snapshot, $12 the
+	// command ID (or NULL).
+	sqlCommitWrite = `WITH e AS (
+			INSERT INTO events (tenant, run_id, seq, body)
+			SELECT $1, $2, u.seq, u.body FROM unnest($3::bigint[], $4::bytea[]) AS u(seq, body)),
+		c AS (INSERT INTO commands (tenant, run_id, command_id, seq) SELECT $1, $2, $12, $5 WHERE $12::text IS NOT NULL)
+		UPDATE runs SET seq = $5, status = $6, live = $7, has_executing = $8, updated_at = $9, executing = $10, snapshot = $11
 		WHERE tenant = $1 AND run_id = $2`
-	sqlLiveDelta     = `UPDATE sessions SET live_count = live_count + $3 WHERE tenant = $1 AND session = $2`
-	sqlInsertCommand = `INSERT INTO commands (tenant, run_id, command_id, seq) VALUES ($1, $2, $3, $4)`
+
+	// sqlRunEnded moves a Run that ended out of its session's live count
+	// and into the prunable table: $1 tenant, $2 session, $3 run, $4
+	// updated_at.
+	sqlRunEnded = `WITH s AS (UPDATE sessions SET live_count = live_count - 1 WHERE tenant = $1 AND session = $2)
+		INSERT INTO prunable (updated_at, tenant, run_id) VALUES ($4, $1, $3) ON CONFLICT DO NOTHING`
+	// sqlRunRevived is its inverse, which the loop never needs (a Run
+	// does not leave a terminal status); kept so that the counts stay exact.
+	sqlRunRevived = `WITH s AS (UPDATE sessions SET live_count = live_count + 1 WHERE tenant = $1 AND session = $2)
+		DELETE FROM prunable WHERE tenant = $1 AND run_id = $3`
 )
 
-// encoded is what a snapshot writes besides itself: the JSON the store
-// keeps, and its executing effects' records.
+// encoded is what a snapshot writes: the JSON the store keeps, and its
+// executing effects' records, as JSON (nil when none).
 type encoded struct {
 	snapshot  []byte
-	executing []byte // JSON of the records; nil when none
-	records   []runtime.EffectRecord
+	executing []byte
 }
 
 func encodeRun(r loop.Run) (encoded, error) {
@@ -58,31 +81,28 @@ func encodeRun(r loop.Run) (encoded, error) {
 	if err != nil {
 		return encoded{}, err
 	}
-	e := encoded{snapshot: snap, records: runtime.ExecutingRecords(r)}
-	if len(e.records) > 0 {
-		if e.executing, err = json.Marshal(e.records); err != nil {
+	e := encoded{snapshot: snap}
+	if recs := runtime.ExecutingRecords(r); len(recs) > 0 {
+		if e.executing, err = json.Marshal(recs); err != nil {
 			return encoded{}, err
 		}
 	}
 	return e, nil
 }
 
-// queueEffects queues the insertion of a Run's executing effects.
-func queueEffects(b *pgx.Batch, tenant, session string, ordinal int64, runID string, recs []runtime.EffectRecord) {
-	ids := make([]string, len(recs))
-	attempts := make([]int32, len(recs))
-	handles := make([]string, len(recs))
-	epochs := make([]int64, len(recs))
-	for i, e := range recs {
-		ids[i], attempts[i], handles[i], epochs[i] = e.EffectID, int32(e.Attempt), e.Handle, int64(e.Epoch)
+// optional is a text parameter: NULL for "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
 	}
-	b.Queue(sqlInsertEffects, tenant, session, ordinal, runID, ids, attempts, handles, epochs)
+	return &s
 }
 
 // CreateRun implements runtime.Store in one transaction of two round
-// trips: the session's row is created if missing and locked, the creation
-// command and the run ID looked up; then the Run, its first event, its
-// place in the session and its indexes are written and committed.
+// trips: the first creates the session's row if missing and locks it,
+// and looks the creation command and the run ID up; the second writes the
+// Run, its first event, its place in the session and its creation
+// command, and commits.
 func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
 	if err := c.Check(); err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run: %w", err)
@@ -113,57 +133,37 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		b.Queue(sqlBegin)
 		b.Queue(sqlEnsureSession, t, session)
 		b.Queue(sqlLockSession, t, session)
-		if c.CommandID != "" {
-			b.Queue(sqlCreateCmdRun, t, c.CommandID)
-		}
-		b.Queue(sqlRunExists, t, id)
+		b.Queue(sqlCreateLookup, t, id, optional(c.CommandID))
 		br := conn.SendBatch(ctx, b)
 		var (
 			last, epoch int64
 			exists      bool
-			dupOrdinal  int64
-			dupFound    bool
+			dupOrdinal  *int64
 		)
 		err := execAll(br, 2)
 		if err == nil {
 			_, err = queryOne(br, &last, &owner, &epoch)
 		}
-		if err == nil && c.CommandID != "" {
-			dupFound, err = queryOne(br, &dupOrdinal, &dup)
-		}
 		if err == nil {
-			_, err = queryOne(br, &exists)
+			_, err = queryOne(br, &exists, &dupOrdinal, &dup)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if dupFound {
-			res = runtime.CreateResult{Ordinal: dupOrdinal, Duplicate: true}
+		case dupOrdinal != nil:
+			res = runtime.CreateResult{Ordinal: *dupOrdinal, Duplicate: true}
 			return nil
-		}
-		dup = nil
-		if exists {
+		case exists:
 			return fmt.Errorf("pgstore: create run %s/%s: %w", t, id, runtime.ErrRunExists)
 		}
 		ord := last + 1
 		live := !c.Run.Status.Terminal()
-		var cmd *string
-		if c.CommandID != "" {
-			cmd = &c.CommandID
-		}
 		b = &pgx.Batch{}
-		b.Queue(sqlNewOrdinal, t, session, ord, boolInt(live))
-		b.Queue(sqlInsertRun, t, id, session, ord, c.Run.Seq, string(c.Run.Status), live, c.Run.UpdatedAt, cmd, enc.executing, enc.snapshot)
-		b.Queue(sqlInsertEvents, t, id, []int64{1}, [][]byte{evb})
-		if cmd != nil {
-			b.Queue(sqlInsertCreateCmd, t, c.CommandID, id)
-		}
-		if len(enc.records) > 0 {
-			queueEffects(b, t, session, ord, id, enc.records)
-		}
+		b.Queue(sqlCreate, t, session, id, ord, boolInt(live), c.Run.Seq, string(c.Run.Status), enc.executing != nil,
+			c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb)
 		b.Queue(sqlCommit)
 		if err := sendWrites(ctx, conn, b); err != nil {
 			return err
@@ -222,13 +222,15 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 
 // Commit implements runtime.Store, in one transaction of two round trips
 // and in the port's order. The first batch begins, locks the session row
-// (whose epoch fences the commit), then locks and reads the Run, then
-// looks the command ID up; each read is its own statement, so under READ
-// COMMITTED it sees what the lock holder before it committed. Locks are
+// (whose epoch fences the commit), then, in a statement of its own, locks
+// and reads the Run and looks the command ID up: a statement's snapshot
+// is taken when it starts, so that one, which starts once the session
+// lock is held, sees what the lock's previous holder committed. Locks are
 // always taken session first, then Run. Go then decides (duplicate,
 // malformed, version conflict, fenced) and, when the commit goes ahead,
-// the second batch writes the events, the snapshot, the indexes that
-// changed and the command ID, and commits.
+// the second batch writes the events, the Run and the command ID in one
+// statement (and, when the Run ends, its session's live count and the
+// prunable table in another), and commits.
 func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitResult, error) {
 	if err := c.CheckIDs(); err != nil {
 		return runtime.CommitResult{}, fmt.Errorf("pgstore: commit: %w", err)
@@ -271,26 +273,20 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		b := &pgx.Batch{}
 		b.Queue(sqlBegin)
 		b.Queue(sqlLockSessionEpoch, t, c.Session)
-		b.Queue(sqlLockRun, t, id)
-		if c.CommandID != "" {
-			b.Queue(sqlCommandSeq, t, id, c.CommandID)
-		}
+		b.Queue(sqlLockRun, t, id, optional(c.CommandID))
 		br := conn.SendBatch(ctx, b)
 		var (
-			epoch, ordinal, seq, cmdSeq int64
-			runSession                  string
-			live, runFound, cmdFound    bool
-			oldExec                     []byte
+			epoch, seq     int64
+			cmdSeq         *int64
+			runSession     string
+			live, runFound bool
 		)
 		err := execAll(br, 1)
 		if err == nil {
 			_, err = queryOne(br, &owner, &epoch)
 		}
 		if err == nil {
-			runFound, err = queryOne(br, &runSession, &ordinal, &seq, &live, &oldExec)
-		}
-		if err == nil && c.CommandID != "" {
-			cmdFound, err = queryOne(br, &cmdSeq)
+			runFound, err = queryOne(br, &runSession, &seq, &live, &cmdSeq)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -298,8 +294,8 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		switch {
 		case err != nil:
 			return err
-		case cmdFound:
-			res = runtime.CommitResult{Seq: cmdSeq, Duplicate: true}
+		case cmdSeq != nil:
+			res = runtime.CommitResult{Seq: *cmdSeq, Duplicate: true}
 			return nil
 		case !runFound:
 			return fmt.Errorf("pgstore: commit to run %s/%s: %w", t, id, runtime.ErrRunNotFound)
@@ -314,26 +310,13 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		}
 		nowLive := !c.Run.Status.Terminal()
 		b = &pgx.Batch{}
-		b.Queue(sqlInsertEvents, t, id, seqs, bodies)
-		b.Queue(sqlUpdateRun, t, id, c.Run.Seq, string(c.Run.Status), nowLive, c.Run.UpdatedAt, enc.executing, enc.snapshot)
-		if !bytes.Equal(oldExec, enc.executing) {
-			if oldExec != nil {
-				b.Queue(sqlDeleteEffects, t, c.Session, ordinal)
-			}
-			if len(enc.records) > 0 {
-				queueEffects(b, t, c.Session, ordinal, id, enc.records)
-			}
-		}
+		b.Queue(sqlCommitWrite, t, id, seqs, bodies, c.Run.Seq, string(c.Run.Status), nowLive, enc.executing != nil,
+			c.Run.UpdatedAt, enc.executing, enc.snapshot, optional(c.CommandID))
 		switch {
 		case live && !nowLive:
-			b.Queue(sqlLiveDelta, t, c.Session, int64(-1))
-			b.Queue(sqlInsertPrunable, c.Run.UpdatedAt, t, id)
-		case !live && nowLive: // the loop never revives a Run; kept exact all the same
-			b.Queue(sqlLiveDelta, t, c.Session, int64(1))
-			b.Queue(sqlDeletePrunable, t, id)
-		}
-		if c.CommandID != "" {
-			b.Queue(sqlInsertCommand, t, id, c.CommandID, c.Run.Seq)
+			b.Queue(sqlRunEnded, t, c.Session, id, c.Run.UpdatedAt)
+		case !live && nowLive:
+			b.Queue(sqlRunRevived, t, c.Session, id)
 		}
 		b.Queue(sqlCommit)
 		if err := sendWrites(ctx, conn, b); err != nil {

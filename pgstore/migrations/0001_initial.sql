@@ -19,21 +19,25 @@ CREATE TABLE sessions (
 -- Sessions that hold work: OrphanedSessions and ActiveSessions.
 CREATE INDEX sessions_live ON sessions (tenant, session) WHERE live_count > 0;
 
--- A Run: its snapshot and what the indexes derive from. executing is the
--- JSON of its executing effects' records (NULL when none), kept so that a
--- Commit rewrites the effects table only when they change.
+-- A Run: its snapshot and what the indexes derive from. live is
+-- !status.Terminal(); executing is the JSON of the Run's executing
+-- effects' records (runtime.EffectRecord), NULL when it has none, and
+-- has_executing says which. The columns a Commit changes every time (seq,
+-- updated_at, executing, snapshot) are in no index, so that its update can
+-- be HOT.
 CREATE TABLE runs (
-    tenant     text COLLATE "C" NOT NULL,
-    run_id     text COLLATE "C" NOT NULL,
-    session    text COLLATE "C" NOT NULL,
-    ordinal    bigint NOT NULL,
-    seq        bigint NOT NULL,
-    status     text COLLATE "C" NOT NULL,
-    live       boolean NOT NULL,
-    updated_at bigint NOT NULL,
-    create_cmd text COLLATE "C",
-    executing  bytea,
-    snapshot   bytea NOT NULL,
+    tenant        text COLLATE "C" NOT NULL,
+    run_id        text COLLATE "C" NOT NULL,
+    session       text COLLATE "C" NOT NULL,
+    ordinal       bigint NOT NULL,
+    seq           bigint NOT NULL,
+    status        text COLLATE "C" NOT NULL,
+    live          boolean NOT NULL,
+    has_executing boolean NOT NULL,
+    updated_at    bigint NOT NULL,
+    create_cmd    text COLLATE "C",
+    executing     bytea,
+    snapshot      bytea NOT NULL,
     PRIMARY KEY (tenant, run_id)
 ) WITH (fillfactor = 85);
 -- SessionRuns: a session's Runs in creation order.
@@ -42,6 +46,8 @@ CREATE UNIQUE INDEX runs_by_session ON runs (tenant, session, ordinal);
 CREATE INDEX runs_active ON runs (tenant, session, ordinal) WHERE live;
 -- RunsByStatus: a tenant's Runs of one status, in ID order.
 CREATE INDEX runs_by_status ON runs (tenant, status, run_id);
+-- ExecutingEffects: the Runs of a session with effects in state executing.
+CREATE INDEX runs_executing ON runs (tenant, session, ordinal) WHERE has_executing;
 
 -- The event log of each Run, Seq 1…
 CREATE TABLE events (
@@ -67,19 +73,6 @@ CREATE TABLE create_commands (
     command_id text COLLATE "C" NOT NULL,
     run_id     text COLLATE "C" NOT NULL,
     PRIMARY KEY (tenant, command_id)
-);
-
--- Effects in state executing, by session: ExecutingEffects.
-CREATE TABLE effects (
-    tenant    text COLLATE "C" NOT NULL,
-    session   text COLLATE "C" NOT NULL,
-    ordinal   bigint NOT NULL,
-    effect_id text COLLATE "C" NOT NULL,
-    run_id    text COLLATE "C" NOT NULL,
-    attempt   integer NOT NULL,
-    handle    text NOT NULL,
-    epoch     bigint NOT NULL,
-    PRIMARY KEY (tenant, session, ordinal, effect_id)
 );
 
 -- Terminal Runs whose log has not been pruned, by the update that ended
