@@ -24,8 +24,9 @@ func newRootCmd() *cobra.Command {
 		Short: "A durable runtime host for AI-agent Runs",
 		Long: `agenthost runs AI-agent Runs durably: a builder plugin assembles each model
 request, executor plugins call the model and the tools, and every step is
-committed to an embedded Badger store so that a crash loses nothing that
-was accepted. Plugins are WebAssembly modules speaking ABI v1.`,
+committed to a durable store (embedded Badger, or PostgreSQL with
+store.driver postgres) so that a crash loses nothing that was accepted.
+Plugins are WebAssembly modules speaking ABI v1.`,
 		Example: `  make plugins && agenthost run --config config.example.yaml "What is (2+3)*4?"
   agenthost serve --config config.example.yaml
   AGENTHOST_TOKEN=demo-token agenthost runs list --session s1
@@ -38,7 +39,7 @@ was accepted. Plugins are WebAssembly modules speaking ABI v1.`,
 	root.PersistentFlags().StringVar(&g.config, "config", "",
 		"the YAML config file (default: $AGENTHOST_CONFIG, else ./agenthost.yaml, else ./config.example.yaml)")
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "",
-		"the store's directory, overriding data_dir of the config")
+		"the Badger store's directory, overriding data_dir of the config")
 	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newPluginCmd(), bench.NewCommand(version))
 	return root
 }
@@ -71,6 +72,10 @@ func (g *globals) loadConfig() (*config.Config, error) {
 		return nil, err
 	}
 	if g.dataDir != "" {
+		if cfg.Store.Driver == config.DriverPostgres {
+			return nil, fmt.Errorf("--data-dir %s names a Badger directory, but the store is %s (store.driver postgres): drop --data-dir, or set store.driver: badger",
+				g.dataDir, cfg.StoreLocation())
+		}
 		abs, err := filepath.Abs(g.dataDir)
 		if err != nil {
 			return nil, fmt.Errorf("--data-dir %s: %w", g.dataDir, err)

@@ -23,7 +23,8 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   `run "question"`,
 		Short: "Run one question in-process and stream the Run's events",
-		Long: `run opens the config's data dir (Badger), loads the tenant's plugins, starts
+		Long: `run opens the config's store (Badger in data_dir, or PostgreSQL with
+store.driver postgres), loads the tenant's plugins, starts
 a runtime in this process and submits the question as a new Run. It streams
 the Run as it goes: the model steps, the tool calls with their arguments,
 their results, and the final answer.
@@ -121,7 +122,7 @@ func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, te
 		}
 		switch res.Kind {
 		case runtime.ResultBoundary:
-			return fmt.Errorf("run: this process stopped driving Run %s: %w (it is in %s; recovery takes it over at the next start)", runID, res.Err, cfg.DataDir)
+			return fmt.Errorf("run: this process stopped driving Run %s: %w (it is in the store, %s; recovery takes it over at the next start)", runID, res.Err, cfg.StoreLocation())
 		case runtime.ResultTerminal:
 			if err := seen.waitDone(ctx); err != nil {
 				return interrupted(ctx, runID, cfg, err)
@@ -149,7 +150,7 @@ func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, te
 		}
 		if len(w.Approvals) > 0 || w.Input != nil || w.Queued {
 			p.waiting(w, session)
-			return &exitError{code: exitWaiting, msg: fmt.Sprintf("run %s waits for a person; it is kept in %s and goes on once it gets what it waits for", runID, cfg.DataDir)}
+			return &exitError{code: exitWaiting, msg: fmt.Sprintf("run %s waits for a person; it is kept in the store (%s) and goes on once it gets what it waits for", runID, cfg.StoreLocation())}
 		}
 		// Pending effects or a timer: the Run goes on by itself. Wait for
 		// its next event before asking again.
@@ -162,7 +163,7 @@ func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, te
 
 func interrupted(ctx context.Context, runID string, cfg *config.Config, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("run: interrupted; Run %s is kept in %s and recovery goes on with it at the next start", runID, cfg.DataDir)
+		return fmt.Errorf("run: interrupted; Run %s is kept in the store (%s) and recovery goes on with it at the next start", runID, cfg.StoreLocation())
 	}
 	return fmt.Errorf("run: following Run %s: %w", runID, err)
 }

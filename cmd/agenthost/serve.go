@@ -17,7 +17,8 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API for every tenant of the config",
-		Long: `serve opens the config's data dir (Badger), loads the plugins of every tenant,
+		Long: `serve opens the config's store (Badger in data_dir, or PostgreSQL with
+store.driver postgres), loads the plugins of every tenant,
 starts the runtime (recovery's first pass takes over what a previous process
 left in flight) and serves the HTTP API: bearer tokens map to tenants
 (tenants.ID.tokens_sha256), quotas answer 429, /healthz, /readyz (ready once
@@ -54,7 +55,7 @@ command IDs of terminal Runs older than retention are pruned.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "agenthost serving on http://%s (data dir %s)\n", srv.Addr(), cfg.DataDir)
+			fmt.Fprintf(cmd.OutOrStdout(), "agenthost serving on http://%s (%s)\n", srv.Addr(), cfg.StoreLocation())
 			select {
 			case <-ctx.Done():
 				log.Info("stopping: a signal asked for it; new requests answer 503 while in-flight work finishes")

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agenthost/agenthost/badgerstore"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/metrics"
@@ -131,7 +130,7 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	var rctx context.Context
 	rctx, s.stopRetention = context.WithCancel(context.WithoutCancel(ctx))
 	go s.retain(rctx)
-	log.Info("serving", "addr", s.Addr(), "tenants", tenantIDs, "data_dir", cfg.DataDir)
+	log.Info("serving", "addr", s.Addr(), "tenants", tenantIDs, "store", cfg.StoreLocation())
 	return s, nil
 }
 
@@ -145,7 +144,7 @@ func (s *Server) Failed() <-chan error { return s.failed }
 func (s *Server) Runtime() *runtime.Runtime { return s.sys.runtime }
 
 // Store is the store behind the API.
-func (s *Server) Store() *badgerstore.Store { return s.sys.store }
+func (s *Server) Store() runtime.Store { return s.sys.store }
 
 // Metrics is what the server exports on /metrics.
 func (s *Server) Metrics() *metrics.Metrics { return s.metrics }

@@ -1,5 +1,6 @@
 // Package system wires an agenthost from its config: a System is a
-// badgerstore, a plugin host and a runtime over them (what `agenthost run`
+// store (badgerstore, or pgstore with store.driver postgres), a plugin
+// host and a runtime over them (what `agenthost run`
 // drives), and a Server is a System for every tenant of the config behind
 // the HTTP API, with metrics, the usage ledger and scheduled retention
 // (what `agenthost serve` drives, and the in-process benches measure).
@@ -19,6 +20,7 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/pgstore"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -26,7 +28,7 @@ import (
 // System is a store, a plugin host and a runtime wired from a config: what
 // `run` and `serve` drive. Both build it with Open.
 type System struct {
-	store   *badgerstore.Store
+	store   runtime.Store
 	host    *host.Host
 	runtime *runtime.Runtime
 	tenants runtime.TenantMap
@@ -87,9 +89,9 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 			s.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	s.store, err = badgerstore.Open(cfg.DataDir, badgerstore.Options{NoSyncWrites: !cfg.SyncWrites, Logger: log})
+	s.store, err = OpenStore(ctx, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("%s: data_dir: %w", cfg.File, err)
+		return nil, err
 	}
 	hub := runtime.NewHub()
 	s.host, err = host.New(host.Config{
@@ -137,8 +139,36 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 	return s, nil
 }
 
+// OpenStore opens the store the config names: Badger in data_dir (the
+// default), or PostgreSQL at store.dsn with store.driver postgres. Its
+// errors are one line that names the config key and says what to do; a
+// DSN's password never shows in them.
+func OpenStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (runtime.Store, error) {
+	switch cfg.Store.Driver {
+	case config.DriverPostgres:
+		pg := cfg.Store.Postgres
+		st, err := pgstore.Open(ctx, pgstore.Options{
+			DSN: cfg.Store.DSN, MaxConns: int32(pg.MaxConns), StatementTimeout: pg.StatementTimeout, Schema: pg.Schema,
+			// No Clock: leases and claims are judged by the database's
+			// clock, the one every node shares.
+			Logger: log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: store (%s): %w", cfg.File, cfg.StoreLocation(), err)
+		}
+		return st, nil
+	case config.DriverBadger, "":
+		st, err := badgerstore.Open(cfg.DataDir, badgerstore.Options{NoSyncWrites: !cfg.SyncWrites, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("%s: data_dir: %w", cfg.File, err)
+		}
+		return st, nil
+	}
+	return nil, fmt.Errorf("%s: store.driver: %q is not a store driver: want badger or postgres", cfg.File, cfg.Store.Driver)
+}
+
 // Store is the system's store.
-func (s *System) Store() *badgerstore.Store { return s.store }
+func (s *System) Store() runtime.Store { return s.store }
 
 // Runtime is the system's runtime.
 func (s *System) Runtime() *runtime.Runtime { return s.runtime }
