@@ -40,7 +40,7 @@ Plugins are WebAssembly modules speaking ABI v1.`,
 		"the YAML config file (default: $AGENTHOST_CONFIG, else ./agenthost.yaml, else ./config.example.yaml)")
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "",
 		"the Badger store's directory, overriding data_dir of the config")
-	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newPluginCmd(), bench.NewCommand(version))
+	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newStoreCmd(g), newPluginCmd(), bench.NewCommand(version))
 	return root
 }
 
