@@ -22,6 +22,7 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
 	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/pgstore"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -46,6 +47,13 @@ type recoveryParams struct {
 	Concurrency int  `json:"concurrency"`
 	JobSeconds  int  `json:"job_seconds"`
 	SyncWrites  bool `json:"sync_writes"`
+	// Store is badger or postgres (whose server is PostgreSQL, with its
+	// version).
+	Store      string `json:"store"`
+	PostgreSQL string `json:"postgresql,omitempty"`
+	// LeaseTTL is both processes' lease_ttl, which a restart on
+	// PostgreSQL waits out.
+	LeaseTTL time.Duration `json:"lease_ttl"`
 }
 
 // recoveryResult is what the recovery bench measured. The times run from
@@ -53,6 +61,12 @@ type recoveryParams struct {
 type recoveryResult struct {
 	// SubmitMS is the child's time to put every Run in flight.
 	SubmitMS float64 `json:"submit_ms"`
+	// LeaseWaitMS is, on PostgreSQL, the wait after the kill for the dead
+	// child's node lease to run out (lease_ttl): a shared store cannot
+	// tell a dead node from a slow one sooner. The times below start
+	// after it. 0 on Badger, whose directory lock makes the dead
+	// incarnation dead at once.
+	LeaseWaitMS float64 `json:"lease_wait_ms"`
 	// OpenMS is the time to open the store, load the plugins and start the
 	// runtime (system.Open).
 	OpenMS float64 `json:"open_ms"`
@@ -94,6 +108,7 @@ type recoveryResult struct {
 
 func newBenchRecoveryCmd(bf *benchFlags) *cobra.Command {
 	p := recoveryParams{SyncWrites: true}
+	sf := &storeFlags{}
 	var timeout time.Duration
 	var cpuProfile string
 	cmd := &cobra.Command{
@@ -114,16 +129,30 @@ until every Run is terminal, with the Runs/s that makes. It then checks the
 event logs: every Run must have completed, every log must pass
 loop.CheckEnded (numbered 1..n, one terminal event, last; no effect attempt
 settled twice; no more attempts than the policy allows), and the slow-job
-plugin must have run no job twice.`,
+plugin must have run no job twice.
+
+With --store postgres both processes use pgstore, on a throwaway PostgreSQL
+server the bench starts (fsync on) and stops, or on the server --dsn names.
+After the kill the bench first waits lease_ttl, for the dead child's node
+lease to run out (a shared store has no directory lock to tell a dead node
+at once): that wait is reported apart, and the times start after it.`,
 		Example: `  bin/agenthost bench recovery --runs 1000
   bin/agenthost bench recovery --runs 10000 --json
-  bin/agenthost bench recovery --runs 10000 --cpuprofile recovery.pprof`,
+  bin/agenthost bench recovery --runs 10000 --cpuprofile recovery.pprof
+  bin/agenthost bench recovery --runs 10000 --store postgres`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.Runs < 1 || p.Concurrency < 1 || p.JobSeconds < 1 {
 				return errors.New("bench: recovery: --runs, --concurrency and --job-seconds must be at least 1")
 			}
-			return benchRecovery(cmd, bf, p, timeout, cpuProfile)
+			if p.LeaseTTL < config.MinLeaseTTL {
+				return fmt.Errorf("bench: recovery: --lease-ttl %s: at least %s", p.LeaseTTL, config.MinLeaseTTL)
+			}
+			if err := sf.check(); err != nil {
+				return err
+			}
+			p.Store = sf.store
+			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile)
 		},
 	}
 	f := cmd.Flags()
@@ -131,13 +160,25 @@ plugin must have run no job twice.`,
 	f.IntVar(&p.Concurrency, "concurrency", 128, "Runs the child submits at once")
 	f.IntVar(&p.JobSeconds, "job-seconds", 1, "how long each slow job runs, in seconds (whole)")
 	f.BoolVar(&p.SyncWrites, "sync-writes", true, "the store's sync_writes (false: commits are not fsynced, as a crash test would lose them)")
+	f.DurationVar(&p.LeaseTTL, "lease-ttl", config.DefaultLeaseTTL, "both processes' lease_ttl; with --store postgres the restart waits it out first")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up when the child or the recovery takes longer than this")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process from the open until every Run is terminal to `FILE` (go tool pprof)")
+	sf.add(cmd)
 	return cmd
 }
 
-func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout time.Duration, cpuProfile string) error {
+func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn string, timeout time.Duration, cpuProfile string) error {
 	started := time.Now()
+	store := ""
+	if p.Store == config.DriverPostgres {
+		// Two processes in turn, each a runtime pool and a change feed.
+		pg, err := startBenchPostgres(benchContext(cmd), cmd, bf, dsn, 2*(pgstore.DefaultMaxConns+2))
+		if err != nil {
+			return err
+		}
+		defer pg.stop()
+		p.PostgreSQL, store = pg.version, pg.storeYAML()
+	}
 	paths, err := bf.pluginPaths(plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, recoveryJobTool)
 	if err != nil {
 		return err
@@ -155,7 +196,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 		return err
 	}
 	defer cleanup()
-	cfg, err := writeBenchConfig(dir, recoveryConfig(dir, cache, paths, p.SyncWrites))
+	cfg, err := writeBenchConfig(dir, store+recoveryConfig(dir, cache, paths, p.SyncWrites, p.LeaseTTL))
 	if err != nil {
 		return fmt.Errorf("bench: recovery: config: %w", err)
 	}
@@ -167,7 +208,17 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 	if err != nil {
 		return err
 	}
-	bf.progressf(cmd, "recovery: %d Runs in flight after %s; child killed with SIGKILL; restarting", p.Runs, submit.Round(time.Millisecond))
+	var leaseWait time.Duration
+	if p.Store == config.DriverPostgres {
+		// The child renewed its lease at most lease_ttl ago.
+		leaseWait = cfg.LeaseTTL + time.Second
+		bf.progressf(cmd, "recovery: %d Runs in flight after %s; child killed with SIGKILL; waiting %s for its node lease (lease_ttl %s) to run out",
+			p.Runs, submit.Round(time.Millisecond), leaseWait, cfg.LeaseTTL)
+		time.Sleep(leaseWait)
+		bf.progressf(cmd, "recovery: restarting")
+	} else {
+		bf.progressf(cmd, "recovery: %d Runs in flight after %s; child killed with SIGKILL; restarting", p.Runs, submit.Round(time.Millisecond))
+	}
 
 	// The second incarnation: this process.
 	logf, err := os.Create(filepath.Join(dir, "recovery.log"))
@@ -192,11 +243,15 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, serveproc.TailFile(logf.Name(), 20))
 	}
-	res.SubmitMS = msf(submit)
+	res.SubmitMS, res.LeaseWaitMS = msf(submit), msf(leaseWait)
 
 	out := benchOutput{Bench: "recovery", Started: started, Machine: bf.thisMachine(), Params: p, Result: res}
+	storeName := "badgerstore"
+	if p.Store == config.DriverPostgres {
+		storeName = "pgstore on PostgreSQL " + p.PostgreSQL
+	}
 	tbl := table{
-		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 (from the start of the restart)", p.Runs),
+		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 on %s (from the start of the restart)", p.Runs, storeName),
 		Header: []string{"phase", "ms", "Runs/s"},
 		Rows: [][]string{
 			{"open (store, plugins, runtime)", fmt.Sprintf("%.1f", res.OpenMS), ""},
@@ -212,6 +267,9 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, timeout
 			fmt.Sprintf("Runs completed %d, failed %d, cancelled %d, not terminal %d; event log violations %d; jobs run twice %d; jobs not finished %d",
 				res.Completed, res.Failed, res.Cancelled, res.NotTerminal, res.LogViolations, res.JobsRerun, res.JobsFailed),
 		},
+	}
+	if leaseWait > 0 {
+		tbl.Notes = append(tbl.Notes, fmt.Sprintf("before the restart: %.0f ms for the dead child's node lease (lease_ttl %s) to run out; not in the times above", res.LeaseWaitMS, cfg.LeaseTTL))
 	}
 	if err := bf.emit(cmd.OutOrStdout(), out, tbl); err != nil {
 		return err
@@ -244,9 +302,10 @@ func formatDecisions(d map[string]int64) string {
 
 // recoveryConfig is the bench's config: a fresh data dir, the shared
 // wazero cache and one tenant whose model calls slow_job.
-func recoveryConfig(dir, cache string, paths map[string]string, syncWrites bool) string {
+func recoveryConfig(dir, cache string, paths map[string]string, syncWrites bool, leaseTTL time.Duration) string {
 	return fmt.Sprintf(`data_dir: %q
 sync_writes: %t
+lease_ttl: %s
 cache_dir: %q
 log: {format: text, level: warn}
 plugins:
@@ -258,7 +317,7 @@ tenants:
     builder: prompt-builder
     model: scripted-model
     tool_executors: [slow-job]
-`, filepath.Join(dir, "data"), syncWrites, cache,
+`, filepath.Join(dir, "data"), syncWrites, leaseTTL, cache,
 		paths[plugincatalog.PromptBuilder], paths[plugincatalog.ScriptedModel], paths[recoveryJobTool], recoveryTenant)
 }
 

@@ -3,6 +3,8 @@ package bench
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/agenthost/agenthost/internal/pgserver"
 )
 
 // TestBenchRecovery runs `agenthost bench recovery` with a few Runs: a
@@ -11,9 +13,24 @@ import (
 // reports, not how fast: every Run completed, every in-flight effect went
 // through a recovery decision, and the timings are real.
 func TestBenchRecovery(t *testing.T) {
+	checkBenchRecovery(t, "badger")
+}
+
+// TestBenchRecoveryOnPostgres is TestBenchRecovery on a database of the
+// shared test server: the child and this process share it, and recovery
+// starts once the child's lease has run out.
+func TestBenchRecoveryOnPostgres(t *testing.T) {
+	r := checkBenchRecovery(t, "postgres", "--dsn", pgserver.NewDatabase(t), "--lease-ttl", "3s")
+	if r.LeaseWaitMS < 3000 {
+		t.Errorf("the bench waited %.0f ms for the child's lease, want lease_ttl (3s) or more", r.LeaseWaitMS)
+	}
+}
+
+func checkBenchRecovery(t *testing.T, store string, args ...string) recoveryResult {
 	const runs = 20
 	bin := buildBinary(t)
-	out, err := runBench(t, benchPluginsDir(t), "--agenthost-bin", bin, "--json", "recovery", "--runs", "20", "--concurrency", "8")
+	args = append([]string{"--agenthost-bin", bin, "--json", "recovery", "--runs", "20", "--concurrency", "8", "--store", store}, args...)
+	out, err := runBench(t, benchPluginsDir(t), args...)
 	if err != nil {
 		t.Fatalf("bench recovery: %v\n%s", err, out)
 	}
@@ -26,8 +43,8 @@ func TestBenchRecovery(t *testing.T) {
 		t.Fatalf("decoding --json: %v\n%s", err, out)
 	}
 	r := got.Result
-	if got.Bench != "recovery" || got.Params.Runs != runs {
-		t.Errorf("bench %q with %d runs, want recovery with %d", got.Bench, got.Params.Runs, runs)
+	if got.Bench != "recovery" || got.Params.Runs != runs || got.Params.Store != store {
+		t.Errorf("bench %q with %d runs on %s, want recovery with %d on %s", got.Bench, got.Params.Runs, got.Params.Store, runs, store)
 	}
 	if !r.OK || len(r.Problems) > 0 {
 		t.Errorf("the bench's checks failed: %v", r.Problems)
@@ -51,4 +68,5 @@ func TestBenchRecovery(t *testing.T) {
 		t.Errorf("timings are not real: submit %.1f, open %.1f, ready %.1f, decided %.1f, terminal %.1f ms, %.1f Runs/s",
 			r.SubmitMS, r.OpenMS, r.ReadyMS, r.DecidedMS, r.TerminalMS, r.RunsPerSec)
 	}
+	return r
 }

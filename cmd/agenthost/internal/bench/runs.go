@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/agenthost/agenthost/internal/benchkit"
 	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/pgstore"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -41,6 +43,36 @@ type runsParams struct {
 	Question    string `json:"question"`
 	PoolSize    int    `json:"pool_size"`
 	SyncWrites  bool   `json:"sync_writes"`
+	// Store is the store the Runs commit to: badger or postgres (whose
+	// server is PostgreSQL, with its version).
+	Store      string `json:"store"`
+	PostgreSQL string `json:"postgresql,omitempty"`
+	// InProcess runs the Go twins of the three plugins in process
+	// (inproc.go) instead of the Wasm plugins.
+	InProcess bool `json:"in_process"`
+
+	pg *benchPostgres // with Store postgres
+}
+
+// baseline names the bare commits the Runs are compared with.
+func (p *runsParams) baseline() string {
+	if p.Store == config.DriverPostgres {
+		return "bare PostgreSQL"
+	}
+	return "bare Badger"
+}
+
+// storeTitle names the store and the plugins for a table's title.
+func (p *runsParams) storeTitle() string {
+	store := "badgerstore, sync writes on"
+	if p.Store == config.DriverPostgres {
+		store = "pgstore on " + p.pg.where()
+	}
+	plugins := "Wasm prompt-builder, scripted-model, calculator"
+	if p.InProcess {
+		plugins = "in-process Go twins of prompt-builder, scripted-model, calculator"
+	}
+	return store + "; " + plugins
 }
 
 func (p *runsParams) flags(cmd *cobra.Command, runs int, conc string) *string {
@@ -165,9 +197,10 @@ func spentSoFar(m *metrics.Metrics) (spent, error) {
 func newBenchRunsCmd(bf *benchFlags) *cobra.Command {
 	p := &runsParams{}
 	var conc *string
+	sf := &storeFlags{}
 	cmd := &cobra.Command{
 		Use:   "runs",
-		Short: "Durable Runs per second end to end, against bare Badger's group-commit rate",
+		Short: "Durable Runs per second end to end, against the bare store's commit rate",
 		Long: `runs drives Runs through the runtime on badgerstore with sync writes on and the
 real Wasm plugins: prompt-builder, scripted-model asked "` + benchQuestion + `"
 and calculator, so each Run takes 2 model steps and 2 tool calls, each in its
@@ -175,18 +208,35 @@ own session. At every concurrency level it interleaves rounds of Runs with
 rounds of bare Badger commits (sync on, 1.5 KB each) from as many
 committers, and reports Runs/s, effects/s, Run latency percentiles, commits
 per Run, and the ratio of Runs/s to what bare Badger's commit rate would
-allow at that many commits per Run.`,
+allow at that many commits per Run.
+
+With --store postgres the Runs commit to pgstore, on a throwaway PostgreSQL
+server the bench starts (fsync on) and stops, or on the server --dsn names;
+the baseline is then bare PostgreSQL on the same server: one-row INSERT
+transactions (synchronous_commit on, 1.5 KB each) from as many connections.
+
+With --in-process the three plugins are Go twins in this process, which
+answer at once: what is measured is the runtime and the store alone.`,
 		Example: `  bin/agenthost bench runs
-  bin/agenthost bench runs --runs 4000 --concurrency 64 --json`,
+  bin/agenthost bench runs --runs 4000 --concurrency 64 --json
+  bin/agenthost bench runs --store postgres --concurrency 16
+  bin/agenthost bench runs --store postgres --in-process --concurrency 16
+  bin/agenthost bench runs --store postgres --dsn 'postgres://bench@db.internal/bench'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := p.check(*conc); err != nil {
 				return err
 			}
-			return benchRuns(cmd, bf, p)
+			if err := sf.check(); err != nil {
+				return err
+			}
+			p.Store = sf.store
+			return benchRuns(cmd, bf, p, sf.dsn)
 		},
 	}
 	conc = p.flags(cmd, 1000, "1,16,256")
+	sf.add(cmd)
+	cmd.Flags().BoolVar(&p.InProcess, "in-process", false, "run Go twins of the three plugins in process instead of the Wasm plugins (the runtime and the store alone)")
 	return cmd
 }
 
@@ -201,18 +251,32 @@ type benchLoad struct {
 // benchRunsConfig is the config of the Run benches: the three plugins, one
 // tenant with a token and no quotas.
 func benchRunsConfig(bf *benchFlags, dir string, p *runsParams) (string, error) {
-	paths, err := bf.pluginPaths(plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, plugincatalog.Calculator)
-	if err != nil {
-		return "", err
+	var paths map[string]string
+	var cache string
+	var err error
+	if p.InProcess {
+		// The plugins are Go twins (inproc.go): these files are named for
+		// the config's sake and never loaded.
+		paths = map[string]string{}
+		for _, id := range []string{plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, plugincatalog.Calculator} {
+			paths[id] = filepath.Join(dir, "in-process", id+".wasm")
+		}
+	} else {
+		if paths, err = bf.pluginPaths(plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, plugincatalog.Calculator); err != nil {
+			return "", err
+		}
+		if cache, err = bf.cachePath(); err != nil {
+			return "", err
+		}
 	}
-	cache, err := bf.cachePath()
-	if err != nil {
-		return "", err
+	store := ""
+	if p.pg != nil {
+		store = p.pg.storeYAML()
 	}
 	plugin := func(id, role string) string {
 		return fmt.Sprintf("  %s: {path: %q, role: %s, pool_size: %d}\n", id, paths[id], role, p.PoolSize)
 	}
-	return `data_dir: ` + strconv.Quote(filepath.Join(dir, "data")) + `
+	return store + `data_dir: ` + strconv.Quote(filepath.Join(dir, "data")) + `
 sync_writes: ` + strconv.FormatBool(p.SyncWrites) + `
 cache_dir: ` + strconv.Quote(cache) + `
 log: {level: error}
@@ -264,28 +328,41 @@ func checkBenchRun(run loop.Run) error {
 	return nil
 }
 
-func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
+func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams, dsn string) error {
 	ctx := benchContext(cmd)
 	started := time.Now()
+	maxConc := slices.Max(p.Concurrency)
+	if p.Store == config.DriverPostgres {
+		// The server serves the runtime's pool, the change feed and, at
+		// the most, maxConc connections of the bare baseline.
+		pg, err := startBenchPostgres(ctx, cmd, bf, dsn, maxConc+pgstore.DefaultMaxConns+2)
+		if err != nil {
+			return err
+		}
+		defer pg.stop()
+		p.pg, p.PostgreSQL = pg, pg.version
+	}
 	dir, cfg, cleanup, err := runsSetup(bf, "runs", p)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	bf.progressf(cmd, "loading the plugins (a cold compile takes seconds; --cache-dir keeps it)")
 	m := metrics.New()
-	sys, err := system.Open(ctx, cfg, []string{benchTenant}, slog.New(slog.DiscardHandler),
-		system.Wiring{Observer: m, Executor: m.Executor, Builder: m.Builder})
+	rt, closeRuntime, err := openRunsRuntime(ctx, cmd, bf, cfg, p, m)
 	if err != nil {
 		return err
 	}
-	defer sys.Close(context.WithoutCancel(ctx))
-	bare, err := benchkit.OpenBareBadger(filepath.Join(dir, "bare"))
+	defer closeRuntime()
+	var bare bareRounds
+	if p.pg != nil {
+		bare, err = openBarePostgres(ctx, p.pg.dsn, p.pg.schema+"_bare", maxConc)
+	} else {
+		bare, err = benchkit.OpenBareBadger(filepath.Join(dir, "bare"))
+	}
 	if err != nil {
 		return err
 	}
 	defer bare.Close()
-	rt := sys.Runtime()
 
 	// One Run first: it checks the plugins answer as the bench expects and
 	// leaves the instance pools warm.
@@ -303,7 +380,7 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 
 	var levels []runsLevel
 	for _, c := range p.Concurrency {
-		bf.progressf(cmd, "concurrency %d: %d Runs in %d rounds, each followed by a round of bare Badger commits", c, p.Runs, p.Rounds)
+		bf.progressf(cmd, "concurrency %d: %d Runs in %d rounds, each followed by a round of %s commits", c, p.Runs, p.Rounds, p.baseline())
 		lvl, err := runsLevelOf(cmd, bf, p, c, rt, m, bare, func() (time.Duration, error) {
 			t0 := time.Now()
 			_, err := execute()
@@ -315,14 +392,50 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams) error {
 		levels = append(levels, lvl)
 	}
 	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "runs", Started: started, Machine: bf.thisMachine(), Params: p, Result: levels},
-		runsTable("Durable Runs end to end (badgerstore, sync writes on; Wasm prompt-builder, scripted-model, calculator)", levels),
+		runsTableOn("Durable Runs end to end ("+p.storeTitle()+")", p.baseline(), levels),
 		spentTable(levels))
+}
+
+// openRunsRuntime starts the runtime `bench runs` drives: wired from the
+// config by system.Open, or, with --in-process, over the config's store
+// with the Go twins of the plugins. The returned func stops it.
+func openRunsRuntime(ctx context.Context, cmd *cobra.Command, bf *benchFlags, cfg *config.Config, p *runsParams, m *metrics.Metrics) (*runtime.Runtime, func(), error) {
+	log := slog.New(slog.DiscardHandler)
+	if !p.InProcess {
+		bf.progressf(cmd, "loading the plugins (a cold compile takes seconds; --cache-dir keeps it)")
+		sys, err := system.Open(ctx, cfg, []string{benchTenant}, log, system.Wiring{Observer: m, Executor: m.Executor, Builder: m.Builder})
+		if err != nil {
+			return nil, nil, err
+		}
+		return sys.Runtime(), func() { _ = sys.Close(context.WithoutCancel(ctx)) }, nil
+	}
+	st, err := system.OpenStore(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	rt, err := runtime.New(runtime.Options{
+		Store: st, Tenants: runtime.TenantMap{benchTenant: inProcessTenant(m)}, Clock: runtime.SystemClock{}, Logger: log,
+		Observer: m, WatchdogInterval: cfg.WatchdogInterval, LeaseTTL: cfg.LeaseTTL,
+	})
+	if err == nil {
+		err = rt.Start(ctx)
+	}
+	if err != nil {
+		_ = st.Close()
+		return nil, nil, err
+	}
+	return rt, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = rt.Stop(sctx)
+		_ = st.Close()
+	}, nil
 }
 
 // runsLevelOf measures one concurrency level: rounds of Runs through one
 // (which returns a Run's latency) interleaved with rounds of bare Badger
 // commits at the same concurrency, as many as the Runs committed.
-func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *runtime.Runtime, m *metrics.Metrics, bare *benchkit.BareBadger,
+func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *runtime.Runtime, m *metrics.Metrics, bare bareRounds,
 	one func() (time.Duration, error)) (runsLevel, error) {
 	lvl := runsLevel{Concurrency: c}
 	var lat []time.Duration
@@ -412,6 +525,12 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 }
 
 func runsTable(title string, levels []runsLevel) table {
+	return runsTableOn(title, "bare Badger", levels)
+}
+
+// runsTableOn is runsTable against the baseline named (bare Badger, bare
+// PostgreSQL).
+func runsTableOn(title, baseline string, levels []runsLevel) table {
 	t := table{Title: title,
 		Header: []string{"clients", "Runs", "Runs/s", "effects/s", "p50 ms", "p95 ms", "p99 ms", "commits/Run", "bare commits/s", "bare Runs/s", "ratio"}}
 	for _, l := range levels {
@@ -422,7 +541,7 @@ func runsTable(title string, levels []runsLevel) table {
 			fmt.Sprintf("%.0f", l.BareRunsPerSec), fmt.Sprintf("%.2f", l.Ratio)})
 	}
 	t.Notes = []string{
-		"bare Runs/s = bare Badger commits/s at the same concurrency ÷ commits/Run; ratio = Runs/s ÷ bare Runs/s (goal: 0.5).",
+		"bare Runs/s = " + baseline + " commits/s at the same concurrency ÷ commits/Run; ratio = Runs/s ÷ bare Runs/s (goal: 0.5).",
 		"effects/s counts settled model and tool effects (4 a Run). Latency is submit to completion of one Run.",
 	}
 	for _, l := range levels {

@@ -1,9 +1,14 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agenthost/agenthost/internal/pgserver"
 )
 
 // TestBenchRunsAndHTTP runs `bench runs` and `bench http` small, and checks
@@ -73,4 +78,96 @@ func TestBenchMissingPlugins(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--concurrency") {
 		t.Fatalf("err = %v, want one about --concurrency", err)
 	}
+}
+
+// runsOutput is what `bench runs --json` prints.
+type runsOutput struct {
+	Bench   string      `json:"bench"`
+	Machine machine     `json:"machine"`
+	Params  runsParams  `json:"params"`
+	Result  []runsLevel `json:"result"`
+}
+
+// TestBenchRunsOnPostgres runs `bench runs --store postgres` small: with
+// the Wasm plugins and in process, on a database of the shared test
+// server (--dsn), and checks the JSON as TestBenchRunsAndHTTP does, with
+// bare PostgreSQL as the baseline.
+func TestBenchRunsOnPostgres(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	plugins := benchPluginsDir(t)
+	for _, mode := range []string{"wasm", "in-process"} {
+		t.Run(mode, func(t *testing.T) {
+			args := []string{"runs", "--store", "postgres", "--dsn", dsn, "--runs", "12", "--concurrency", "1,4", "--rounds", "2", "--json"}
+			if mode == "in-process" {
+				args = append(args, "--in-process")
+			}
+			out, err := runBench(t, plugins, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got runsOutput
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("--json printed something that is not JSON: %v\n%s", err, out)
+			}
+			if got.Params.Store != "postgres" || got.Params.PostgreSQL == "" || got.Params.InProcess != (mode == "in-process") || len(got.Result) != 2 {
+				t.Fatalf("unexpected output: %+v", got)
+			}
+			for i, l := range got.Result {
+				if l.Runs != 12 || l.EffectsPerRun != 4 || l.CommitsPerRun < 4 || l.CommitsPerRun > 8 {
+					t.Errorf("level %d: %d Runs, %.2f effects and %.2f commits per Run; want 12, 4 and about 6", i, l.Runs, l.EffectsPerRun, l.CommitsPerRun)
+				}
+				if l.RunsPerSec <= 0 || l.BareCommitsPerSec <= 0 || l.Ratio <= 0 || l.P50ms <= 0 || l.CommitMsPerRun <= 0 {
+					t.Errorf("level %d: figures missing: %+v", i, l)
+				}
+			}
+		})
+	}
+	// The bench's schemas on the server --dsn names are dropped.
+	conn := pgConn(t, dsn)
+	var left int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'agenthost_bench_%'").Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d bench schemas left behind (%v)", left, err)
+	}
+}
+
+// TestBenchRunsStartsItsOwnPostgres: without --dsn, `bench runs --store
+// postgres` starts a throwaway server and reports the ratio against bare
+// PostgreSQL in its table.
+func TestBenchRunsStartsItsOwnPostgres(t *testing.T) {
+	out, err := runBench(t, t.TempDir(), "runs", "--store", "postgres", "--in-process", "--runs", "4", "--concurrency", "2", "--rounds", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"pgstore on PostgreSQL ", "a throwaway server on a Unix socket, fsync on", "in-process Go twins", "bare PostgreSQL commits/s", "ratio"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestBenchStoreFlags: the store flags are checked.
+func TestBenchStoreFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"runs", "--store", "sqlite"}, `--store "sqlite": want badger or postgres`},
+		{[]string{"runs", "--dsn", "host=/tmp"}, "--dsn is for --store postgres"},
+		{[]string{"recovery", "--store", "sqlite"}, `--store "sqlite": want badger or postgres`},
+	} {
+		if _, err := runBench(t, t.TempDir(), tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bench %v: err = %v, want one saying %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// pgConn connects to dsn for a test's checks.
+func pgConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
 }
