@@ -1,9 +1,10 @@
 // Package bench is `agenthost bench`: it measures the real binary end to
 // end, each figure against a baseline measured in the same run (Runs
-// through the runtime and through the HTTP API against bare Badger,
-// recovery after kill -9, plugin calls against raw wazero and the extism
-// go-sdk), and runs the chaos bench that kills and pauses a serving child
-// process under load and checks docs/DESIGN.md §9's invariants afterwards.
+// through the runtime and through the HTTP API against bare Badger, or
+// bare PostgreSQL for pgstore, recovery after kill -9, plugin calls
+// against raw wazero and the extism go-sdk), and runs the chaos bench
+// that kills and pauses a serving child process under load and checks
+// docs/DESIGN.md §9's invariants afterwards.
 // NewCommand is its cobra command, which package main adds to the CLI.
 package bench
 
@@ -50,18 +51,21 @@ func NewCommand(version string) *cobra.Command {
 		Use:   "bench",
 		Short: "Measure agenthost end to end: Runs, HTTP, recovery, plugin calls, chaos",
 		Long: `bench measures the real binary's figures, each against a baseline measured in
-the same run (bare Badger, raw wazero, the extism go-sdk), and prints a table
-(or JSON with --json). Progress goes to stderr.
+the same run (bare Badger or PostgreSQL, raw wazero, the extism go-sdk), and
+prints a table (or JSON with --json). Progress goes to stderr.
 
 The commands need the example and conformance plugins: build them first
 with ` + "`make plugins`" + ` (into build/plugins), or point --plugins elsewhere.
 Every command works in a fresh temporary directory (--work-dir) and removes
-it at the end; none touches the config's data dir. docs/BENCHMARKS.md
+it at the end; none touches the config's data dir. With --store postgres,
+runs and recovery start a throwaway PostgreSQL server (fsync on) and stop it,
+or use the one --dsn names, in a schema of their own. docs/BENCHMARKS.md
 gives the figures and the commands that produced them.`,
 		Example: `  make plugins build
   bin/agenthost bench runs --runs 2000 --concurrency 1,16,256
   bin/agenthost bench http --runs 1000 --concurrency 32
   bin/agenthost bench recovery --runs 10000
+  bin/agenthost bench runs --store postgres --concurrency 16
   bin/agenthost bench plugin
   bin/agenthost bench chaos --duration 10m`,
 		Args: cobra.NoArgs,
