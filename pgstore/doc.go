@@ -34,45 +34,63 @@
 //
 //	sessions (tenant, session) PK          last_ordinal, owner ('' when none), epoch, live_count (non-terminal Runs)
 //	  sessions_live (tenant, session) WHERE live_count > 0     OrphanedSessions, ActiveSessions
-//	runs (tenant, run_id) PK               session, ordinal, seq, status, live, updated_at, create_cmd, executing, snapshot
+//	runs (tenant, run_id) PK               session, ordinal, seq, status, live, has_executing, updated_at,
+//	                                       create_cmd, executing, snapshot
 //	  runs_by_session UNIQUE (tenant, session, ordinal)        SessionRuns
 //	  runs_active (tenant, session, ordinal) WHERE live        ActiveRuns
 //	  runs_by_status (tenant, status, run_id)                  RunsByStatus
+//	  runs_executing (tenant, session, ordinal) WHERE has_executing   ExecutingEffects
 //	events (tenant, run_id, seq) PK        body: the event's JSON
 //	commands (tenant, run_id, command_id) PK                 seq: the Seq the command produced
 //	create_commands (tenant, command_id) PK                  run_id: the Run a CreateRun command created
-//	effects (tenant, session, ordinal, effect_id) PK         run_id, attempt, handle, epoch: executing effects (ExecutingEffects)
 //	prunable (updated_at, tenant, run_id) PK                 terminal Runs not yet pruned, by the update that ended them (Prune)
 //	nodes (node_id) PK                     expires_ms (database clock), dead
 //	kv (tenant, plugin, key) PK            value
 //	kv_usage (tenant, plugin) PK           bytes: keys plus values the plugin holds, for its quota
 //	agenthost_schema (version) PK          applied_at
 //
-// A runs row holds what the indexes derive from (live is
-// !status.Terminal(); executing is the JSON of the Run's executing effects'
-// records), so that a Commit neither decodes the previous snapshot nor
-// rewrites an index that did not change: the effects rows only when the
-// executing set changed, sessions.live_count and prunable only when the
-// Run ends. The columns a Commit changes every time (seq, updated_at,
-// snapshot, executing) are in no index, so its update of the runs row can
-// be a HOT update.
+// A runs row holds what the indexes derive from: live is
+// !status.Terminal() (a Commit that would take a Run out of a terminal
+// status is refused as malformed), executing the JSON of the Run's executing effects'
+// records (runtime.ExecutingRecords, NULL when none) and has_executing
+// whether there are any. A Commit therefore never decodes the previous
+// snapshot, and the columns it changes every time (seq, updated_at,
+// executing, snapshot) are in no index, so that its update of the row is
+// a HOT update (no index entry written) unless the Run's status or the
+// presence of executing effects changes. sessions.live_count and prunable
+// change only when a Run is created or ends.
 //
 // # Transactions
 //
-// Transactions run at READ COMMITTED on one connection of the pool, in
-// two round trips of pipelined statements (pgx.Batch), every statement
-// prepared once per connection. A Commit's first batch begins, locks the
-// session row (SELECT … FOR UPDATE), locks and reads the Run, and looks
-// its command ID up; each read is its own statement, taken after the
-// lock, so it sees what the previous holder committed. Go then applies
-// the port's order (duplicate command, version, epoch) and the second
-// batch writes and commits. CreateRun upserts and locks the session row
-// (its last ordinal, owner and epoch) the same way. Locks are always taken
-// session first, then Run. A transaction PostgreSQL aborts with a
-// serialization failure or a deadlock (40001, 40P01) runs again, a few
-// times, after a short jittered pause; any other failure is returned
-// wrapping runtime.ErrStoreUnavailable (after a lost connection a commit
-// may or may not have happened, and the runtime reads the Run back).
+// Transactions run at READ COMMITTED on one connection of the pool, as
+// pipelined statements (pgx.Batch), each prepared once per connection.
+// Locks are always taken session first, then Run, each in a statement of
+// its own that starts once the lock before it is held: under READ
+// COMMITTED a statement's snapshot is taken when it starts, so a
+// statement that starts after a lock sees what the lock's previous holder
+// committed.
+//
+// A Commit is one round trip of four statements: BEGIN; lock the session
+// row (SELECT … FOR UPDATE; its epoch fences the commit); one statement
+// of data-modifying CTEs that locks and reads the Run (FOR UPDATE), looks
+// the command ID up and, only if the port's checks pass (command not
+// applied, Seq, epoch), appends the events, rewrites the Run and records
+// the command ID; COMMIT. That statement returns the rows it read and
+// whether it wrote; Go decides from the rows, in the port's order
+// (duplicate, malformed, version conflict, fenced), and checks that the
+// write agrees. A refused commit has written nothing, so committing it
+// costs what a rollback would. CreateRun is two round trips: the first
+// upserts and locks the session row (its last ordinal, owner and epoch)
+// and looks the creation command and the run ID up; Go decides, and the
+// second writes in one statement and commits (or the transaction is
+// rolled back). ClaimSession and KVSet take the same two-round-trip shape.
+//
+// A transaction PostgreSQL aborts with a serialization failure or a
+// deadlock (40001, 40P01), or a creation that lost a race for a run or
+// command ID (23505), runs again, a few times, after a short jittered
+// pause; any other failure is returned wrapping
+// runtime.ErrStoreUnavailable (after a lost connection a commit may or
+// may not have happened, and the runtime reads the Run back).
 //
 // # Time
 //

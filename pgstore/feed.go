@@ -106,10 +106,18 @@ func (f *feed) listenConn(ctx context.Context) (*pgx.Conn, error) {
 		return nil, err
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		_ = conn.Close(context.Background())
+		closeConn(conn)
 		return nil, err
 	}
 	return conn, nil
+}
+
+// closeConn closes a feed connection, waiting a second at most for a
+// server that does not answer.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
 }
 
 // close stops both goroutines, after the notifier sent what was queued,
@@ -197,7 +205,7 @@ func (f *feed) notify() {
 	)
 	defer func() {
 		if conn != nil {
-			_ = conn.Close(context.Background())
+			closeConn(conn)
 		}
 	}()
 	// try sends the payloads on conn, connecting it first if need be.
@@ -215,7 +223,7 @@ func (f *feed) notify() {
 		}
 		err := conn.SendBatch(ctx, b).Close()
 		if err != nil {
-			_ = conn.Close(context.Background())
+			closeConn(conn)
 			conn = nil
 		}
 		return err
@@ -361,7 +369,7 @@ func (f *feed) listen(conn *pgx.Conn) {
 	defer f.wg.Done()
 	for {
 		err := f.receive(conn)
-		_ = conn.Close(context.Background())
+		closeConn(conn)
 		if f.ctx.Err() != nil {
 			return
 		}

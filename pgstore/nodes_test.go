@@ -277,3 +277,30 @@ func TestLeasesUseTheDatabaseClock(t *testing.T) {
 		t.Fatal("the expired incarnation is not marked dead")
 	}
 }
+
+// TestACommitCannotReviveAnEndedRun: the loop never takes a Run out of a
+// terminal status; a commit that would is malformed, and writes nothing
+// (the session's count of live Runs stays right).
+func TestACommitCannotReviveAnEndedRun(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	s := open(t, dsn, freshSchema(t, dsn), nil)
+	ctx := context.Background()
+	r := newRun(t, s, "t", "s", "r", 1)
+	c := step(t, r, 0, "", loop.Event{Type: loop.EventCancelRequested, Reason: "user"}, loop.Event{Type: loop.EventRunCancelled})
+	if _, err := s.Commit(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	ended := c.Run
+	// loop.Apply refuses any event now; build the commit by hand.
+	revive := runtime.Commit{Tenant: "t", Session: "s", RunID: "r", ExpectedSeq: ended.Seq, Run: ended,
+		Events: []loop.Event{{Type: loop.EventRunStarted, Seq: ended.Seq + 1}}}
+	revive.Run.Seq, revive.Run.Status = ended.Seq+1, loop.StatusRunning
+	_, err := s.Commit(ctx, revive)
+	wantErr(t, err, runtime.ErrInvalidRequest, "a commit that revives a cancelled Run")
+	if got, err := s.LoadRun(ctx, "t", "r"); err != nil || got.Seq != ended.Seq || got.Status != loop.StatusCancelled {
+		t.Fatalf("after the refused revival: %+v, %v", got, err)
+	}
+	if got, err := s.ActiveSessions(ctx, "", "", 0); err != nil || len(got) != 0 {
+		t.Fatalf("active sessions = %+v, %v; want none", got, err)
+	}
+}

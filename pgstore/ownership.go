@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -78,9 +79,15 @@ func (s *Store) putNode(ctx context.Context, verb, q, nodeID string, expiresMS i
 		return err
 	}
 	defer s.leave()
-	ttl := expiresMS - s.localNowMS()
+	// Only the lease's length crosses to the database, measured on the
+	// clock the caller computed expiresMS with.
+	now := s.nowParam()
+	local := time.Now().UnixMilli()
+	if now != nil {
+		local = *now
+	}
 	var live bool
-	err := s.pool.QueryRow(ctx, q, nodeID, s.nowParam(), ttl).Scan(&live)
+	err := s.pool.QueryRow(ctx, q, nodeID, now, expiresMS-local).Scan(&live)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // RenewNode of an unknown node
 	case err != nil:

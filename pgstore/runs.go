@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -46,27 +47,43 @@ const (
 	sqlLockRun = `SELECT r.session, r.seq, r.live,
 			(SELECT c.seq FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = $3)
 		FROM runs r WHERE r.tenant = $1 AND r.run_id = $2 FOR UPDATE OF r`
+)
 
-	// sqlCommit writes a commit: $1 tenant, $2 run, $3 the events' Seqs,
-	// $4 their JSON, $5 the new seq, $6 status, $7 live, $8
-	// has_executing, $9 updated_at, $10 executing, $11 snapshot, $12 the
-	// command ID (or NULL).
-	sqlCommitWrite = `WITH e AS (
-			INSERT INTO events (tenant, run_id, seq, body)
-			SELECT $1, $2, u.seq, u.body FROM unnest($3::bigint[], $4::bytea[]) AS u(seq, body)),
-		c AS (INSERT INTO commands (tenant, run_id, command_id, seq) SELECT $1, $2, $12, $5 WHERE $12::text IS NOT NULL)
-		UPDATE runs SET seq = $5, status = $6, live = $7, has_executing = $8, updated_at = $9, executing = $10, snapshot = $11
-		WHERE tenant = $1 AND run_id = $2`
+// commitSQL is the statement that locks and reads a Run, looks its
+// command ID up, and writes the commit if the checks Go makes on the same
+// rows pass: the command ID was not applied to it, it is of session $3,
+// at Seq $4, the session's epoch is $5, and it does not leave a terminal
+// status. Parameters: $1 tenant, $2 run, $6 the command ID (NULL for
+// none), $7 the events' Seqs, $8 their JSON, $9 the new Seq, $10 status,
+// $11 live, $12 has_executing, $13 updated_at, $14 executing, $15
+// snapshot. It returns the Run's row as read (no row: no such Run) and
+// whether it wrote. When ending is set, a Run that ends leaves its
+// session's live count and enters prunable.
+func commitSQL(ending bool) string {
+	q := `WITH r AS (
+			SELECT r.session, r.seq, r.live,
+				(SELECT c.seq FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = $6) AS cmd_seq
+			FROM runs r WHERE r.tenant = $1 AND r.run_id = $2 FOR UPDATE OF r),
+		ok AS (
+			SELECT r.live FROM r WHERE r.cmd_seq IS NULL AND r.session = $3 AND r.seq = $4 AND (r.live OR NOT $11::boolean)
+				AND coalesce((SELECT s.epoch FROM sessions s WHERE s.tenant = $1 AND s.session = $3), 0) = $5),
+		e AS (INSERT INTO events (tenant, run_id, seq, body)
+			SELECT $1, $2, u.seq, u.body FROM ok, unnest($7::bigint[], $8::bytea[]) AS u(seq, body)),
+		c AS (INSERT INTO commands (tenant, run_id, command_id, seq) SELECT $1, $2, $6, $9 FROM ok WHERE $6::text IS NOT NULL),`
+	if ending {
+		q += `
+		l AS (UPDATE sessions SET live_count = live_count - 1 FROM ok WHERE ok.live AND sessions.tenant = $1 AND sessions.session = $3),
+		p AS (INSERT INTO prunable (updated_at, tenant, run_id) SELECT $13, $1, $2 FROM ok WHERE ok.live ON CONFLICT DO NOTHING),`
+	}
+	return q + `
+		w AS (UPDATE runs SET seq = $9, status = $10, live = $11, has_executing = $12, updated_at = $13, executing = $14, snapshot = $15
+			FROM ok WHERE runs.tenant = $1 AND runs.run_id = $2 RETURNING 1)
+		SELECT r.session, r.seq, r.live, r.cmd_seq, EXISTS (SELECT 1 FROM w) FROM r`
+}
 
-	// sqlRunEnded moves a Run that ended out of its session's live count
-	// and into the prunable table: $1 tenant, $2 session, $3 run, $4
-	// updated_at.
-	sqlRunEnded = `WITH s AS (UPDATE sessions SET live_count = live_count - 1 WHERE tenant = $1 AND session = $2)
-		INSERT INTO prunable (updated_at, tenant, run_id) VALUES ($4, $1, $3) ON CONFLICT DO NOTHING`
-	// sqlRunRevived is its inverse, which the loop never needs (a Run
-	// does not leave a terminal status); kept so that the counts stay exact.
-	sqlRunRevived = `WITH s AS (UPDATE sessions SET live_count = live_count + 1 WHERE tenant = $1 AND session = $2)
-		DELETE FROM prunable WHERE tenant = $1 AND run_id = $3`
+var (
+	sqlCommitLive   = commitSQL(false)
+	sqlCommitEnding = commitSQL(true)
 )
 
 // encoded is what a snapshot writes: the JSON the store keeps, and its
@@ -207,7 +224,7 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 	defer s.leave()
 	var snap []byte
 	err := s.pool.QueryRow(ctx, `SELECT snapshot FROM runs WHERE tenant = $1 AND run_id = $2`, tenant, runID).Scan(&snap)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return loop.Run{}, fmt.Errorf("pgstore: load run %s/%s: %w", tenant, runID, runtime.ErrRunNotFound)
 	}
 	if err != nil {
@@ -220,17 +237,19 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 	return r, nil
 }
 
-// Commit implements runtime.Store, in one transaction of two round trips
-// and in the port's order. The first batch begins, locks the session row
-// (whose epoch fences the commit), then, in a statement of its own, locks
-// and reads the Run and looks the command ID up: a statement's snapshot
-// is taken when it starts, so that one, which starts once the session
-// lock is held, sees what the lock's previous holder committed. Locks are
-// always taken session first, then Run. Go then decides (duplicate,
-// malformed, version conflict, fenced) and, when the commit goes ahead,
-// the second batch writes the events, the Run and the command ID in one
-// statement (and, when the Run ends, its session's live count and the
-// prunable table in another), and commits.
+// Commit implements runtime.Store, in one transaction, in the port's
+// order, sent as one pipelined batch (one round trip) of four
+// statements. BEGIN; lock the session row (whose epoch fences the
+// commit); then, in a statement of its own, lock and read the Run, look
+// the command ID up and write the commit if the port's checks pass
+// (commitSQL); COMMIT. A statement's snapshot is taken when it starts, so
+// the one that reads and writes, which starts once the session lock is
+// held, sees what the lock's previous holder committed. Locks are always
+// taken session first, then Run. Go decides from the rows that statement
+// read, in the port's order (duplicate command, malformed, version
+// conflict, fenced), and checks that the write agrees: it wrote exactly
+// when the commit goes ahead. A refused commit commits a transaction that
+// wrote nothing, which costs what a rollback does.
 func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitResult, error) {
 	if err := c.CheckIDs(); err != nil {
 		return runtime.CommitResult{}, fmt.Errorf("pgstore: commit: %w", err)
@@ -268,62 +287,78 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		res   runtime.CommitResult
 		owner string
 	)
+	nowLive := !c.Run.Status.Terminal()
+	write := sqlCommitLive
+	if !nowLive {
+		write = sqlCommitEnding
+	}
 	err := s.inTx(ctx, false, func(ctx context.Context, conn *pgx.Conn) error {
 		res, owner = runtime.CommitResult{}, ""
 		b := &pgx.Batch{}
 		b.Queue(sqlBegin)
 		b.Queue(sqlLockSessionEpoch, t, c.Session)
-		b.Queue(sqlLockRun, t, id, optional(c.CommandID))
+		if payloadErr == nil {
+			b.Queue(write, t, id, c.Session, c.ExpectedSeq, int64(c.Epoch), optional(c.CommandID),
+				seqs, bodies, c.Run.Seq, string(c.Run.Status), nowLive, enc.executing != nil,
+				c.Run.UpdatedAt, enc.executing, enc.snapshot)
+		} else { // nothing to write: look the command up all the same
+			b.Queue(sqlLockRun, t, id, optional(c.CommandID))
+		}
+		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
 		var (
 			epoch, seq     int64
 			cmdSeq         *int64
 			runSession     string
 			live, runFound bool
+			written        bool
 		)
 		err := execAll(br, 1)
 		if err == nil {
 			_, err = queryOne(br, &owner, &epoch)
 		}
 		if err == nil {
-			runFound, err = queryOne(br, &runSession, &seq, &live, &cmdSeq)
+			dest := []any{&runSession, &seq, &live, &cmdSeq}
+			if payloadErr == nil {
+				dest = append(dest, &written)
+			}
+			runFound, err = queryOne(br, dest...)
+		}
+		if err == nil {
+			err = execAll(br, 1)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		switch {
-		case err != nil:
+		if err != nil {
 			return err
+		}
+		var refused error
+		switch {
 		case cmdSeq != nil:
 			res = runtime.CommitResult{Seq: *cmdSeq, Duplicate: true}
-			return nil
 		case !runFound:
-			return fmt.Errorf("pgstore: commit to run %s/%s: %w", t, id, runtime.ErrRunNotFound)
+			refused = fmt.Errorf("pgstore: commit to run %s/%s: %w", t, id, runtime.ErrRunNotFound)
 		case payloadErr != nil:
-			return fmt.Errorf("pgstore: commit: %w", payloadErr)
+			refused = fmt.Errorf("pgstore: commit: %w", payloadErr)
 		case runSession != c.Session:
-			return fmt.Errorf("pgstore: commit to run %s: %w: it belongs to session %s, not %s", id, runtime.ErrInvalidRequest, runSession, c.Session)
+			refused = fmt.Errorf("pgstore: commit to run %s: %w: it belongs to session %s, not %s", id, runtime.ErrInvalidRequest, runSession, c.Session)
 		case seq != c.ExpectedSeq:
-			return fmt.Errorf("pgstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)", t, id, c.ExpectedSeq, runtime.ErrVersionConflict, seq)
+			refused = fmt.Errorf("pgstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)", t, id, c.ExpectedSeq, runtime.ErrVersionConflict, seq)
 		case uint64(epoch) != c.Epoch:
-			return fmt.Errorf("pgstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
-		}
-		nowLive := !c.Run.Status.Terminal()
-		b = &pgx.Batch{}
-		b.Queue(sqlCommitWrite, t, id, seqs, bodies, c.Run.Seq, string(c.Run.Status), nowLive, enc.executing != nil,
-			c.Run.UpdatedAt, enc.executing, enc.snapshot, optional(c.CommandID))
-		switch {
-		case live && !nowLive:
-			b.Queue(sqlRunEnded, t, c.Session, id, c.Run.UpdatedAt)
+			refused = fmt.Errorf("pgstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
 		case !live && nowLive:
-			b.Queue(sqlRunRevived, t, c.Session, id)
+			refused = fmt.Errorf("pgstore: commit to run %s/%s: %w: it has ended, and the snapshot is %s", t, id, runtime.ErrInvalidRequest, c.Run.Status)
+		default:
+			res = runtime.CommitResult{Seq: c.Run.Seq}
 		}
-		b.Queue(sqlCommit)
-		if err := sendWrites(ctx, conn, b); err != nil {
-			return err
+		// The write checked in SQL what Go checked on the rows it read: they
+		// agree, or something is badly wrong.
+		if wrote := refused == nil && !res.Duplicate; wrote != written {
+			return fmt.Errorf("pgstore: commit to run %s/%s: the write's checks (wrote: %v) and the rows read (write: %v) disagree: %w",
+				t, id, written, wrote, runtime.ErrStoreUnavailable)
 		}
-		res = runtime.CommitResult{Seq: c.Run.Seq}
-		return nil
+		return refused
 	})
 	if err != nil {
 		return runtime.CommitResult{}, fail("commit to run "+t+"/"+id, err)

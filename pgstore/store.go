@@ -45,8 +45,9 @@ type Options struct {
 	// key=value pairs (host=… user=… dbname=…).
 	DSN string
 
-	// MaxConns bounds the connection pool; zero takes DefaultMaxConns. The
-	// change feed holds two more connections of its own.
+	// MaxConns bounds the connection pool; zero takes pool_max_conns from
+	// the DSN, or else DefaultMaxConns. The change feed holds two more
+	// connections of its own.
 	MaxConns int32
 
 	// StatementTimeout is set as statement_timeout on every connection,
@@ -148,6 +149,7 @@ var (
 //   - a server it cannot reach, or that refuses the login;
 //   - a database whose schema is newer than this binary knows.
 func Open(ctx context.Context, opts Options) (*Store, error) {
+	maxConns := opts.MaxConns
 	opts = opts.withDefaults()
 	if !schemaName.MatchString(opts.Schema) {
 		return nil, fmt.Errorf("pgstore: schema %q is not a valid schema name: use lower-case letters, digits and _, starting with a letter or _, at most 63 characters", opts.Schema)
@@ -163,8 +165,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: store.dsn is not a valid PostgreSQL connection string: %s; see docs/OPERATIONS.md", scrub(opts.DSN, parseCause(err)))
 	}
-	cfg.MaxConns = opts.MaxConns
-	cfg.MinConns = 0
+	if maxConns > 0 || !strings.Contains(opts.DSN, "pool_max_conns") {
+		cfg.MaxConns = opts.MaxConns
+	}
 	cc := cfg.ConnConfig
 	if cc.ConnectTimeout <= 0 {
 		cc.ConnectTimeout = opts.ConnectTimeout
@@ -275,15 +278,6 @@ func (s *Store) nowParam() *int64 {
 	}
 	ms := s.opts.Clock.Now().UnixMilli()
 	return &ms
-}
-
-// localNowMS is this process's clock, the one a caller computed its
-// expiries with.
-func (s *Store) localNowMS() int64 {
-	if s.opts.Clock != nil {
-		return s.opts.Clock.Now().UnixMilli()
-	}
-	return time.Now().UnixMilli()
 }
 
 // dbNow is the SQL for the current time in Unix ms, given $now in
