@@ -79,11 +79,14 @@
 // whether it wrote; Go decides from the rows, in the port's order
 // (duplicate, malformed, version conflict, fenced), and checks that the
 // write agrees. A refused commit has written nothing, so committing it
-// costs what a rollback would. CreateRun is two round trips: the first
-// upserts and locks the session row (its last ordinal, owner and epoch)
-// and looks the creation command and the run ID up; Go decides, and the
-// second writes in one statement and commits (or the transaction is
-// rolled back). ClaimSession and KVSet take the same two-round-trip shape.
+// costs what a rollback would. CreateRun is one round trip the same way:
+// BEGIN; create the session row if missing; lock it (its last ordinal,
+// owner and epoch); one statement that looks the run ID and the creation
+// command up and writes the Run only if neither was used (and, if it
+// refuses, deletes the session row again when it is empty); COMMIT.
+// ClaimSession (when it takes a session over) and KVSet are two round
+// trips: the locked reads, then Go decides and the writes and COMMIT
+// follow, or the transaction is rolled back.
 //
 // A transaction PostgreSQL aborts with a serialization failure or a
 // deadlock (40001, 40P01), or a creation that lost a race for a run or

@@ -304,3 +304,38 @@ func TestACommitCannotReviveAnEndedRun(t *testing.T) {
 		t.Fatalf("active sessions = %+v, %v; want none", got, err)
 	}
 }
+
+// TestARefusedCreationLeavesNoSession: CreateRun writes nothing when it
+// refuses (run ID used) or answers a repeated command, not even the row
+// of a session it named for the first time; a claimed session's row stays.
+func TestARefusedCreationLeavesNoSession(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	s := open(t, dsn, schema, nil)
+	ctx := context.Background()
+	req := createReq(t, "t", "s", "r")
+	req.CommandID = "submit-1"
+	if _, err := s.CreateRun(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	again := createReq(t, "t", "fresh1", "r2")
+	again.CommandID = "submit-1"
+	if res, err := s.CreateRun(ctx, again); err != nil || !res.Duplicate || res.Run.ID != "r" || res.Ordinal != 1 {
+		t.Fatalf("repeated command: %+v, %v", res, err)
+	}
+	_, err := s.CreateRun(ctx, createReq(t, "t", "fresh2", "r"))
+	wantErr(t, err, runtime.ErrRunExists, "a used run ID in a new session")
+	if err := s.RegisterNode(ctx, "n", time.Now().Add(time.Minute).UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimSession(ctx, "t", "claimed", "n", 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.CreateRun(ctx, createReq(t, "t", "claimed", "r"))
+	wantErr(t, err, runtime.ErrRunExists, "a used run ID in a claimed session")
+	var sessions string
+	query(t, dsn, "SELECT string_agg(session, ',' ORDER BY session) FROM "+schema+".sessions", &sessions)
+	if sessions != "claimed,s" {
+		t.Fatalf("sessions on record: %s; want claimed,s", sessions)
+	}
+}

@@ -21,24 +21,32 @@ const (
 	sqlEnsureSession = `INSERT INTO sessions (tenant, session) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	sqlLockSession   = `SELECT last_ordinal, owner, epoch FROM sessions WHERE tenant = $1 AND session = $2 FOR UPDATE`
 
-	// sqlCreateLookup: $1 tenant, $2 run, $3 creation command (NULL for
-	// none). Whether the run ID is used, and the Run the command created.
-	sqlCreateLookup = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $2), d.ordinal, d.snapshot
-		FROM (SELECT 1) AS one LEFT JOIN (
-			SELECT r.ordinal, r.snapshot FROM create_commands c
+	// sqlCreate looks the run ID and the creation command up and, if
+	// neither was used, writes the new Run at the session's next ordinal:
+	// the Run, its first event, its creation command, and the session's
+	// last ordinal and live count. A refused creation deletes the
+	// session's row again if it is empty (no Run, never claimed), which
+	// leaves the store as it was. Parameters: $1 tenant, $2 session, $3
+	// run, $4 live (0 or 1), $5 seq, $6 status, $7 has_executing, $8
+	// updated_at, $9 creation command (NULL for none), $10 executing, $11
+	// snapshot, $12 the first event. It returns whether the run ID is
+	// used, the ordinal and snapshot of the Run the command created (NULL
+	// when none), and the new Run's ordinal (NULL when it wrote nothing).
+	sqlCreate = `WITH x AS (SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $3) AS used),
+		d AS (SELECT r.ordinal, r.snapshot FROM create_commands c
 			JOIN runs r ON r.tenant = c.tenant AND r.run_id = c.run_id
-			WHERE c.tenant = $1 AND c.command_id = $3) AS d ON true`
-
-	// sqlCreate writes a new Run: $1 tenant, $2 session, $3 run, $4
-	// ordinal, $5 live (0 or 1), $6 seq, $7 status, $8 has_executing, $9
-	// updated_at, $10 creation command (or NULL), $11 executing, $12
-	// snapshot, $13 the first event.
-	sqlCreate = `WITH s AS (
-			UPDATE sessions SET last_ordinal = $4, live_count = live_count + $5 WHERE tenant = $1 AND session = $2),
-		e AS (INSERT INTO events (tenant, run_id, seq, body) VALUES ($1, $3, 1, $13)),
-		c AS (INSERT INTO create_commands (tenant, command_id, run_id) SELECT $1, $10, $3 WHERE $10::text IS NOT NULL)
-		INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, has_executing, updated_at, create_cmd, executing, snapshot)
-		VALUES ($1, $3, $2, $4, $6, $7, $5 > 0, $8, $9, $10, $11, $12)`
+			WHERE c.tenant = $1 AND c.command_id = $9),
+		ok AS (SELECT s.last_ordinal + 1 AS ord FROM sessions s, x
+			WHERE s.tenant = $1 AND s.session = $2 AND NOT x.used AND NOT EXISTS (SELECT 1 FROM d)),
+		u AS (UPDATE sessions SET last_ordinal = ok.ord, live_count = live_count + $4
+			FROM ok WHERE sessions.tenant = $1 AND sessions.session = $2),
+		j AS (DELETE FROM sessions WHERE tenant = $1 AND session = $2 AND NOT EXISTS (SELECT 1 FROM ok)
+			AND last_ordinal = 0 AND owner = '' AND epoch = 0 AND live_count = 0),
+		e AS (INSERT INTO events (tenant, run_id, seq, body) SELECT $1, $3, 1, $12 FROM ok),
+		c AS (INSERT INTO create_commands (tenant, command_id, run_id) SELECT $1, $9, $3 FROM ok WHERE $9::text IS NOT NULL),
+		w AS (INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, has_executing, updated_at, create_cmd, executing, snapshot)
+			SELECT $1, $3, $2, ok.ord, $5, $6, $4 > 0, $7, $8, $9, $10, $11 FROM ok RETURNING ordinal)
+		SELECT x.used, d.ordinal, d.snapshot, (SELECT ordinal FROM w) FROM x LEFT JOIN d ON true`
 
 	sqlLockSessionEpoch = `SELECT owner, epoch FROM sessions WHERE tenant = $1 AND session = $2 FOR UPDATE`
 
@@ -115,11 +123,13 @@ func optional(s string) *string {
 	return &s
 }
 
-// CreateRun implements runtime.Store in one transaction of two round
-// trips: the first creates the session's row if missing and locks it,
-// and looks the creation command and the run ID up; the second writes the
-// Run, its first event, its place in the session and its creation
-// command, and commits.
+// CreateRun implements runtime.Store in one transaction, one round trip:
+// BEGIN; create the session's row if missing; lock it (its last ordinal,
+// owner and epoch); in a statement of its own, look the run ID and the
+// creation command up and, if neither was used, write the Run, its first
+// event, its place in the session and its creation command (sqlCreate);
+// COMMIT. Go decides from what that statement read (duplicate, run ID
+// used) and checks that the write agrees.
 func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
 	if err := c.Check(); err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run: %w", err)
@@ -150,43 +160,44 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		b.Queue(sqlBegin)
 		b.Queue(sqlEnsureSession, t, session)
 		b.Queue(sqlLockSession, t, session)
-		b.Queue(sqlCreateLookup, t, id, optional(c.CommandID))
+		b.Queue(sqlCreate, t, session, id, boolInt(!c.Run.Status.Terminal()), c.Run.Seq, string(c.Run.Status),
+			enc.executing != nil, c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb)
+		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
 		var (
-			last, epoch int64
-			exists      bool
-			dupOrdinal  *int64
+			last, epoch            int64
+			used                   bool
+			dupOrdinal, newOrdinal *int64
 		)
 		err := execAll(br, 2)
 		if err == nil {
 			_, err = queryOne(br, &last, &owner, &epoch)
 		}
 		if err == nil {
-			_, err = queryOne(br, &exists, &dupOrdinal, &dup)
+			_, err = queryOne(br, &used, &dupOrdinal, &dup, &newOrdinal)
+		}
+		if err == nil {
+			err = execAll(br, 1)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		switch {
-		case err != nil:
+		if err != nil {
 			return err
+		}
+		var refused error
+		switch {
 		case dupOrdinal != nil:
 			res = runtime.CreateResult{Ordinal: *dupOrdinal, Duplicate: true}
-			return nil
-		case exists:
-			return fmt.Errorf("pgstore: create run %s/%s: %w", t, id, runtime.ErrRunExists)
+		case used:
+			refused = fmt.Errorf("pgstore: create run %s/%s: %w", t, id, runtime.ErrRunExists)
+		default:
+			res = runtime.CreateResult{Ordinal: last + 1}
 		}
-		ord := last + 1
-		live := !c.Run.Status.Terminal()
-		b = &pgx.Batch{}
-		b.Queue(sqlCreate, t, session, id, ord, boolInt(live), c.Run.Seq, string(c.Run.Status), enc.executing != nil,
-			c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb)
-		b.Queue(sqlCommit)
-		if err := sendWrites(ctx, conn, b); err != nil {
-			return err
+		if wrote := refused == nil && !res.Duplicate; wrote != (newOrdinal != nil) || wrote && *newOrdinal != last+1 {
+			return fmt.Errorf("pgstore: create run %s/%s: the write's checks and the rows read disagree: %w", t, id, runtime.ErrStoreUnavailable)
 		}
-		res = runtime.CreateResult{Ordinal: ord}
-		return nil
+		return refused
 	})
 	if err != nil {
 		return runtime.CreateResult{}, fail("create run "+t+"/"+id, err)
