@@ -84,7 +84,8 @@
 // owner and epoch); one statement that looks the run ID and the creation
 // command up and writes the Run only if neither was used (and, if it
 // refuses, deletes the session row again when it is empty); COMMIT.
-// ClaimSession (when it takes a session over) and KVSet are two round
+// ClaimSession decides with one read when it writes nothing, and takes a
+// session over in one round trip of the same shape. KVSet is two round
 // trips: the locked reads, then Go decides and the writes and COMMIT
 // follow, or the transaction is rolled back.
 //

@@ -339,3 +339,53 @@ func TestARefusedCreationLeavesNoSession(t *testing.T) {
 		t.Fatalf("sessions on record: %s; want claimed,s", sessions)
 	}
 }
+
+// TestRacingClaimsHaveOneWinner: live nodes on two Stores claim one fresh
+// session at once; exactly one takes it, at epoch 1, and every other is
+// told that one owns it.
+func TestRacingClaimsHaveOneWinner(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	stores := []*Store{open(t, dsn, schema, nil), open(t, dsn, schema, nil)}
+	ctx := context.Background()
+	const claimers = 8
+	for i := range claimers {
+		if err := stores[i%2].RegisterNode(ctx, fmt.Sprintf("n%d", i), time.Now().Add(time.Minute).UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+		epochs = make([]uint64, claimers)
+		errs   = make([]error, claimers)
+	)
+	for i := range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			epochs[i], errs[i] = stores[i%2].ClaimSession(ctx, "t", "s", fmt.Sprintf("n%d", i), 0)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		if err == nil {
+			if winner >= 0 || epochs[i] != 1 {
+				t.Fatalf("n%d and n%d both claimed, or epoch %d: %v", winner, i, epochs[i], epochs)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no claim won: %v", errs)
+	}
+	for i, err := range errs {
+		var owned *runtime.SessionOwnedError
+		if i != winner && (!errors.As(err, &owned) || owned.Owner != fmt.Sprintf("n%d", winner) || owned.Epoch != 1) {
+			t.Fatalf("n%d: %v; want owned by n%d at epoch 1", i, err, winner)
+		}
+	}
+}

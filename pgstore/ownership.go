@@ -51,13 +51,24 @@ var sqlClaimState = `SELECT s.owner, s.epoch,
 	FROM (SELECT ` + dbNow(4) + ` AS now) AS c
 	LEFT JOIN sessions s ON s.tenant = $1 AND s.session = $2`
 
-// sqlClaimLiveness reads, after the session row is locked, whether the
-// claiming node and the session's owner are alive.
-var sqlClaimLiveness = `SELECT
-		coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false),
-		coalesce((SELECT ` + alive + ` FROM nodes n JOIN sessions s ON n.node_id = s.owner
-			WHERE s.tenant = $1 AND s.session = $2), false)
-	FROM (SELECT ` + dbNow(4) + ` AS now) AS c`
+// sqlClaimTake reads, after the session row is locked, its owner and
+// epoch and whether the claiming node and the owner are alive, and takes
+// the session (owner $3, epoch + 1) if the claim goes ahead: the node is
+// alive, and the owner is none, or dead, and not the node itself. A claim
+// refused deletes the session's row again if it is empty (no Run, never
+// claimed). $1 tenant, $2 session, $4 now. It returns what it read and
+// whether it wrote.
+var sqlClaimTake = `WITH c AS (SELECT ` + dbNow(4) + ` AS now),
+	st AS (SELECT s.owner, s.epoch,
+			coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false) AS self,
+			coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = s.owner), false) AS owner_alive
+		FROM sessions s, c WHERE s.tenant = $1 AND s.session = $2),
+	ok AS (SELECT st.epoch + 1 AS epoch FROM st WHERE st.self AND st.owner <> $3 AND (st.owner = '' OR NOT st.owner_alive)),
+	u AS (UPDATE sessions SET owner = $3, epoch = ok.epoch FROM ok
+		WHERE sessions.tenant = $1 AND sessions.session = $2 RETURNING 1),
+	j AS (DELETE FROM sessions WHERE tenant = $1 AND session = $2 AND NOT EXISTS (SELECT 1 FROM ok)
+		AND last_ordinal = 0 AND owner = '' AND epoch = 0 AND live_count = 0)
+	SELECT st.owner, st.epoch, st.self, st.owner_alive, EXISTS (SELECT 1 FROM u) FROM st`
 
 // RegisterNode implements runtime.Ownership: one statement. Registering a
 // live incarnation again renews it (never shortening its lease); one
@@ -102,9 +113,10 @@ func (s *Store) putNode(ctx context.Context, verb, q, nodeID string, expiresMS i
 // ClaimSession implements runtime.Ownership. When it writes nothing (the
 // node owns the session already, a live node owns it, or the claiming
 // node is dead) one read without a lock decides. A claim that takes the
-// session runs a transaction: it creates the session's row if missing,
-// locks it, reads again whether the nodes are alive, and writes the new
-// owner and epoch.
+// session runs a transaction of one round trip: BEGIN; create the
+// session's row if missing; lock it; read again whether the nodes are
+// alive and write the new owner and epoch if the claim still goes ahead
+// (sqlClaimTake); COMMIT.
 func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string, nowMS int64) (uint64, error) {
 	if err := checkIDs("tenant", tenant, "session", session); err != nil {
 		return 0, fmt.Errorf("pgstore: claim session: %w", err)
@@ -137,19 +149,23 @@ func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string
 		b.Queue(sqlBegin)
 		b.Queue(sqlEnsureSession, tenant, session)
 		b.Queue(sqlLockSessionEpoch, tenant, session)
-		b.Queue(sqlClaimLiveness, tenant, session, nodeID, now)
+		b.Queue(sqlClaimTake, tenant, session, nodeID, now)
+		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
 		var (
-			owner       string
-			epoch       int64
-			self, alive bool
+			owner              string
+			epoch              int64
+			self, alive, wrote bool
 		)
 		err := execAll(br, 2)
 		if err == nil {
 			_, err = queryOne(br, &owner, &epoch)
 		}
 		if err == nil {
-			_, err = queryOne(br, &self, &alive)
+			_, err = queryOne(br, &owner, &epoch, &self, &alive, &wrote)
+		}
+		if err == nil {
+			err = execAll(br, 1)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -157,15 +173,15 @@ func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string
 		if err != nil {
 			return err
 		}
-		if e, done, err := claimDecision(tenant, session, nodeID, owner, uint64(epoch), self, alive); done {
-			result = e
-			return err
+		e, done, refused := claimDecision(tenant, session, nodeID, owner, uint64(epoch), self, alive)
+		if !done {
+			e = uint64(epoch) + 1
 		}
-		result = uint64(epoch) + 1
-		b = &pgx.Batch{}
-		b.Queue(`UPDATE sessions SET owner = $3, epoch = $4 WHERE tenant = $1 AND session = $2`, tenant, session, nodeID, int64(result))
-		b.Queue(sqlCommit)
-		return sendWrites(ctx, conn, b)
+		if wrote == done {
+			return fmt.Errorf("pgstore: %s by %s: the write's checks (wrote: %v) and the rows read disagree: %w", what, nodeID, wrote, runtime.ErrStoreUnavailable)
+		}
+		result = e
+		return refused
 	})
 	if err != nil {
 		return 0, fail(what, err)
