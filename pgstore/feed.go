@@ -208,10 +208,15 @@ func (f *feed) notify() {
 			closeConn(conn)
 		}
 	}()
-	// try sends the payloads on conn, connecting it first if need be.
+	// try sends the payloads on conn, connecting it first if need be. The
+	// notifier's transactions commit asynchronously: a notification is a
+	// hint, and losing one in a crash of the server costs nothing, so
+	// none of them waits for the WAL to reach the disk.
 	try := func(ctx context.Context, payloads []string) error {
 		if conn == nil || conn.IsClosed() {
-			c, err := f.connect(ctx)
+			cf := f.s.connCf.Copy()
+			cf.RuntimeParams["synchronous_commit"] = "off"
+			c, err := pgx.ConnectConfig(ctx, cf)
 			if err != nil {
 				return err
 			}
