@@ -4,22 +4,20 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/badgerstore"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime"
 )
 
 // The plugins chaos loads, by their paths under --plugins as `make
@@ -44,6 +42,14 @@ type chaosOptions struct {
 	termBound   time.Duration
 	drain       time.Duration
 	timeout     time.Duration
+
+	store          string
+	nodes          int
+	dsn            string
+	leaseTTL       time.Duration
+	longPause      durRange
+	longPauses     float64
+	pgRecoverBound time.Duration
 }
 
 func newBenchChaosCmd(bf *benchFlags) *cobra.Command {
@@ -51,63 +57,145 @@ func newBenchChaosCmd(bf *benchFlags) *cobra.Command {
 		faults: faultKinds{faultKill, faultPause, faultTerm}}
 	cmd := &cobra.Command{
 		Use:   "chaos",
-		Short: "Kill, pause and restart a real server under load, then check that no acknowledged Run was lost or mishandled",
-		Long: `chaos starts ` + "`agenthost serve`" + ` as a child process on a fresh data dir, with two
-tenants whose Runs use the conformance plugins, and for --duration lets
+		Short: "Kill, pause and restart real servers (and their PostgreSQL) under load, then check that no acknowledged Run was lost or mishandled",
+		Long: `chaos starts --nodes ` + "`agenthost serve`" + ` child processes on one store (--store badger,
+the default: one node on a fresh data dir; --store postgres: any number of
+nodes on one fresh PostgreSQL database, on a throwaway server the bench
+starts in its work dir with fsync on, or on the server --dsn names), with
+two tenants whose Runs use the conformance plugins, and for --duration lets
 --concurrency clients submit Runs of every kind: instant tools, slow tools
 (slow_job, slow), failing tools (fail, flaky), tools that wait for an
 approval (the clients approve or deny them), a model that asks the user
 one or two questions (the clients answer each, under If-Match), slow ones
 the clients cancel while in flight, one that loses its work (its policy
 fails the Run), and hostile ones (an endless loop, a memory bomb, a trap,
-huge or malformed output, a file read, HTTP to a host not allowed). Every
---fault-every it does one of the --faults: kill SIGKILLs the server and
-restarts it on the same data dir; pause SIGSTOPs it for --pause and
-SIGCONTs it; term restarts it gracefully: SIGTERM, which must make it exit
-0 within --term-bound, then a start on the same data dir. The first faults
-are each kind once, in a seeded order, so that even a short run has every
-kind; then the kind is drawn at random. The clients see their requests time
-out or answer 503 and retry them, a submission with the same
-Idempotency-Key.
+huge or malformed output, a file read, HTTP to a host not allowed).
 
-Then it stops the faults, waits for every acknowledged Run to end (approving
-and answering what still waits), stops the server with SIGTERM (it must exit 0), reopens
-the data dir with Badger and checks docs/DESIGN.md §9's invariants on every
+The clients submit round robin through the nodes and follow each Run's
+event stream (Server-Sent Events) through a node other than the one that
+acknowledged it, resuming it elsewhere with Last-Event-ID when a fault
+cuts it off; they answer approvals and questions and ask for
+cancellations through any node. A request a fault cuts off (a timeout, a
+refused connection, a 503) is sent again to another node, a submission
+with the same Idempotency-Key.
+
+Every --fault-every it does one of the --faults to a node drawn at random:
+kill SIGKILLs it and restarts it on the same store; pause SIGSTOPs it for
+--pause and SIGCONTs it; term restarts it gracefully: SIGTERM, which must
+make it exit 0 within --term-bound, then a start; pgrestart (postgres on
+the bench's own server only) crashes and restarts PostgreSQL itself
+(pg_ctl restart -m immediate) under the load. With more than one node a
+share of the pauses (--long-pauses, and always the first) lasts
+--long-pause, past the node lease (--lease-ttl, serve's 15s by default),
+so that another node takes the paused node's sessions over; the paused
+node must then exit 1 for its lost lease (and is started again), its
+late work fenced off by the session epochs. The first faults are each
+kind once, in a seeded order, so that even a short run has every kind;
+then the kind is drawn at random.
+
+Then it stops the faults, waits for every acknowledged Run to end
+(approving and answering what still waits), stops every node with
+SIGTERM (each must exit 0), opens the store (Badger, or PostgreSQL
+through pgstore) and checks docs/DESIGN.md §9's invariants on every
 acknowledged Run: it is terminal; its event log passes the Loop's log
 check (loop.LogCheck): numbered 1..n with one terminal event, last; no
 effect attempt settled twice, or without its dispatch; a gated call
-dispatched only once approved; every approval and every input answers what
-the Run was waiting on, once; no effect dispatched more attempts than its
-policy allows; and the rest of that check's rules. No slow job ran twice (the
-plugin counts its executions in its KV); the watchdog found no stuck Run; the
-server answered within --resume-bound after every SIGCONT; and it exited 0
-within --term-bound after every SIGTERM.
+dispatched only once approved; every approval and every input answers
+what the Run was waiting on, once; no effect dispatched more attempts
+than its policy allows; and the rest of that check's rules. Its event
+streams delivered its log as the store holds it, none missing or
+repeated, on whichever node. No slow job ran twice (the plugin counts
+its executions in its KV); the watchdog found no stuck Run; a node
+answered within --resume-bound after every SIGCONT (or, past its lease,
+exited 1 within --term-bound); it exited 0 within --term-bound after every SIGTERM; the
+clients' requests succeeded again within --pg-recover-bound of every
+PostgreSQL restart.
 
-It prints the faults survived (kills, pauses, graceful restarts), the Runs
-by kind and status, the effects settled, recovery's decisions, and the
-violations; it exits non-zero if there is any, naming them, and keeps the
-work dir for a post-mortem. The
-seed (--seed, printed at the start) replays the same choices: kinds,
-tenants, fault times; the timing of the processes is not replayed.`,
+It prints the faults survived, the Runs by kind and status, the effects
+settled, recovery's decisions, with postgres the time from each node's
+death (a kill, or a pause past the lease) to the first and to the last
+takeover of its sessions, in multiples of the lease TTL, and the
+clients' error window after each PostgreSQL restart, and the
+violations; it exits non-zero if there is any, naming them, and keeps
+the work dir (the nodes' logs, and the bench's own PostgreSQL data) for
+a post-mortem. The seed (--seed, printed at the start) replays the same
+choices: kinds, nodes, tenants, fault times; the timing of the
+processes is not replayed.`,
 		Example: `  make plugins build
   bin/agenthost bench chaos --duration 10m
+  bin/agenthost bench chaos --store postgres --nodes 3 --duration 10m
+  bin/agenthost bench chaos --store postgres --nodes 3 --dsn "host=db user=agenthost dbname=scratch" --duration 5m
   bin/agenthost bench chaos --duration 2m --seed 42 --fault-every 2s-5s --pause 1s-3s --json
   bin/agenthost bench chaos --duration 5m --faults term`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runChaos(cmd, bf, o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.settle(cmd); err != nil {
+				return err
+			}
+			return runChaos(cmd, bf, o)
+		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&o.duration, "duration", 10*time.Minute, "how long the faults and the load go on (the drain and the checks come after)")
 	f.Uint64Var(&o.seed, "seed", 0, "the seed of the random choices (0: a fresh one, printed)")
 	f.IntVar(&o.concurrency, "concurrency", 8, "clients submitting and following Runs at once")
 	f.Var(&o.faultEvery, "fault-every", "time between two faults, a range drawn uniformly (e.g. 3s-10s)")
-	f.Var(&o.faults, "faults", "the kinds of fault to draw from: kill (SIGKILL, restart), pause (SIGSTOP, SIGCONT), term (SIGTERM, restart)")
+	f.Var(&o.faults, "faults", "the kinds of fault to draw from: kill (SIGKILL, restart), pause (SIGSTOP, SIGCONT), term (SIGTERM, restart), pgrestart (PostgreSQL crashed and restarted; --store postgres without --dsn) (default kill,pause,term, and pgrestart when it is available)")
 	f.Var(&o.pause, "pause", "how long a SIGSTOP lasts before its SIGCONT, a range (e.g. 1s-4s)")
-	f.DurationVar(&o.resumeBound, "resume-bound", 15*time.Second, "the server must answer /readyz this soon after a SIGCONT")
-	f.DurationVar(&o.termBound, "term-bound", 45*time.Second, "the server must exit 0 this soon after a SIGTERM (its own grace: 10s for requests, 20s for the runtime)")
+	f.DurationVar(&o.resumeBound, "resume-bound", 15*time.Second, "a node must answer /readyz this soon after a SIGCONT (paused past its lease, it must exit 1 within --term-bound instead)")
+	f.DurationVar(&o.termBound, "term-bound", 45*time.Second, "a node must exit 0 this soon after a SIGTERM (its own grace: 10s for requests, 20s for the runtime)")
 	f.DurationVar(&o.drain, "drain-timeout", 3*time.Minute, "bound on waiting for every acknowledged Run to end after the faults stop")
 	f.DurationVar(&o.timeout, "request-timeout", 2*time.Second, "bound on one HTTP request of the clients")
+	f.StringVar(&o.store, "store", config.DriverBadger, "the store the nodes share: badger (one node, on its data dir) or postgres (one database, any number of nodes)")
+	f.IntVar(&o.nodes, "nodes", 1, "how many `agenthost serve` nodes run on the store at once (more than one needs --store postgres)")
+	f.StringVar(&o.dsn, "dsn", "", "with --store postgres, the PostgreSQL server to use, in a fresh schema of the DSN's database, dropped at the end unless there were violations (default: a throwaway server the bench starts in its work dir, fsync on, and stops; only it can take the pgrestart fault)")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 0, "the nodes' lease_ttl (default: serve's, 15s); the takeover times are given in multiples of it")
+	f.Var(&o.longPause, "long-pause", "how long a pause past the lease lasts, a range (default 1.2 to 1.6 times the lease TTL)")
+	f.Float64Var(&o.longPauses, "long-pauses", 1.0/3, "the share of the pauses that last --long-pause, past the lease (with one node: 0 unless set); with more than one node the first pause always does")
+	f.DurationVar(&o.pgRecoverBound, "pg-recover-bound", time.Minute, "the clients' requests must succeed again this soon after a PostgreSQL restart began")
 	return cmd
+}
+
+// settle checks the flags against each other and fills in the defaults
+// that depend on others.
+func (o *chaosOptions) settle(cmd *cobra.Command) error {
+	f := cmd.Flags()
+	switch o.store {
+	case config.DriverBadger, config.DriverPostgres:
+	default:
+		return fmt.Errorf("bench chaos: --store %q: want badger or postgres", o.store)
+	}
+	switch {
+	case o.concurrency < 1:
+		return fmt.Errorf("bench chaos: --concurrency must be at least 1")
+	case o.nodes < 1:
+		return fmt.Errorf("bench chaos: --nodes must be at least 1")
+	case o.nodes > 1 && o.store != config.DriverPostgres:
+		return fmt.Errorf("bench chaos: --nodes %d needs --store postgres: a Badger data dir is one process's store", o.nodes)
+	case o.dsn != "" && o.store != config.DriverPostgres:
+		return fmt.Errorf("bench chaos: --dsn is for --store postgres")
+	case o.longPauses < 0 || o.longPauses > 1:
+		return fmt.Errorf("bench chaos: --long-pauses %g: want a share between 0 and 1", o.longPauses)
+	case o.leaseTTL != 0 && o.leaseTTL < config.MinLeaseTTL:
+		return fmt.Errorf("bench chaos: --lease-ttl %s: serve takes no lease shorter than %s", o.leaseTTL, config.MinLeaseTTL)
+	}
+	pgRestartable := o.store == config.DriverPostgres && o.dsn == ""
+	if !f.Changed("faults") && pgRestartable {
+		o.faults = append(o.faults, faultPgRestart)
+	}
+	if len(o.faults) == 0 {
+		return fmt.Errorf("bench chaos: --faults must name at least one of kill, pause, term and pgrestart")
+	}
+	if o.faults.has(faultPgRestart) && !pgRestartable {
+		if o.dsn != "" {
+			return fmt.Errorf("bench chaos: the pgrestart fault is unavailable with --dsn: the bench restarts only the PostgreSQL server it starts itself (pg_ctl restart -m immediate), never one of yours; drop --dsn, or pgrestart from --faults")
+		}
+		return fmt.Errorf("bench chaos: the pgrestart fault restarts PostgreSQL: it needs --store postgres")
+	}
+	if !f.Changed("long-pauses") && o.nodes == 1 {
+		o.longPauses = 0
+	}
+	return nil
 }
 
 // chaosParams are the parameters, for --json.
@@ -122,18 +210,35 @@ type chaosParams struct {
 	TermBoundS     float64 `json:"term_bound_s"`
 	DrainTimeoutS  float64 `json:"drain_timeout_s"`
 	RequestTimeout float64 `json:"request_timeout_s"`
+
+	Store            string  `json:"store"`
+	Nodes            int     `json:"nodes"`
+	DSN              string  `json:"dsn,omitempty"` // --dsn, its password hidden
+	LeaseTTLS        float64 `json:"lease_ttl_s"`
+	LongPause        string  `json:"long_pause,omitempty"`
+	LongPauses       float64 `json:"long_pauses"`
+	PgRecoverBoundS  float64 `json:"pg_recover_bound_s,omitempty"`
+	WatchdogInterval string  `json:"watchdog_interval"`
 }
 
 // chaosResult is what a chaos run found, for --json.
 type chaosResult struct {
 	Seed       uint64  `json:"seed"`
+	Store      string  `json:"store"`
+	Nodes      int     `json:"nodes"`
 	ElapsedS   float64 `json:"elapsed_s"`
 	Kills      int     `json:"kills"`
 	Pauses     int     `json:"pauses"`
 	Restarts   int     `json:"graceful_restarts"`
-	MaxReadyMS float64 `json:"max_ready_after_restart_ms"`
-	MaxResumMS float64 `json:"max_answer_after_sigcont_ms"`
-	MaxExitMS  float64 `json:"max_exit_after_sigterm_ms"`
+	PgRestarts int     `json:"pg_restarts"`
+	// PausesPastLease counts the pauses after which the node exited for
+	// its lost lease (every --long-pause, and the odd shorter one);
+	// LeaseLostExits every exit for a lost lease, those included.
+	PausesPastLease int     `json:"pauses_past_lease"`
+	LeaseLostExits  int     `json:"lease_lost_exits"`
+	MaxReadyMS      float64 `json:"max_ready_after_restart_ms"`
+	MaxResumMS      float64 `json:"max_answer_after_sigcont_ms"`
+	MaxExitMS       float64 `json:"max_exit_after_sigterm_ms"`
 
 	Submitted    int64                     `json:"submitted"`
 	Acknowledged int                       `json:"acknowledged"`
@@ -146,6 +251,7 @@ type chaosResult struct {
 	Cancels      int64                     `json:"cancels"`
 	Denied       int64                     `json:"denied"`
 	Answered     int64                     `json:"answered"`
+	Streams      chaosStreamStats          `json:"event_streams"`
 
 	Dispatched     int            `json:"attempts_dispatched"`
 	EffectsSettled map[string]int `json:"effects_settled"` // "kind state" → attempts settled
@@ -159,230 +265,60 @@ type chaosResult struct {
 	// why: not violations, but what to read first after a run.
 	UnusualEnds []string `json:"unusual_ends"`
 
+	// Takeovers times each node's deaths to the takeovers of its
+	// sessions (postgres); PgRestartFigures each PostgreSQL restart.
+	Takeovers        *chaosTakeoverReport `json:"takeovers,omitempty"`
+	PgRestartFigures []chaosPgRestart     `json:"pg_restart_figures,omitempty"`
+
 	Violations []string `json:"violations"`
 }
 
-func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
-	if o.concurrency < 1 {
-		return fmt.Errorf("bench chaos: --concurrency must be at least 1")
-	}
-	if len(o.faults) == 0 {
-		return fmt.Errorf("bench chaos: --faults must name at least one of kill, pause and term")
-	}
-	if o.seed == 0 {
-		o.seed = rand.Uint64()
-	}
-	bin, err := bf.binary()
-	if err != nil {
-		return err
-	}
-	plugins, err := bf.pluginPaths(chaosBuilder, chaosScripted, chaosHostile, chaosSlowJob)
-	if err != nil {
-		return err
-	}
-	cache, err := bf.cachePath()
-	if err != nil {
-		return err
-	}
-	dir, cleanup, err := bf.tempDir("chaos")
-	if err != nil {
-		return err
-	}
-	keep := false
-	defer func() {
-		if !keep {
-			cleanup()
-		}
-	}()
-	bf.progressf(cmd, "chaos: seed %d (replay with --seed %d), %s of faults (%s) every %s (pauses %s), %d clients, work dir %s",
-		o.seed, o.seed, o.duration, &o.faults, &o.faultEvery, &o.pause, o.concurrency, dir)
-
-	tenants := []chaosTenant{{"alpha", "chaos-alpha-token"}, {"beta", "chaos-beta-token"}}
-	cfg, err := writeBenchConfig(dir, chaosConfig(plugins, cache, tenants))
-	if err != nil {
-		return fmt.Errorf("bench chaos: config: %w", err)
-	}
-	srv := &chaosServer{bin: bin, cfgPath: filepath.Join(dir, "agenthost.yaml"), logPath: filepath.Join(dir, "serve.log")}
-	if _, err := srv.start(); err != nil {
-		return fmt.Errorf("bench chaos: starting the server: %w", err)
-	}
-
-	began := time.Now()
-	res := &chaosResult{Seed: o.seed, Kinds: map[string]map[string]int{}, ByStatus: map[string]int{},
-		EffectsSettled: map[string]int{}, Recovery: map[string]int{}}
-	clients := newChaosClients(srv, tenants, o.seed, o.timeout)
-	defer func() {
-		// On an early return: stop the clients' retries and the child.
-		clients.stopping.Store(true)
-		clients.giveUp.Store(1)
-		if p := srv.current(); !p.Exited() {
-			p.Kill()
-		}
-	}()
-	var workers sync.WaitGroup
-	for i := 0; i < o.concurrency; i++ {
-		workers.Add(1)
-		go func() { defer workers.Done(); clients.worker(i) }()
-	}
-	// Progress is printed by this goroutine only (between faults, see
-	// wait), never by a meter's: cmd's stderr need not be safe for
-	// concurrent writes.
-	lastProgress := time.Now()
-	wait := func(d time.Duration) {
-		for d > 0 {
-			step := min(d, 5*time.Second)
-			time.Sleep(step) // the fault's input: when it falls
-			d -= step
-			if time.Since(lastProgress) < 5*time.Second {
-				continue
-			}
-			lastProgress = time.Now()
-			acked, _ := clients.snapshot()
-			bf.progressf(cmd, "chaos: %s runs submitted %d, acknowledged %d; kills %d, pauses %d, graceful restarts %d",
-				time.Since(began).Round(time.Second), clients.submitted.get(), len(acked), res.Kills, res.Pauses, res.Restarts)
-		}
-	}
-
-	var faultViolations []string
-	rng := rand.New(rand.NewPCG(o.seed, 0))
-	// The first faults are each kind once, in a seeded order, so that even
-	// a short run has every kind; then the kinds are random.
-	first := append(faultKinds(nil), o.faults...)
-	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
-	end := began.Add(o.duration)
-	for n := 1; ; n++ {
-		next := o.faultEvery.draw(rng)
-		if time.Now().Add(next).After(end) {
-			wait(time.Until(end)) // the rest of the chaos phase, with no fault
-			break
-		}
-		wait(next)
-		if p := srv.current(); p.Exited() {
-			faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself before fault %d: %v", n, p.Err()))
-			if _, err := srv.start(); err != nil {
-				return fmt.Errorf("bench chaos: restarting the server: %w", err)
-			}
-		}
-		kind := o.faults[rng.IntN(len(o.faults))]
-		if n <= len(first) {
-			kind = first[n-1]
-		}
-		at := time.Since(began).Round(100 * time.Millisecond)
-		switch kind {
-		case faultKill:
-			ready, err := srv.kill()
-			if err != nil {
-				keep = true
-				return fmt.Errorf("bench chaos: seed %d: the server did not come back after SIGKILL %d: %w (work dir kept: %s)", o.seed, res.Kills+1, err, dir)
-			}
-			res.Kills++
-			res.MaxReadyMS = max(res.MaxReadyMS, msf(ready))
-			bf.progressf(cmd, "chaos: %s kill %d: SIGKILL, restarted on the same data dir, ready in %s", at, res.Kills, ready.Round(time.Millisecond))
-		case faultTerm:
-			exited, stopErr := srv.stop(o.termBound)
-			if stopErr != nil {
-				faultViolations = append(faultViolations, fmt.Sprintf("graceful restart %d: %v", res.Restarts+1, stopErr))
-				bf.progressf(cmd, "chaos: %s graceful restart %d: VIOLATION: %v", at, res.Restarts+1, stopErr)
-			}
-			ready, err := srv.start()
-			if err != nil {
-				keep = true
-				return fmt.Errorf("bench chaos: seed %d: the server did not come back after SIGTERM %d: %w (work dir kept: %s)", o.seed, res.Restarts+1, err, dir)
-			}
-			res.Restarts++
-			res.MaxExitMS = max(res.MaxExitMS, msf(exited))
-			res.MaxReadyMS = max(res.MaxReadyMS, msf(ready))
-			bf.progressf(cmd, "chaos: %s graceful restart %d: SIGTERM, exited in %s, restarted on the same data dir, ready in %s", at, res.Restarts, exited.Round(time.Millisecond), ready.Round(time.Millisecond))
-		case faultPause:
-			d := o.pause.draw(rng)
-			errorsBefore := clients.errors.get()
-			answered, err := srv.pause(d, o.resumeBound)
-			cutOff := clients.errors.get() - errorsBefore
-			res.PauseErrors += cutOff
-			res.Pauses++
-			if err != nil {
-				faultViolations = append(faultViolations, fmt.Sprintf("pause %d: the server did not answer within %s of SIGCONT: %v", res.Pauses, o.resumeBound, err))
-				bf.progressf(cmd, "chaos: %s pause %d: VIOLATION: %v", at, res.Pauses, err)
-				continue
-			}
-			res.MaxResumMS = max(res.MaxResumMS, msf(answered))
-			bf.progressf(cmd, "chaos: %s pause %d: SIGSTOP for %s (%d requests cut off), ready %s after SIGCONT", at, res.Pauses, d.Round(time.Millisecond), cutOff, answered.Round(time.Millisecond))
-		}
-	}
-
-	// The drain: no new Runs; a submission in flight retries until the
-	// drain's deadline; then every acknowledged Run must end.
-	drainBegan := time.Now()
-	deadline := drainBegan.Add(o.drain)
-	clients.stopping.Store(true)
-	clients.giveUp.Store(deadline.UnixNano())
-	if p := srv.current(); p.Exited() {
-		faultViolations = append(faultViolations, fmt.Sprintf("the server exited by itself during the last phase: %v", p.Err()))
-		if _, err := srv.start(); err != nil {
-			return fmt.Errorf("bench chaos: restarting the server: %w", err)
-		}
-	}
-	workers.Wait()
-	acked, clientViolations := clients.snapshot()
-	bf.progressf(cmd, "chaos: faults stopped after %s; waiting for %d acknowledged Runs to end", time.Since(began).Round(time.Second), len(acked))
-	notEnded := chaosDrain(clients, acked, deadline, func(format string, args ...any) { bf.progressf(cmd, format, args...) })
-	res.DrainS = time.Since(drainBegan).Seconds()
-	if len(notEnded) > 0 {
-		faultViolations = append(faultViolations, fmt.Sprintf("%d acknowledged Runs did not end within the drain's %s: %s", len(notEnded), o.drain, strings.Join(firstN(notEnded, 10), ", ")))
-	}
-	watchdogMetric := scrapeCounter(clients, "agenthost_watchdog_reports_total")
-
-	// A clean stop: SIGTERM, exit 0.
-	if _, err := srv.stop(2 * time.Minute); err != nil {
-		faultViolations = append(faultViolations, "the last stop: "+err.Error())
-	}
-	bf.progressf(cmd, "chaos: server stopped; checking the data dir")
-
-	res.ElapsedS = time.Since(began).Seconds()
-	res.Submitted = clients.submitted.get()
-	res.Acknowledged = len(acked)
-	res.Retries, res.ClientErrors = clients.retries.get(), clients.errors.get()
-	res.Approved, res.Denied, res.Answered, res.Cancels = clients.approved.get(), clients.denied.get(), clients.answered.get(), clients.cancels.get()
-	res.Violations = append(res.Violations, faultViolations...)
-	res.Violations = append(res.Violations, clientViolations...)
-	res.Violations = append(res.Violations, chaosCheckStore(cmd.Context(), cfg.DataDir, acked, tenants, res)...)
-	res.Violations = append(res.Violations, chaosReadLog(srv.logPath, res)...)
-	if watchdogMetric > res.Watchdog {
-		res.Watchdog = watchdogMetric
-	}
-	if res.Watchdog > 0 {
-		res.Violations = append(res.Violations, fmt.Sprintf("the watchdog reported %d stuck Runs (see \"watchdog: run is stuck\" in %s)", res.Watchdog, srv.logPath))
-	}
-	if res.Violations == nil {
-		res.Violations = []string{}
-	}
-	if res.UnusualEnds == nil {
-		res.UnusualEnds = []string{}
-	}
-
-	params := chaosParams{Seed: o.seed, DurationS: o.duration.Seconds(), Concurrency: o.concurrency,
-		FaultEvery: o.faultEvery.String(), Faults: o.faults.String(), Pause: o.pause.String(), ResumeBoundS: o.resumeBound.Seconds(),
-		TermBoundS: o.termBound.Seconds(), DrainTimeoutS: o.drain.Seconds(), RequestTimeout: o.timeout.Seconds()}
-	if err := bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "chaos", Started: began, Machine: bf.thisMachine(), Params: params, Result: res},
-		chaosTables(res)...); err != nil {
-		return err
-	}
-	if n := len(res.Violations); n > 0 {
-		keep = true
-		return fmt.Errorf("bench chaos: seed %d: %d violations (work dir kept: %s):\n  %s", o.seed, n, dir, strings.Join(firstN(res.Violations, 20), "\n  "))
-	}
-	return nil
+// chaosStreamStats are the clients' event streams.
+type chaosStreamStats struct {
+	Opened int64 `json:"opened"`
+	// CrossNode counts the streams opened on a node other than the one
+	// that acknowledged their Run.
+	CrossNode int64 `json:"on_another_node"`
+	Events    int64 `json:"events"`
+	// Followed counts the acknowledged Runs whose streams delivered their
+	// whole log, to the terminal event.
+	Followed int `json:"runs_followed_to_the_end"`
+	// Broken, Idle and Stale count the streams given up before their
+	// Run's end and resumed elsewhere: cut off (a node stopped or lost
+	// its store), silent (a node paused), or behind the store.
+	Broken int64 `json:"cut_off"`
+	Idle   int64 `json:"silent"`
+	Stale  int64 `json:"behind_the_store"`
 }
 
-// chaosConfig is the child server's config: the conformance builder and
-// model, the scripted, hostile and slow-job executors, and tenants with
-// one token each, an approval-gated tool (wire), retry policies on the
-// tools that can be retried, and fail_run on the one that loses its work.
-func chaosConfig(plugins map[string]string, cache string, tenants []chaosTenant) string {
+// chaosPgRestart is one PostgreSQL restart under load.
+type chaosPgRestart struct {
+	AtS float64 `json:"at_s"`
+	// RestartMS is how long pg_ctl restart -m immediate took: the crash,
+	// the WAL recovery and the first connection.
+	RestartMS float64 `json:"restart_ms"`
+	// ErrorWindowS is from the restart's beginning to the last failed
+	// client request before the clients' requests succeeded again (a
+	// transport error or a 5xx answer); Failed counts those requests.
+	ErrorWindowS float64 `json:"clients_error_window_s"`
+	Failed       int     `json:"failed_requests"`
+	// LeaseLost counts the nodes that exited for a lost lease meanwhile.
+	LeaseLost int `json:"lease_lost_exits"`
+}
+
+// chaosConfig is a node's config: its store (storeYAML), the lease TTL
+// (0: serve's default), the conformance builder and model, the scripted,
+// hostile and slow-job executors, and tenants with one token each, an
+// approval-gated tool (wire), retry policies on the tools that can be
+// retried, and fail_run on the one that loses its work. Every node has
+// the same, but for the store's data dir, which is relative to its own.
+func chaosConfig(plugins map[string]string, cache string, tenants []chaosTenant, storeYAML string, leaseTTL time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `data_dir: data
-sync_writes: true
-cache_dir: %q
+	b.WriteString(storeYAML)
+	if leaseTTL > 0 {
+		fmt.Fprintf(&b, "lease_ttl: %s\n", leaseTTL)
+	}
+	fmt.Fprintf(&b, `cache_dir: %q
 retention: 0
 # Scans often enough that the watchdog sees each incarnation's Runs (a
 # stuck one is reported after two scans): its count must stay 0.
@@ -413,9 +349,9 @@ tenants:
 }
 
 // chaosDrain waits until every acknowledged Run is terminal, approving
-// what waits for a person, until deadline; it returns the Runs that did
-// not end.
-func chaosDrain(c *chaosClients, acked []ackedRun, deadline time.Time, progressf func(string, ...any)) []string {
+// what waits for a person, until deadline; tick runs between two looks
+// (it supervises the nodes). It returns the Runs that did not end.
+func chaosDrain(c *chaosClients, acked []ackedRun, deadline time.Time, progressf func(string, ...any), tick func() error) ([]string, error) {
 	open := map[string]ackedRun{}
 	for _, r := range acked {
 		open[r.ID] = r
@@ -431,6 +367,9 @@ func chaosDrain(c *chaosClients, acked []ackedRun, deadline time.Time, progressf
 				delete(open, id)
 			}
 		}
+		if err := tick(); err != nil {
+			return nil, err
+		}
 		if len(open) > 0 {
 			time.Sleep(250 * time.Millisecond) // the poll's cadence, bounded by deadline
 		}
@@ -440,13 +379,13 @@ func chaosDrain(c *chaosClients, acked []ackedRun, deadline time.Time, progressf
 		out = append(out, r.Tenant+"/"+id)
 	}
 	sort.Strings(out)
-	return out
+	return out, nil
 }
 
-// scrapeCounter sums a counter over its labels from the server's
-// /metrics (0 if it cannot be read).
-func scrapeCounter(c *chaosClients, name string) int {
-	code, raw, err := c.do("", "GET", "/metrics", nil, nil, nil)
+// scrapeCounter sums a counter over its labels from node i's /metrics (0
+// if it cannot be read).
+func scrapeCounter(c *chaosClients, i int, name string) int {
+	code, raw, err := c.doOn(i, "", "GET", "/metrics", nil, nil, nil)
 	if err != nil || code != http.StatusOK {
 		return 0
 	}
@@ -465,14 +404,10 @@ func scrapeCounter(c *chaosClients, name string) int {
 	return int(total)
 }
 
-// chaosCheckStore reopens the data dir and checks the invariants over
-// every acknowledged Run, adding its figures to res.
-func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tenants []chaosTenant, res *chaosResult) []string {
-	store, err := badgerstore.Open(dataDir, badgerstore.Options{})
-	if err != nil {
-		return []string{fmt.Sprintf("the data dir did not reopen after the clean stop: %v", err)}
-	}
-	defer store.Close()
+// chaosCheckStore checks the invariants over every acknowledged Run in
+// the store, once every node has stopped, adding its figures to res; the
+// clients' streams are what each Run's event streams delivered.
+func chaosCheckStore(ctx context.Context, store runtime.Store, acked []ackedRun, tenants []chaosTenant, streams map[string]*runStream, res *chaosResult) []string {
 	var out []string
 	for _, r := range acked {
 		byKind := res.Kinds[r.Kind]
@@ -505,6 +440,13 @@ func chaosCheckStore(ctx context.Context, dataDir string, acked []ackedRun, tena
 		}
 		for _, v := range chaosCheckLog(evs) {
 			out = append(out, fmt.Sprintf("run %s/%s (%s): %s", r.Tenant, r.ID, r.Kind, v))
+		}
+		st := streams[r.ID]
+		for _, v := range chaosCheckStream(st, evs) {
+			out = append(out, fmt.Sprintf("run %s/%s (%s), acknowledged by node %d: %s", r.Tenant, r.ID, r.Kind, r.Node, v))
+		}
+		if st != nil && st.ended {
+			res.Streams.Followed++
 		}
 		recs := loop.LogEffects(evs)
 		jobs, v, err := CheckSlowJobs(ctx, store, r.Tenant, chaosSlowJob, recs)
@@ -584,10 +526,18 @@ func chaosReadLog(path string, res *chaosResult) []string {
 
 // chaosTables is the human-readable summary.
 func chaosTables(res *chaosResult) []table {
-	faults := table{Title: "Faults", Header: []string{"kills", "pauses", "graceful restarts", "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "slowest exit after SIGTERM (ms)", "submission retries", "client errors", "of which during pauses"},
-		Rows: [][]string{{strconv.Itoa(res.Kills), strconv.Itoa(res.Pauses), strconv.Itoa(res.Restarts), fmt.Sprintf("%.0f", res.MaxReadyMS), fmt.Sprintf("%.0f", res.MaxResumMS),
-			fmt.Sprintf("%.0f", res.MaxExitMS), strconv.FormatInt(res.Retries, 10), strconv.FormatInt(res.ClientErrors, 10), strconv.FormatInt(res.PauseErrors, 10)}},
-		Notes: []string{fmt.Sprintf("seed %d; %.0f s in all, of which %.0f s draining; approvals answered: %d yes, %d no; questions answered: %d; cancellations asked: %d", res.Seed, res.ElapsedS, res.DrainS, res.Approved, res.Denied, res.Answered, res.Cancels)}}
+	header := []string{"kills", "pauses", "graceful restarts"}
+	row := []string{strconv.Itoa(res.Kills), strconv.Itoa(res.Pauses), strconv.Itoa(res.Restarts)}
+	if res.Store == config.DriverPostgres {
+		header = append(header, "PostgreSQL restarts", "pauses past the lease", "lease-lost exits")
+		row = append(row, strconv.Itoa(res.PgRestarts), strconv.Itoa(res.PausesPastLease), strconv.Itoa(res.LeaseLostExits))
+	}
+	header = append(header, "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "slowest exit after SIGTERM (ms)", "submission retries", "client errors", "of which during pauses")
+	row = append(row, fmt.Sprintf("%.0f", res.MaxReadyMS), fmt.Sprintf("%.0f", res.MaxResumMS),
+		fmt.Sprintf("%.0f", res.MaxExitMS), strconv.FormatInt(res.Retries, 10), strconv.FormatInt(res.ClientErrors, 10), strconv.FormatInt(res.PauseErrors, 10))
+	faults := table{Title: "Faults", Header: header, Rows: [][]string{row},
+		Notes: []string{fmt.Sprintf("seed %d; %d node(s) on %s; %.0f s in all, of which %.0f s draining; approvals answered: %d yes, %d no; questions answered: %d; cancellations asked: %d",
+			res.Seed, res.Nodes, res.Store, res.ElapsedS, res.DrainS, res.Approved, res.Denied, res.Answered, res.Cancels)}}
 	statuses := []string{"completed", "failed", "cancelled", "pending", "running", "waiting"}
 	runs := table{Title: "Runs", Header: append([]string{"kind", "acknowledged"}, statuses...)}
 	for _, k := range append(append([]string(nil), chaosKinds...), "total") {
@@ -606,14 +556,24 @@ func chaosTables(res *chaosResult) []table {
 		}
 		runs.Rows = append(runs.Rows, row)
 	}
-	runs.Notes = []string{fmt.Sprintf("%d submissions started, %d acknowledged; %d ended otherwise than their kind usually does", res.Submitted, res.Acknowledged, len(res.UnusualEnds))}
+	st := res.Streams
+	runs.Notes = []string{fmt.Sprintf("%d submissions started, %d acknowledged; %d ended otherwise than their kind usually does", res.Submitted, res.Acknowledged, len(res.UnusualEnds)),
+		fmt.Sprintf("event streams: %d opened (%d on a node other than the one that acknowledged the Run), %d events, %d Runs followed to their end; resumed elsewhere: %d cut off, %d silent, %d behind the store",
+			st.Opened, st.CrossNode, st.Events, st.Followed, st.Broken, st.Idle, st.Stale)}
 	for _, u := range firstN(res.UnusualEnds, 10) {
 		runs.Notes = append(runs.Notes, "  "+u)
 	}
 	effects := countTable("Effects", []string{"settled", "attempts"}, res.EffectsSettled)
 	effects.Notes = []string{fmt.Sprintf("%d attempts dispatched; %d slow jobs checked against the plugin's execution counts", res.Dispatched, res.SlowJobs)}
 	recovery := countTable("Recovery", []string{"decision", "count"}, res.Recovery)
-	recovery.Notes = []string{fmt.Sprintf("%d sessions taken over from a killed or stopped server; %d watchdog reports", res.SessionsTaken, res.Watchdog)}
+	recovery.Notes = []string{fmt.Sprintf("%d sessions taken over from a killed or stopped node; %d watchdog reports", res.SessionsTaken, res.Watchdog)}
+	out := []table{faults, runs, effects, recovery}
+	if res.Takeovers != nil {
+		out = append(out, chaosTakeoverTables(res.Takeovers)...)
+	}
+	if res.Store == config.DriverPostgres {
+		out = append(out, chaosPgRestartTable(res.PgRestartFigures))
+	}
 	verdict := table{Title: fmt.Sprintf("Violations: %d", len(res.Violations)), Header: []string{"#", "violation"}}
 	for i, v := range res.Violations {
 		verdict.Rows = append(verdict.Rows, []string{strconv.Itoa(i + 1), v})
@@ -621,7 +581,23 @@ func chaosTables(res *chaosResult) []table {
 	if len(res.Violations) == 0 {
 		verdict.Header, verdict.Notes = nil, []string{"every invariant held"}
 	}
-	return []table{faults, runs, effects, recovery, verdict}
+	return append(out, verdict)
+}
+
+// chaosPgRestartTable is one row per PostgreSQL restart.
+func chaosPgRestartTable(rs []chaosPgRestart) table {
+	t := table{Title: "PostgreSQL restarts", Header: []string{"at (s)", "pg_ctl restart -m immediate (ms)", "clients' error window (s)", "failed requests", "lease-lost exits"}}
+	var worst float64
+	for _, r := range rs {
+		t.Rows = append(t.Rows, []string{fmt.Sprintf("%.1f", r.AtS), fmt.Sprintf("%.0f", r.RestartMS), fmt.Sprintf("%.2f", r.ErrorWindowS), strconv.Itoa(r.Failed), strconv.Itoa(r.LeaseLost)})
+		worst = max(worst, r.ErrorWindowS)
+	}
+	if len(rs) == 0 {
+		t.Header, t.Notes = nil, []string{"none"}
+		return t
+	}
+	t.Notes = []string{fmt.Sprintf("the error window runs from the restart's beginning to the last request that failed (a transport error or a 5xx) before they succeeded again; the longest: %.2f s", worst)}
+	return t
 }
 
 // countTable is a table of counts by name, sorted by name.

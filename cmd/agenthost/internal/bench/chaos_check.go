@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agenthost/agenthost/badgerstore"
 	"github.com/agenthost/agenthost/loop"
 )
 
@@ -29,6 +28,12 @@ func chaosCheckLog(evs []loop.Event) []string {
 	return loop.LogCheck{Ended: true, Answer: chaosAnswer}.Check(evs)
 }
 
+// KVReader reads a plugin's key/value space: any runtime.Store (Badger's,
+// PostgreSQL's) has it.
+type KVReader interface {
+	KVGet(ctx context.Context, tenant, plugin string, key []byte) ([]byte, error)
+}
+
 // slowJobTool is the slow-job plugin's tool.
 const slowJobTool = "slow_job"
 
@@ -38,7 +43,7 @@ const slowJobTool = "slow_job"
 // no attempt ran that was never dispatched, and that an attempt settled
 // as finished ran exactly once. It returns the number of slow_job effects
 // checked.
-func CheckSlowJobs(ctx context.Context, store *badgerstore.Store, tenant, plugin string, recs map[string]*loop.EffectHistory) (int, []string, error) {
+func CheckSlowJobs(ctx context.Context, store KVReader, tenant, plugin string, recs map[string]*loop.EffectHistory) (int, []string, error) {
 	jobs := 0
 	var out []string
 	for _, r := range recs {
@@ -71,7 +76,7 @@ func CheckSlowJobs(ctx context.Context, store *badgerstore.Store, tenant, plugin
 // second; a kill between the two leaves the counter behind until a
 // repeated start repairs it, and recovery reattaches (attach, poll)
 // without a start. So the count is the larger of the two.
-func slowJobExecutions(ctx context.Context, store *badgerstore.Store, tenant, plugin, effect string, attempt int) (int, error) {
+func slowJobExecutions(ctx context.Context, store KVReader, tenant, plugin, effect string, attempt int) (int, error) {
 	n := 0
 	exec := fmt.Sprintf("exec/%s#%d", effect, attempt)
 	v, err := store.KVGet(ctx, tenant, plugin, []byte(exec))

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,9 +15,12 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 )
 
-// The chaos bench's clients: each submits Runs of a random kind, follows
-// them (answering approvals) and retries every request the faults cut
-// off, a submission always with the same Idempotency-Key.
+// The chaos bench's clients: each submits Runs of a random kind, round
+// robin through the nodes, follows each one's event stream through a node
+// other than the one that acknowledged it (answering its approvals and
+// questions, and cancelling it, through any node), and retries every
+// request the faults cut off on another node, a submission always with
+// the same Idempotency-Key.
 
 // chaosKinds are the kinds of Run the clients submit, in the summary's
 // order.
@@ -71,17 +76,19 @@ func chaosScripts(kind string, rng *rand.Rand) []string {
 	panic("chaos: unknown kind " + kind)
 }
 
-// ackedRun is a Run the server acknowledged (201, or 200 replaying its
+// ackedRun is a Run a node acknowledged (201, or 200 replaying its
 // Idempotency-Key).
 type ackedRun struct {
 	Tenant, Token, ID, Kind, Key string
+	Node                         int // the node that acknowledged it
 }
 
 // chaosClients is the clients' shared state. It is safe for concurrent
 // use.
 type chaosClients struct {
-	srv     *chaosServer
-	http    *http.Client
+	nodes   []*chaosServer
+	http    *http.Client // requests, each bounded by timeout
+	stream  *http.Client // event streams: only their connection and headers are bounded
 	tenants []chaosTenant
 	seed    uint64
 	timeout time.Duration // bound on one request
@@ -89,17 +96,34 @@ type chaosClients struct {
 	mu         sync.Mutex
 	acked      []ackedRun
 	violations []string
+	reported   map[string]bool       // violations reported once (by key)
+	streams    map[string]*runStream // by Run ID: what its event streams delivered
+	failures   []int64               // unix nanos of every failed request: a transport error or a 5xx answer
+
+	rr     atomic.Uint64 // the round robin of submissions
+	lastOK atomic.Int64  // unix nanos of the last request a node answered below 500
 
 	submitted, retries, errors, approved, denied, answered, cancels counter
-	stopping                                                        atomic.Bool  // the chaos phase is over: start nothing new
-	giveUp                                                          atomic.Int64 // unix nanos after which a submission stops retrying
+	// The event streams: opened (and of those, on a node other than the
+	// one that acknowledged the Run), events received, and given up
+	// before their Run's end: cut off, silent past chaosStreamIdle, or
+	// behind the store past chaosStreamStale.
+	streamsOpened, streamsCrossNode, streamEvents, streamsBroken, streamsIdle, streamsStale counter
+
+	stopping atomic.Bool  // the chaos phase is over: start nothing new
+	giveUp   atomic.Int64 // unix nanos after which a submission stops retrying
 }
 
 type chaosTenant struct{ ID, Token string }
 
-func newChaosClients(srv *chaosServer, tenants []chaosTenant, seed uint64, timeout time.Duration) *chaosClients {
-	return &chaosClients{srv: srv, tenants: tenants, seed: seed, timeout: timeout,
-		http: &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}}
+func newChaosClients(nodes []*chaosServer, tenants []chaosTenant, seed uint64, timeout time.Duration) *chaosClients {
+	dial := (&net.Dialer{Timeout: timeout}).DialContext
+	return &chaosClients{nodes: nodes, tenants: tenants, seed: seed, timeout: timeout,
+		reported: map[string]bool{}, streams: map[string]*runStream{},
+		http: &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
+		stream: &http.Client{Transport: &http.Transport{DialContext: dial, ResponseHeaderTimeout: timeout,
+			MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
+	}
 }
 
 func (c *chaosClients) violation(format string, args ...any) {
@@ -108,18 +132,121 @@ func (c *chaosClients) violation(format string, args ...any) {
 	c.violations = append(c.violations, fmt.Sprintf(format, args...))
 }
 
-// do sends one request to whichever server is up now.
-func (c *chaosClients) do(token, method, path string, body any, header map[string]string, out any) (int, []byte, error) {
-	addr := c.srv.addr()
+// violationOnce reports a violation the first time key is seen: a Run
+// looked at again and again reports its fault once.
+func (c *chaosClients) violationOnce(key, format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reported[key] {
+		return
+	}
+	c.reported[key] = true
+	c.violations = append(c.violations, fmt.Sprintf(format, args...))
+}
+
+// errNodeDown is a request not sent: its node is not running.
+var errNodeDown = errors.New("the node is not running")
+
+// pick chooses a node for a request at random: one that runs and that no
+// request failed on a moment ago, other than avoid if it can; -1 when no
+// node runs.
+func (c *chaosClients) pick(avoid int, tried map[int]bool) int {
+	var good, fair, all []int
+	for i, n := range c.nodes {
+		if tried[i] || n.addr() == "" {
+			continue
+		}
+		all = append(all, i)
+		if i == avoid {
+			continue
+		}
+		fair = append(fair, i)
+		if !n.suspected() {
+			good = append(good, i)
+		}
+	}
+	for _, set := range [][]int{good, fair, all} {
+		if len(set) > 0 {
+			return set[rand.IntN(len(set))] // which node: not part of the seed's replay
+		}
+	}
+	return -1
+}
+
+// doOn sends one request to node i.
+func (c *chaosClients) doOn(i int, token, method, path string, body any, header map[string]string, out any) (int, []byte, error) {
+	addr := c.nodes[i].addr()
 	if addr == "" {
-		return 0, nil, errors.New("no server")
+		return 0, nil, errNodeDown
 	}
 	bc := &serveproc.Client{Base: "http://" + addr, Token: token, HTTP: c.http}
-	return bc.Do(method, path, body, header, out)
+	code, raw, err := bc.Do(method, path, body, header, out)
+	c.note(i, code, err)
+	return code, raw, err
+}
+
+// note counts a request's outcome: a transport error (which makes its
+// node suspect), a 5xx answer, or a success.
+func (c *chaosClients) note(i, code int, err error) {
+	switch {
+	case err != nil:
+		c.errors.Add(1)
+		c.nodes[i].suspect()
+		c.failed()
+	case code >= 500:
+		c.failed()
+	default:
+		c.lastOK.Store(time.Now().UnixNano())
+	}
+}
+
+func (c *chaosClients) failed() {
+	now := time.Now().UnixNano()
+	c.mu.Lock()
+	c.failures = append(c.failures, now)
+	c.mu.Unlock()
+}
+
+// failuresSince returns how many requests failed at or after t, and when
+// the last of them failed (zero if none did).
+func (c *chaosClients) failuresSince(t time.Time) (int, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	from := t.UnixNano()
+	k := sort.Search(len(c.failures), func(j int) bool { return c.failures[j] >= from })
+	if k == len(c.failures) {
+		return 0, time.Time{}
+	}
+	return len(c.failures) - k, time.Unix(0, c.failures[len(c.failures)-1])
+}
+
+// doAny sends a request to a node chosen at random (other than avoid if
+// it can), and when that node cannot be reached or answers 503, to
+// another, until every running node was tried. It returns the last
+// answer and the node that gave it.
+func (c *chaosClients) doAny(avoid int, token, method, path string, body any, header map[string]string, out any) (int, []byte, int, error) {
+	tried := map[int]bool{}
+	code, raw, node, err := 0, []byte(nil), -1, error(errNodeDown)
+	for len(tried) < len(c.nodes) {
+		i := c.pick(avoid, tried)
+		if i < 0 {
+			if len(tried) == 0 {
+				c.failed() // no node runs: a request no node can serve
+			}
+			break
+		}
+		tried[i] = true
+		code, raw, err = c.doOn(i, token, method, path, body, header, out)
+		node = i
+		if err == nil && code != http.StatusServiceUnavailable && code != http.StatusBadGateway {
+			break
+		}
+	}
+	return code, raw, node, err
 }
 
 // retryPause is the pause between two tries of a request the faults cut
-// off.
+// off, once every node has been tried.
 const retryPause = 100 * time.Millisecond
 
 // worker submits and follows Runs until the chaos phase is over.
@@ -149,92 +276,87 @@ func (c *chaosClients) worker(id int) {
 	}
 }
 
-// submit sends a submission until the server acknowledges it, with the
-// same Idempotency-Key every time. It gives up (false) only past the
-// give-up time, which the drain sets.
+// submit sends a submission until a node acknowledges it, with the same
+// Idempotency-Key every time: to the next node of the round robin first,
+// then, while the nodes cannot be reached or answer 503, to each next
+// one. It gives up (false) only past the give-up time, which the drain
+// sets.
 func (c *chaosClients) submit(t chaosTenant, session, kind, key, input string) (ackedRun, bool) {
 	c.submitted.Add(1)
 	body := map[string]any{"input": input}
 	hdr := map[string]string{"Idempotency-Key": key}
+	first := int(c.rr.Add(1) % uint64(len(c.nodes)))
+	down := 0 // nodes not running, in this round of tries
 	for try := 0; ; try++ {
+		i := (first + try) % len(c.nodes)
 		if try > 0 {
 			c.retries.Add(1)
 			if g := c.giveUp.Load(); g != 0 && time.Now().UnixNano() > g {
-				c.violation("submission %s (tenant %s) was never acknowledged: the server did not answer it before the drain's deadline", key, t.ID)
+				c.violation("submission %s (tenant %s) was never acknowledged: no node answered it before the drain's deadline", key, t.ID)
 				return ackedRun{}, false
 			}
-			time.Sleep(retryPause)
+			if try%len(c.nodes) == 0 {
+				if down == len(c.nodes) {
+					c.failed() // no node runs: a request no node can serve
+				}
+				down = 0
+				time.Sleep(retryPause)
+			}
 		}
 		var run httpapi.RunJSON
-		code, raw, err := c.do(t.Token, "POST", "/v1/sessions/"+session+"/runs", body, hdr, &run)
+		code, raw, err := c.doOn(i, t.Token, "POST", "/v1/sessions/"+session+"/runs", body, hdr, &run)
 		switch {
+		case errors.Is(err, errNodeDown):
+			down++
+			continue
 		case err != nil || code == 0:
-			c.errors.Add(1)
 			continue
 		case code == http.StatusServiceUnavailable:
-			continue // draining or not ready: try again
+			continue // draining, not ready, or its store is unreachable: try the next node
 		case code == http.StatusCreated || code == http.StatusOK:
-			a := ackedRun{Tenant: t.ID, Token: t.Token, ID: run.ID, Kind: kind, Key: key}
+			a := ackedRun{Tenant: t.ID, Token: t.Token, ID: run.ID, Kind: kind, Key: key, Node: i}
 			c.mu.Lock()
 			c.acked = append(c.acked, a)
 			c.mu.Unlock()
 			return a, true
 		default:
-			c.violation("submission %s (tenant %s) answered %d: %s", key, t.ID, code, truncateBytes(raw, 200))
+			c.violation("submission %s (tenant %s) answered %d on node %d: %s", key, t.ID, code, i, truncateBytes(raw, 200))
 			return ackedRun{}, false
 		}
 	}
 }
 
-// follow polls a Run until it is terminal, answering its approvals (a
-// random yes or no each), until bound passes or the chaos phase is over;
-// the drain takes over from there.
-func (c *chaosClients) follow(r ackedRun, rng *rand.Rand, bound time.Duration) {
-	deadline := time.Now().Add(bound)
-	cancelled := false
-	for !c.stopping.Load() && time.Now().Before(deadline) {
-		run, ok := c.step(r, rng)
-		if ok && run.Status.Terminal() {
-			return
-		}
-		if ok && r.Kind == "cancel" && !cancelled && run.Waiting != nil && len(run.Waiting.Pending) > 0 {
-			cancelled = c.cancel(r)
-		}
-		time.Sleep(150 * time.Millisecond) // the poll's cadence, bounded by deadline
-	}
-}
-
-// cancel asks for a Run's cancellation once; it reports whether the
-// server answered (202, or 409 when the Run had ended: either way there
-// is nothing more to ask). A request a fault cut off is asked again at
-// the next look.
+// cancel asks for a Run's cancellation once, through any node; it
+// reports whether a node answered (202, or 409 when the Run had ended:
+// either way there is nothing more to ask). A request a fault cut off is
+// asked again at the next look.
 func (c *chaosClients) cancel(r ackedRun) bool {
-	code, raw, err := c.do(r.Token, "POST", "/v1/runs/"+r.ID+"/cancel", map[string]any{"reason": "chaos cancels it"}, nil, nil)
+	code, raw, node, err := c.doAny(-1, r.Token, "POST", "/v1/runs/"+r.ID+"/cancel", map[string]any{"reason": "chaos cancels it"}, nil, nil)
 	switch {
 	case err != nil:
-		c.errors.Add(1)
 		return false
 	case code == http.StatusAccepted:
 		c.cancels.Add(1)
 		return true
 	case code == http.StatusConflict:
 		return true
-	case code == http.StatusServiceUnavailable:
+	case code >= 500:
 		return false
 	}
-	c.violation("cancel of run %s/%s answered %d: %s", r.Tenant, r.ID, code, truncateBytes(raw, 200))
+	c.violation("cancel of run %s/%s answered %d on node %d: %s", r.Tenant, r.ID, code, node, truncateBytes(raw, 200))
 	return true
 }
 
-// step looks at a Run once and answers its approvals (each yes or no at
-// random; all yes when rng is nil) or its question. It returns the Run as
-// it saw it, and false if it could not see it.
+// step looks at a Run once, through any node, and answers its approvals
+// (each yes or no at random; all yes when rng is nil) or its question,
+// through any node. It returns the Run as it saw it, and false if it
+// could not see it.
 func (c *chaosClients) step(r ackedRun, rng *rand.Rand) (httpapi.RunJSON, bool) {
 	var run httpapi.RunJSON
-	code, _, err := c.do(r.Token, "GET", "/v1/runs/"+r.ID, nil, nil, &run)
+	code, raw, node, err := c.doAny(-1, r.Token, "GET", "/v1/runs/"+r.ID, nil, nil, &run)
 	if err != nil || code != http.StatusOK {
-		if err != nil {
-			c.errors.Add(1)
+		if err == nil && code == http.StatusNotFound {
+			c.violationOnce("404 "+r.ID, "run %s/%s, acknowledged by node %d, is unknown to node %d (404): %s", r.Tenant, r.ID, r.Node, node, truncateBytes(raw, 200))
 		}
 		return run, false
 	}
@@ -243,21 +365,20 @@ func (c *chaosClients) step(r ackedRun, rng *rand.Rand) (httpapi.RunJSON, bool) 
 	}
 	if q := run.Waiting.Input; q != nil {
 		// An answer cut off by a fault may have been recorded, and a
-		// request the server read before a SIGSTOP is served after the
+		// request a node read before a SIGSTOP is served after the
 		// SIGCONT, so this answer may reach the Run after it moved on to
-		// its next question: If-Match makes the server refuse it then
+		// its next question: If-Match makes the node refuse it then
 		// (412), and the next look answers the question of that moment.
 		hdr := map[string]string{"If-Match": fmt.Sprintf(`"%d"`, run.Seq)}
-		code, raw, err := c.do(r.Token, "POST", "/v1/runs/"+r.ID+"/input", map[string]any{"message": chaosAnswer(q.Prompt)}, hdr, nil)
+		code, raw, node, err := c.doAny(-1, r.Token, "POST", "/v1/runs/"+r.ID+"/input", map[string]any{"message": chaosAnswer(q.Prompt)}, hdr, nil)
 		switch {
 		case err != nil:
-			c.errors.Add(1)
 		case code == http.StatusOK:
 			c.answered.Add(1)
-		case code == http.StatusPreconditionFailed, code == http.StatusConflict, code == http.StatusServiceUnavailable:
-			// It moved on, it ended, or the server is not ready: look again.
+		case code == http.StatusPreconditionFailed, code == http.StatusConflict, code >= 500:
+			// It moved on, it ended, or the node is not ready: look again.
 		default:
-			c.violation("answer to run %s/%s answered %d: %s", r.Tenant, r.ID, code, truncateBytes(raw, 200))
+			c.violation("answer to run %s/%s answered %d on node %d: %s", r.Tenant, r.ID, code, node, truncateBytes(raw, 200))
 		}
 		return run, true
 	}
@@ -275,12 +396,8 @@ func (c *chaosClients) step(r ackedRun, rng *rand.Rand) (httpapi.RunJSON, bool) 
 	}
 	// A decision cut off by a fault may have been recorded: the next look
 	// at the Run tells, and a repeat is refused harmlessly.
-	code, _, err = c.do(r.Token, "POST", "/v1/runs/"+r.ID+"/input", map[string]any{"approvals": decisions}, nil, nil)
-	if err != nil {
-		c.errors.Add(1)
-		return run, true
-	}
-	if code == http.StatusOK {
+	code, _, _, err = c.doAny(-1, r.Token, "POST", "/v1/runs/"+r.ID+"/input", map[string]any{"approvals": decisions}, nil, nil)
+	if err == nil && code == http.StatusOK {
 		for _, d := range decisions {
 			if d["approved"] == true {
 				c.approved.Add(1)
