@@ -531,6 +531,20 @@ func TestReadyzFollowsTheReadinessFunc(t *testing.T) {
 	require.Equal(t, http.StatusOK, e.do("GET", "/readyz", "", "").Status)
 }
 
+// A draining server answers every /v1 call with 503, so a load balancer
+// that routes on /readyz must see it not ready too, and send the calls to
+// the other nodes; /healthz still answers while it drains.
+func TestReadyzIsNotReadyWhileDraining(t *testing.T) {
+	e := newEnv(t)
+	require.Equal(t, http.StatusOK, e.do("GET", "/readyz", "", "").Status)
+	e.srv.Drain()
+	r := e.do("GET", "/readyz", "", "")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status)
+	require.Equal(t, httpapi.CodeUnavailable, r.errCode(t))
+	require.Contains(t, string(r.Body), "stopping")
+	require.Equal(t, http.StatusOK, e.do("GET", "/healthz", "", "").Status, "healthz answers while draining")
+}
+
 func TestSessionRunsArePagedInOrder(t *testing.T) {
 	e := newEnv(t)
 	var ids []string

@@ -136,6 +136,15 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.drain.Err() != nil {
+			// Every /v1 call answers 503 now: a load balancer routing
+			// on readiness sends them to the other nodes instead.
+			e := errorf(http.StatusServiceUnavailable, CodeUnavailable,
+				"not ready: the server is stopping; send requests to another node")
+			e.RetryAfter = s.cfg.RetryAfter
+			writeAPIError(w, e)
+			return
+		}
 		if !s.cfg.Ready() {
 			e := errorf(http.StatusServiceUnavailable, CodeUnavailable,
 				"not ready: recovery's first pass has not finished; retry after the Retry-After delay")
