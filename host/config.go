@@ -1,8 +1,10 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -12,16 +14,17 @@ import (
 // Defaults of Config and Limits. Every sandbox limit is on unless the
 // operator raises it; nothing is granted unless the operator grants it.
 const (
-	DefaultMemoryPages          = 1024 // 64 MiB of linear memory per instance
-	DefaultCallTimeout          = 10 * time.Second
-	DefaultMaxInputBytes        = 1 << 20
-	DefaultMaxOutputBytes       = 1 << 20
-	DefaultPoolSize             = 4
-	DefaultIdleTimeout          = 5 * time.Minute
-	DefaultHTTPTimeout          = 10 * time.Second
-	DefaultMaxHTTPResponseBytes = 1 << 20
-	DefaultMaxHTTPRedirects     = 5
-	DefaultMaxInstanceMemory    = int64(2) << 30 // 2 GiB across every instance of the host
+	DefaultMemoryPages                = 1024 // 64 MiB of linear memory per instance
+	DefaultCallTimeout                = 10 * time.Second
+	DefaultMaxInputBytes              = 1 << 20
+	DefaultMaxOutputBytes             = 1 << 20
+	DefaultPoolSize                   = 4
+	DefaultIdleTimeout                = 5 * time.Minute
+	DefaultHTTPTimeout                = 10 * time.Second
+	DefaultMaxHTTPResponseBytes       = 1 << 20
+	DefaultMaxHTTPResponseHeaderBytes = 64 << 10
+	DefaultMaxHTTPRedirects           = 5
+	DefaultMaxInstanceMemory          = int64(2) << 30 // 2 GiB across every instance of the host
 )
 
 // Config configures a Host. The zero value of every field but KV is
@@ -82,18 +85,32 @@ type Sandbox struct {
 	// Config is the Extism config the guest reads with config_get.
 	Config map[string]string
 	// AllowedHosts lists the hosts agenthost_http may reach: a host name
-	// ("api.example.com"), a wildcard ("*.example.com"), an IP literal, any
-	// of them with ":port" to allow one port only. The list is checked on
-	// the first request, on every redirect and on the address dialled.
+	// ("api.example.com"), a wildcard ("*.example.com") or an IP address
+	// ("10.0.0.5", "[::1]"). An entry without a port allows ports 80 and
+	// 443; ":port" allows that port instead ("api.example.com:8443",
+	// "127.0.0.1:11434", "[::1]:8080"). The list is checked on the first
+	// request, on every redirect and at the dial. A name is dialled only
+	// at public addresses: whatever it resolves to, it never reaches
+	// loopback, link-local, private, CGNAT, multicast or other
+	// special-purpose addresses, nor their IPv4-mapped forms. Only an
+	// address listed literally reaches such an address, and only when
+	// the URL names that address.
 	AllowedHosts []string
 	// HTTPTimeout bounds one agenthost_http request, redirects included
 	// (a request's own timeout_ms may only lower it).
 	HTTPTimeout time.Duration
-	// MaxHTTPResponseBytes bounds a response body; a larger one fails with
-	// too_large.
-	MaxHTTPResponseBytes int64
+	// MaxHTTPResponseBytes bounds a response body and
+	// MaxHTTPResponseHeaderBytes its status line and headers (those of
+	// any 1xx response before it included); a response over either fails
+	// with too_large.
+	MaxHTTPResponseBytes       int64
+	MaxHTTPResponseHeaderBytes int64
 	// MaxHTTPRedirects bounds the redirects one request follows.
 	MaxHTTPRedirects int
+
+	// lookupIP resolves a host name for agenthost_http; nil is the
+	// system's resolver. The host's tests give names of their own.
+	lookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // PluginSpec says what to load and how to sandbox it.
@@ -138,6 +155,9 @@ func (s Sandbox) withDefaults() Sandbox {
 	}
 	if s.MaxHTTPResponseBytes <= 0 {
 		s.MaxHTTPResponseBytes = DefaultMaxHTTPResponseBytes
+	}
+	if s.MaxHTTPResponseHeaderBytes <= 0 {
+		s.MaxHTTPResponseHeaderBytes = DefaultMaxHTTPResponseHeaderBytes
 	}
 	if s.MaxHTTPRedirects <= 0 {
 		s.MaxHTTPRedirects = DefaultMaxHTTPRedirects

@@ -16,7 +16,8 @@ import (
 )
 
 // httpFixture is a real HTTP server on 127.0.0.1, reached under two names:
-// "localhost" (allowed) and "127.0.0.1" (not allowed).
+// "127.0.0.1" (allowed, literally with its port) and "localhost" (not
+// allowed).
 type httpFixture struct {
 	srv     *httptest.Server
 	port    string
@@ -32,9 +33,18 @@ func newHTTPFixture(t *testing.T) *httpFixture {
 		fmt.Fprint(w, "the secret")
 	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "http://127.0.0.1:"+f.port+"/secret", http.StatusFound)
+		http.Redirect(w, r, "http://localhost:"+f.port+"/secret", http.StatusFound)
 	})
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { w.Write(make([]byte, 2<<20)) })
+	mux.HandleFunc("/redirect-to", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+	})
+	mux.HandleFunc("/big-headers", func(w http.ResponseWriter, r *http.Request) {
+		for i := range 100 { // 100 KiB of headers
+			w.Header().Set(fmt.Sprintf("X-Filler-%d", i), strings.Repeat("h", 1<<10))
+		}
+		fmt.Fprint(w, "small body")
+	})
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	_, f.port, _ = net.SplitHostPort(f.srv.Listener.Addr().String())
@@ -53,7 +63,7 @@ func TestHostileContained(t *testing.T) {
 	hostile := e.executor(t, conformance.PluginHostile, func(s *PluginSpec) {
 		s.Limits.CallTimeout = 5 * time.Second
 		s.Limits.MemoryPages = 512 // 32 MiB
-		s.Sandbox.AllowedHosts = []string{"localhost"}
+		s.Sandbox.AllowedHosts = []string{"127.0.0.1:" + web.port}
 		s.Sandbox.MaxHTTPResponseBytes = 1 << 20
 	})
 	good := e.executor(t, conformance.PluginExecutor, nil)
@@ -75,8 +85,8 @@ func TestHostileContained(t *testing.T) {
 		{"nonzero", nil, abi.ClassPluginProtocol, false, []string{"status 1", "refusing on purpose"}},
 		{"file_read", nil, abi.ClassPluginDenied, false, []string{`open "/etc/passwd" refused`}},
 		{"file_read", map[string]string{"path": "/proc/self/environ"}, abi.ClassPluginDenied, false, []string{"refused"}},
-		{"http", map[string]string{"url": web.url("127.0.0.1", "/secret")}, abi.ClassPluginDenied, false, []string{`"127.0.0.1" is not in the plugin's allowed hosts`}},
-		{"http", map[string]string{"url": web.url("localhost", "/redirect")}, abi.ClassPluginDenied, false, []string{`"127.0.0.1" is not in the plugin's allowed hosts`}},
+		{"http", map[string]string{"url": web.url("localhost", "/secret")}, abi.ClassPluginDenied, false, []string{`"localhost" is not in the plugin's allowed hosts`}},
+		{"http", map[string]string{"url": web.url("127.0.0.1", "/redirect")}, abi.ClassPluginDenied, false, []string{`"localhost" is not in the plugin's allowed hosts`}},
 	}
 	for i, c := range cases {
 		t.Run(fmt.Sprintf("%s/%d", c.tool, i), func(t *testing.T) {
@@ -122,19 +132,19 @@ func TestHTTPAllowedAndLimited(t *testing.T) {
 	web := newHTTPFixture(t)
 	e := newEnv(t, Config{})
 	x := e.executor(t, conformance.PluginHostile, func(s *PluginSpec) {
-		s.Sandbox.AllowedHosts = []string{"localhost:" + web.port}
+		s.Sandbox.AllowedHosts = []string{"127.0.0.1:" + web.port}
 		s.Sandbox.MaxHTTPResponseBytes = 1 << 20
 	})
 	ctx := context.Background()
-	if got := doneIn(t)(x.Start(ctx, toolCall("acme", "r.t1.0", 1, "http", map[string]string{"url": web.url("localhost", "/hello")}))); got != "200 hello from localhost" {
+	if got := doneIn(t)(x.Start(ctx, toolCall("acme", "r.t1.0", 1, "http", map[string]string{"url": web.url("127.0.0.1", "/hello")}))); got != "200 hello from localhost" {
 		t.Fatalf("allowed request: %q", got)
 	}
-	r, err := x.Start(ctx, toolCall("acme", "r.t1.1", 1, "http", map[string]string{"url": web.url("localhost", "/big")}))
+	r, err := x.Start(ctx, toolCall("acme", "r.t1.1", 1, "http", map[string]string{"url": web.url("127.0.0.1", "/big")}))
 	if err != nil || r.State != abi.StateFailed || !strings.Contains(r.Error.Message, "too_large") {
 		t.Fatalf("over-size response: %+v %v", r, err)
 	}
-	// The port is part of the rule: another port on localhost is refused.
-	r, err = x.Start(ctx, toolCall("acme", "r.t1.2", 1, "http", map[string]string{"url": "http://localhost:1/"}))
+	// The port is part of the rule: another port on the address is refused.
+	r, err = x.Start(ctx, toolCall("acme", "r.t1.2", 1, "http", map[string]string{"url": "http://127.0.0.1:1/"}))
 	if classOf(t, err) != abi.ClassPluginDenied {
 		t.Fatalf("other port: %+v %v", r, err)
 	}
@@ -152,6 +162,8 @@ func TestHTTPGateRules(t *testing.T) {
 		{"api.example.com", "443", true}, {"API.example.com.", "80", true}, {"evil.com", "443", false},
 		{"a.svc.internal", "80", true}, {"svc.internal", "80", false}, {"a.svc.internal.evil", "80", false},
 		{"10.0.0.1", "8080", true}, {"10.0.0.1", "80", false},
+		// An entry without a port allows 80 and 443 only.
+		{"api.example.com", "8080", false}, {"a.svc.internal", "22", false}, {"api.example.com", "0443", true},
 	} {
 		if got := g.allows(c.host, c.port); got != c.ok {
 			t.Errorf("allows(%s, %s) = %v", c.host, c.port, got)

@@ -8,11 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -22,24 +27,41 @@ import (
 )
 
 // httpGate is one plugin's agenthost_http: an HTTP client that reaches only
-// the plugin's allowed hosts. The list is checked on the request, on every
-// redirect (CheckRedirect) and on the address dialled (DialContext), so
-// neither a redirect nor a proxy setting can take a request elsewhere. It
+// the plugin's allowed hosts, and through a host name only addresses on the
+// public internet. The list is checked on the request, on every redirect
+// (CheckRedirect) and again at the dial (dial), which resolves the name
+// itself, checks every address it got and connects to a checked one, so
+// that no other answer of the resolver (DNS rebinding) comes in between. It
 // never uses the environment's proxies.
 type httpGate struct {
-	allowed      []hostRule
-	timeout      time.Duration
-	maxBytes     int64
-	maxRedirects int
-	client       *http.Client
-	transport    *http.Transport
+	allowed        []hostRule
+	timeout        time.Duration
+	maxBytes       int64
+	maxHeaderBytes int64
+	maxRedirects   int
+	lookupIP       func(ctx context.Context, network, host string) ([]netip.Addr, error)
+	dialer         *net.Dialer
+	client         *http.Client
+	transport      *http.Transport
+
+	denied  atomic.Int64 // requests refused for a host or port off the list
+	refused atomic.Int64 // dials refused for the address a name resolved to
 }
 
-// hostRule is one allowed-hosts entry.
+// hostRule is one allowed-hosts entry: a name, a wildcard or a literal
+// address, with one port or, when it names none, ports 80 and 443.
 type hostRule struct {
-	host     string // lower case; "*.suffix" matches subdomains of suffix
-	port     string // "" for any port
+	name     string     // lower case, no trailing dot; ".suffix" for a wildcard; "" for an address
+	addr     netip.Addr // a literal entry's address, unmapped; invalid for a name
+	port     uint16     // 0 for ports 80 and 443
 	wildcard bool
+}
+
+func (r hostRule) allowsPort(port uint16) bool {
+	if r.port == 0 {
+		return port == 80 || port == 443
+	}
+	return port == r.port
 }
 
 // errDenied marks a destination outside the allowed hosts.
@@ -49,6 +71,25 @@ func (e *errDenied) Error() string {
 	return fmt.Sprintf("host %q is not in the plugin's allowed hosts", e.host)
 }
 
+// errTooManyRedirects ends a request that redirects more than the limit.
+type errTooManyRedirects struct{ limit int }
+
+func (e *errTooManyRedirects) Error() string {
+	return fmt.Sprintf("stopped after %d redirects", e.limit)
+}
+
+// dialFailure is a dial that did not connect: the name did not resolve,
+// resolved to a refused address, or no address answered. Its text names
+// addresses and the resolver's error, so it goes to the server's log
+// only; the plugin gets the one message of notConnected.
+type dialFailure struct {
+	refused bool // a name resolved to an address refusedReason refuses
+	err     error
+}
+
+func (e *dialFailure) Error() string { return e.err.Error() }
+func (e *dialFailure) Unwrap() error { return e.err }
+
 func parseHostRules(entries []string) ([]hostRule, error) {
 	rules := make([]hostRule, 0, len(entries))
 	for _, e := range entries {
@@ -56,39 +97,65 @@ func parseHostRules(entries []string) ([]hostRule, error) {
 		if e == "" {
 			continue
 		}
-		r := hostRule{host: e}
+		var r hostRule
+		host := e
 		if h, p, err := net.SplitHostPort(e); err == nil {
-			if _, perr := strconv.ParseUint(p, 10, 16); perr != nil {
-				return nil, fmt.Errorf("allowed host %q: port %q is not a number", e, p)
+			n, perr := strconv.ParseUint(p, 10, 16)
+			if perr != nil || n == 0 {
+				return nil, fmt.Errorf("allowed host %q: port %q is not a number from 1 to 65535", e, p)
 			}
-			r.host, r.port = h, p
+			host, r.port = h, uint16(n)
+		} else if strings.HasPrefix(e, "[") && strings.HasSuffix(e, "]") {
+			host = e[1 : len(e)-1] // "[::1]": an IPv6 address without a port
 		}
-		if strings.HasPrefix(r.host, "*.") {
+		if a, err := netip.ParseAddr(host); err == nil {
+			r.addr = a.Unmap()
+			rules = append(rules, r)
+			continue
+		}
+		if strings.HasPrefix(host, "*.") {
 			r.wildcard = true
-			r.host = r.host[1:] // ".example.com"
+			host = host[1:] // ".example.com"
 		}
-		if r.host == "" || strings.ContainsAny(r.host, "/*@ ") {
-			return nil, fmt.Errorf("allowed host %q is not a host name, a *.domain wildcard or an IP, each optionally with :port", e)
+		r.name = strings.TrimSuffix(host, ".")
+		if r.name == "" || r.name == "." || strings.ContainsAny(r.name, "/*@ []%:") {
+			return nil, fmt.Errorf("allowed host %q is not a host name, a *.domain wildcard or an IP address, each optionally with :port (an IPv6 address with a port in brackets: [::1]:8080)", e)
 		}
 		rules = append(rules, r)
 	}
 	return rules, nil
 }
 
-// allows reports whether host:port is an allowed destination.
+// allows reports whether host:port is on the list. An IP address matches
+// only a literal entry of the same address (an IPv4-mapped IPv6 form is
+// the IPv4 address), a name only name and wildcard entries.
 func (g *httpGate) allows(host, port string) bool {
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return false
+	}
+	p := uint16(n)
+	if a, err := netip.ParseAddr(host); err == nil {
+		a = a.Unmap()
+		for _, r := range g.allowed {
+			if r.addr.IsValid() && r.addr == a && r.allowsPort(p) {
+				return true
+			}
+		}
+		return false
+	}
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	for _, r := range g.allowed {
-		if r.port != "" && r.port != port {
+		if r.name == "" || !r.allowsPort(p) {
 			continue
 		}
 		if r.wildcard {
-			if strings.HasSuffix(host, r.host) && len(host) > len(r.host) {
+			if strings.HasSuffix(host, r.name) && len(host) > len(r.name) {
 				return true
 			}
 			continue
 		}
-		if host == r.host {
+		if host == r.name {
 			return true
 		}
 	}
@@ -107,30 +174,32 @@ func newHTTPGate(s Sandbox) (*httpGate, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &httpGate{allowed: rules, timeout: s.HTTPTimeout, maxBytes: s.MaxHTTPResponseBytes, maxRedirects: s.MaxHTTPRedirects}
-	dialer := &net.Dialer{Timeout: s.HTTPTimeout}
+	g := &httpGate{
+		allowed:        rules,
+		timeout:        s.HTTPTimeout,
+		maxBytes:       s.MaxHTTPResponseBytes,
+		maxHeaderBytes: s.MaxHTTPResponseHeaderBytes,
+		maxRedirects:   s.MaxHTTPRedirects,
+		lookupIP:       s.lookupIP,
+		dialer:         &net.Dialer{Timeout: s.HTTPTimeout},
+	}
+	if g.lookupIP == nil {
+		g.lookupIP = net.DefaultResolver.LookupNetIP
+	}
 	g.transport = &http.Transport{
-		Proxy: nil, // never through a proxy: the dialled address is the destination
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			host, port, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			if !g.allows(host, port) {
-				return nil, &errDenied{host: host}
-			}
-			return dialer.DialContext(ctx, network, addr)
-		},
-		TLSHandshakeTimeout:   s.HTTPTimeout,
-		ResponseHeaderTimeout: s.HTTPTimeout,
-		MaxIdleConnsPerHost:   2,
-		IdleConnTimeout:       30 * time.Second,
+		Proxy:                  nil, // never through a proxy: the dialled address is the destination
+		DialContext:            g.dial,
+		TLSHandshakeTimeout:    s.HTTPTimeout,
+		ResponseHeaderTimeout:  s.HTTPTimeout,
+		MaxResponseHeaderBytes: s.MaxHTTPResponseHeaderBytes,
+		MaxIdleConnsPerHost:    2,
+		IdleConnTimeout:        30 * time.Second,
 	}
 	g.client = &http.Client{
 		Transport: g.transport,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) > g.maxRedirects {
-				return fmt.Errorf("stopped after %d redirects", g.maxRedirects)
+				return &errTooManyRedirects{limit: g.maxRedirects}
 			}
 			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 				return &errDenied{host: req.URL.Host}
@@ -148,27 +217,155 @@ func newHTTPGate(s Sandbox) (*httpGate, error) {
 	return g, nil
 }
 
+// dial is the transport's DialContext; addr is the URL's host:port, as
+// proxies are off. A literal address on the list is dialled as it is. A
+// name is resolved here and dialled only if every address it resolved to
+// is public (refusedReason), at one of those addresses: a name entry never
+// reaches loopback, a private range or the cloud metadata address,
+// whatever the resolver answers.
+func (g *httpGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if !g.allows(host, port) {
+		return nil, &errDenied{host: host}
+	}
+	n, _ := strconv.ParseUint(port, 10, 16) // allows parsed it
+	// The transport detaches a dial from the request's deadline (it may
+	// serve a later request); the gate's timeout bounds it instead.
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if a, err := netip.ParseAddr(host); err == nil {
+		return g.connect(ctx, network, host, []netip.Addr{a}, uint16(n))
+	}
+	ips, err := g.lookupIP(ctx, ipNetwork(network), host)
+	if err == nil && len(ips) == 0 {
+		err = errors.New("no addresses")
+	}
+	if err != nil {
+		return nil, &dialFailure{err: fmt.Errorf("resolving %s: %w", host, err)}
+	}
+	for _, ip := range ips {
+		if why := refusedReason(ip); why != "" {
+			g.refused.Add(1)
+			return nil, &dialFailure{refused: true, err: fmt.Errorf(
+				"%s resolved to %s, which is %s: a name in allowed_hosts never reaches such an address (all addresses: %v); to reach it, list the address with its port and have the plugin use the address in its URL",
+				host, ip, why, ips)}
+		}
+	}
+	return g.connect(ctx, network, host, ips, uint16(n))
+}
+
+// connect dials the checked addresses in turn, each with its share of the
+// time left, as net.Dialer does with the addresses it resolves.
+func (g *httpGate) connect(ctx context.Context, network, host string, ips []netip.Addr, port uint16) (net.Conn, error) {
+	var errs []error
+	for i, ip := range ips {
+		attempt, cancel := ctx, context.CancelFunc(func() {})
+		if left := len(ips) - i; left > 1 {
+			attempt, cancel = context.WithDeadline(ctx, partialDeadline(ctx, left))
+		}
+		c, err := g.dialer.DialContext(attempt, network, netip.AddrPortFrom(ip.Unmap(), port).String())
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, &dialFailure{err: fmt.Errorf("connecting to %s: %w", host, errors.Join(errs...))}
+}
+
+// partialDeadline gives one of left addresses its share of the time to the
+// context's deadline, but at least 2s while there is that much.
+func partialDeadline(ctx context.Context, left int) time.Time {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Now().Add(2 * time.Second)
+	}
+	remaining := time.Until(deadline)
+	share := remaining / time.Duration(left)
+	if share < 2*time.Second {
+		share = min(2*time.Second, remaining)
+	}
+	return time.Now().Add(share)
+}
+
+// ipNetwork is the resolver's network for a dial's.
+func ipNetwork(network string) string {
+	switch network {
+	case "tcp4":
+		return "ip4"
+	case "tcp6":
+		return "ip6"
+	}
+	return "ip"
+}
+
 func (g *httpGate) close() { g.transport.CloseIdleConnections() }
+
+// HTTPStats counts a plugin's agenthost_http refusals.
+type HTTPStats struct {
+	Denied  int64 // requests to a host or port not in the allowed hosts
+	Refused int64 // dials refused for the address a host name resolved to
+}
+
+// HTTPStats returns the plugin's agenthost_http counters, over every
+// tenant.
+func (p *Plugin) HTTPStats() HTTPStats {
+	return HTTPStats{Denied: p.http.denied.Load(), Refused: p.http.refused.Load()}
+}
+
+// hop follows the connection of a request's latest hop (the request, then
+// each redirect), through httptrace: a request that fails before its hop
+// got a connection failed in the dial.
+type hop struct {
+	mu        sync.Mutex
+	dest      string // host:port
+	connected bool
+}
+
+func (h *hop) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GetConn: func(hostPort string) {
+			h.mu.Lock()
+			h.dest, h.connected = hostPort, false
+			h.mu.Unlock()
+		},
+		GotConn: func(httptrace.GotConnInfo) {
+			h.mu.Lock()
+			h.connected = true
+			h.mu.Unlock()
+		},
+	}
+}
+
+func (h *hop) state() (dest string, connected bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dest, h.connected
+}
+
+func httpFailure(code, msg string) abi.HTTPResponse {
+	return abi.HTTPResponse{Error: &abi.HTTPError{Code: code, Message: msg}}
+}
 
 // do performs one request; a refusal or failure comes back in the
 // response's error, never as a trap.
 func (g *httpGate) do(ctx context.Context, s *callScope, req abi.HTTPRequest) abi.HTTPResponse {
-	fail := func(code, msg string) abi.HTTPResponse {
-		if code == abi.HTTPDenied {
-			s.deny("agenthost_http: " + msg)
-		}
-		return abi.HTTPResponse{Error: &abi.HTTPError{Code: code, Message: msg}}
-	}
 	u, err := parseURL(req.URL)
 	if err != nil {
-		return fail(abi.HTTPFailed, err.Error())
+		return httpFailure(abi.HTTPFailed, err.Error())
 	}
 	port := u.Port()
 	if port == "" {
 		port = defaultPort(u.Scheme)
 	}
 	if !g.allows(u.Hostname(), port) {
-		return fail(abi.HTTPDenied, (&errDenied{host: u.Hostname()}).Error())
+		return g.deniedResponse(s, &errDenied{host: u.Hostname()})
 	}
 	timeout := g.timeout
 	if req.TimeoutMS > 0 && time.Duration(req.TimeoutMS)*time.Millisecond < timeout {
@@ -176,12 +373,14 @@ func (g *httpGate) do(ctx context.Context, s *callScope, req abi.HTTPRequest) ab
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	h := &hop{dest: net.JoinHostPort(u.Hostname(), port)}
+	ctx = httptrace.WithClientTrace(ctx, h.trace())
 	var body io.Reader
 	switch {
 	case req.BodyBase64 != "":
 		b, err := base64.StdEncoding.DecodeString(req.BodyBase64)
 		if err != nil {
-			return fail(abi.HTTPFailed, "body_base64: "+err.Error())
+			return httpFailure(abi.HTTPFailed, "body_base64: "+err.Error())
 		}
 		body = bytes.NewReader(b)
 	case req.Body != "":
@@ -193,7 +392,7 @@ func (g *httpGate) do(ctx context.Context, s *callScope, req abi.HTTPRequest) ab
 	}
 	hr, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
-		return fail(abi.HTTPFailed, err.Error())
+		return httpFailure(abi.HTTPFailed, err.Error())
 	}
 	for k, v := range req.Headers {
 		hr.Header.Set(k, v)
@@ -201,24 +400,33 @@ func (g *httpGate) do(ctx context.Context, s *callScope, req abi.HTTPRequest) ab
 	resp, err := g.client.Do(hr)
 	if err != nil {
 		var denied *errDenied
+		var redirects *errTooManyRedirects
+		dest, connected := h.state()
 		switch {
 		case errors.As(err, &denied):
-			return fail(abi.HTTPDenied, denied.Error())
+			return g.deniedResponse(s, denied)
+		case errors.As(err, &redirects):
+			return httpFailure(abi.HTTPFailed, redirects.Error())
+		case !connected:
+			return g.notConnected(s, dest, err)
+		case isHeaderTooLarge(err):
+			return httpFailure(abi.HTTPTooLarge, fmt.Sprintf("response headers from %s are over the limit of %d bytes", dest, g.maxHeaderBytes))
 		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-			return fail(abi.HTTPTimeout, fmt.Sprintf("no response within %s", timeout))
+			return httpFailure(abi.HTTPTimeout, fmt.Sprintf("no response within %s", timeout))
 		}
-		return fail(abi.HTTPFailed, err.Error())
+		return g.brokenResponse(s, dest, err)
 	}
 	defer resp.Body.Close()
+	dest, _ := h.state()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, g.maxBytes+1))
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			return fail(abi.HTTPTimeout, fmt.Sprintf("response body not read within %s", timeout))
+			return httpFailure(abi.HTTPTimeout, fmt.Sprintf("response body not read within %s", timeout))
 		}
-		return fail(abi.HTTPFailed, err.Error())
+		return g.brokenResponse(s, dest, err)
 	}
 	if int64(len(b)) > g.maxBytes {
-		return fail(abi.HTTPTooLarge, fmt.Sprintf("response body is over the limit of %d bytes", g.maxBytes))
+		return httpFailure(abi.HTTPTooLarge, fmt.Sprintf("response body is over the limit of %d bytes", g.maxBytes))
 	}
 	out := abi.HTTPResponse{Status: resp.StatusCode, Headers: map[string]string{}}
 	for k := range resp.Header {
@@ -230,6 +438,55 @@ func (g *httpGate) do(ctx context.Context, s *callScope, req abi.HTTPRequest) ab
 		out.BodyBase64 = base64.StdEncoding.EncodeToString(b)
 	}
 	return out
+}
+
+// deniedResponse answers a request to a host or port off the list. The
+// list is the operator's, so saying so tells the plugin nothing about the
+// network; the call records the refusal, and a plugin that then fails is
+// classified plugin_denied.
+func (g *httpGate) deniedResponse(s *callScope, denied *errDenied) abi.HTTPResponse {
+	g.denied.Add(1)
+	s.deny("agenthost_http: " + denied.Error())
+	return httpFailure(abi.HTTPDenied, denied.Error())
+}
+
+// notConnected answers a request whose hop got no connection: its name did
+// not resolve, resolved to a refused address, no address answered in time,
+// or TLS failed. The plugin gets one message for all of them, which names
+// neither an address nor the resolver, so that it cannot map the network
+// behind an allowed name; the server's log keeps the reason.
+func (g *httpGate) notConnected(s *callScope, dest string, err error) abi.HTTPResponse {
+	var df *dialFailure
+	if errors.As(err, &df) && df.refused {
+		g.log(s, slog.LevelWarn, "agenthost_http refused the address a host name resolved to", dest, err)
+	} else {
+		g.log(s, slog.LevelInfo, "agenthost_http could not connect", dest, err)
+	}
+	return httpFailure(abi.HTTPFailed, fmt.Sprintf("the request to %s was not allowed or could not be made (the server's log says why)", dest))
+}
+
+// brokenResponse answers a request that failed after it connected: the
+// server closed the connection or sent something that is not HTTP. Those
+// errors name local addresses, so the reason goes to the log.
+func (g *httpGate) brokenResponse(s *callScope, dest string, err error) abi.HTTPResponse {
+	g.log(s, slog.LevelInfo, "agenthost_http response failed", dest, err)
+	return httpFailure(abi.HTTPFailed, fmt.Sprintf("the response from %s broke off or was not HTTP (the server's log says why)", dest))
+}
+
+func (g *httpGate) log(s *callScope, level slog.Level, msg, dest string, err error) {
+	logger, attrs := slog.Default(), []any{"destination", dest, "error", err.Error()}
+	if s != nil && s.plugin != nil {
+		logger = s.plugin.h.log
+		attrs = append(attrs, "plugin", s.plugin.name, "tenant", s.tenant, "run", s.runID, "effect", s.effectID)
+	}
+	logger.Log(context.Background(), level, msg, attrs...)
+}
+
+// isHeaderTooLarge reports the transport's refusal of headers over
+// MaxResponseHeaderBytes, which net/http reports with no error value of
+// its own.
+func isHeaderTooLarge(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "server response headers exceeded")
 }
 
 func isTimeout(err error) bool {
