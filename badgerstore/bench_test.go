@@ -48,7 +48,8 @@ func benchPayload() int {
 	next, _ := loop.Apply(r, ev)
 	ev.Seq = next.Seq
 	evb, _ := json.Marshal(ev)
-	rec, _ := encodeRecord(headerOf(next, 1, ""), next)
+	snap, _ := json.Marshal(next)
+	rec, _ := encodeRecord(headerOf(next, 1, "", int64(len(snap))), snap)
 	exec, _ := json.Marshal(runtime.ExecutingRecords(next)[0])
 	return len(evb) + len(rec) + len(exec) + 8 + 4*40
 }

@@ -60,7 +60,17 @@
 // session, status, Seq, update time, creation command, executing effects),
 // so a Commit moves the indexes from the old header to the new one in the
 // same transaction that writes the events and the snapshot, without
-// decoding the old snapshot. The 'l' and 'u' tables make the recovery scan
+// decoding the old snapshot. It also holds the Run's stored bytes (its
+// snapshot's JSON, its events' and its command IDs, for the tenant's
+// storage quota), which every write of the Run sets in the same
+// transaction; no key is shared by two Runs' writes, so counting adds no
+// conflict between them. Since one process owns the directory, each
+// tenant's total is kept in memory: seeded from the headers at the first
+// TenantStoredBytes for the tenant, then moved by each write that commits
+// (usage.go). A header written before the figure was kept has none; the
+// Run's keys are counted instead, and its next write records it (Prune
+// records it before it deletes the log). The field is optional JSON, so
+// the format stays 1. The 'l' and 'u' tables make the recovery scan
 // (OrphanedSessions), the scan of active sessions (ActiveSessions) and
 // Prune read only what they need: sessions with work, and terminal Runs in
 // update order.

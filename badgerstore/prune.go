@@ -41,6 +41,9 @@ func (s *Store) Prune(ctx context.Context, beforeMS int64) (runtime.PruneStats, 
 			if err := ctx.Err(); err != nil {
 				return st, fmt.Errorf("badgerstore: prune: %w", err)
 			}
+			if err := s.recordStoredBytes(ctx, d.tenant, d.run); err != nil {
+				return st, fmt.Errorf("badgerstore: prune run %s/%s: %w", d.tenant, d.run, err)
+			}
 			ev, err := s.deletePrefix(ctx, eventPrefix(d.tenant, d.run))
 			st.Events += ev
 			if err != nil {
@@ -52,7 +55,8 @@ func (s *Store) Prune(ctx context.Context, beforeMS int64) (runtime.PruneStats, 
 				return st, fmt.Errorf("badgerstore: prune commands of %s/%s: %w", d.tenant, d.run, err)
 			}
 			created := 0
-			err = s.update(ctx, func(txn *badger.Txn) error {
+			var freed int64
+			err = s.write(ctx, d.tenant, &freed, func(txn *badger.Txn) error {
 				created = 0
 				b, ok, err := getRecord(txn, d.tenant, d.run)
 				if err != nil {
@@ -73,6 +77,28 @@ func (s *Store) Prune(ctx context.Context, beforeMS int64) (runtime.PruneStats, 
 							return err
 						}
 					}
+					// The header's figure is from before the log was
+					// deleted: count what is left, and record it.
+					_, snap, _ := splitRecord(b)
+					held, err := storedBytesOf(txn, d.tenant, d.run, h, len(snap))
+					if err != nil {
+						return err
+					}
+					left, err := countStoredBytes(txn, d.tenant, d.run, h, len(snap))
+					if err != nil {
+						return err
+					}
+					if left != held {
+						h.StoredBytes = &left
+						rec, err := encodeRecord(h, snap)
+						if err != nil {
+							return err
+						}
+						if err := txn.Set(runKey(d.tenant, d.run), rec); err != nil {
+							return err
+						}
+						freed = left - held
+					}
 				}
 				return txn.Delete(d.key)
 			})
@@ -83,6 +109,35 @@ func (s *Store) Prune(ctx context.Context, beforeMS int64) (runtime.PruneStats, 
 			st.Runs++
 		}
 	}
+}
+
+// recordStoredBytes writes into a run record written before headers kept
+// the Run's stored bytes the figure counted from its keys, so that Prune,
+// which deletes the log in transactions of its own, can then lower the
+// tenant's total by what it deleted. A record that has the figure is left
+// alone.
+func (s *Store) recordStoredBytes(ctx context.Context, tenant, run string) error {
+	return s.update(ctx, func(txn *badger.Txn) error {
+		b, ok, err := getRecord(txn, tenant, run)
+		if err != nil || !ok {
+			return err
+		}
+		h, err := decodeHeader(b)
+		if err != nil || h.StoredBytes != nil {
+			return err
+		}
+		_, snap, _ := splitRecord(b)
+		n, err := countStoredBytes(txn, tenant, run, h, len(snap))
+		if err != nil {
+			return err
+		}
+		h.StoredBytes = &n
+		rec, err := encodeRecord(h, snap)
+		if err != nil {
+			return err
+		}
+		return txn.Set(runKey(tenant, run), rec)
+	})
 }
 
 type pruneItem struct {

@@ -24,27 +24,29 @@ type runHeader struct {
 	UpdatedAt int64                  `json:"updated_at"`
 	CreateCmd string                 `json:"create_cmd,omitempty"`
 	Executing []runtime.EffectRecord `json:"executing,omitempty"`
+	// StoredBytes is what the Run holds in the store, as
+	// runtime.Store.TenantStoredBytes counts it: its snapshot's JSON, its
+	// events' and its command IDs. It is nil in a record written before
+	// the figure was kept; storedBytesOf then counts it from the Run's
+	// keys, and the Run's next write records it.
+	StoredBytes *int64 `json:"stored_bytes,omitempty"`
 }
 
-func headerOf(r loop.Run, ordinal int64, createCmd string) runHeader {
+func headerOf(r loop.Run, ordinal int64, createCmd string, storedBytes int64) runHeader {
 	return runHeader{Ordinal: ordinal, Session: r.Session, Status: r.Status, Seq: r.Seq, UpdatedAt: r.UpdatedAt,
-		CreateCmd: createCmd, Executing: runtime.ExecutingRecords(r)}
+		CreateCmd: createCmd, Executing: runtime.ExecutingRecords(r), StoredBytes: &storedBytes}
 }
 
 // encodeRecord frames a run record: uvarint(len(header)), the header JSON,
 // then the snapshot JSON.
-func encodeRecord(h runHeader, r loop.Run) ([]byte, error) {
+func encodeRecord(h runHeader, snapshot []byte) ([]byte, error) {
 	hb, err := json.Marshal(h)
 	if err != nil {
 		return nil, err
 	}
-	rb, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	out := binary.AppendUvarint(make([]byte, 0, len(hb)+len(rb)+binary.MaxVarintLen64), uint64(len(hb)))
+	out := binary.AppendUvarint(make([]byte, 0, len(hb)+len(snapshot)+binary.MaxVarintLen64), uint64(len(hb)))
 	out = append(out, hb...)
-	return append(out, rb...), nil
+	return append(out, snapshot...), nil
 }
 
 func splitRecord(b []byte) (header, snapshot []byte, err error) {
@@ -200,13 +202,20 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	if err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: encode event: %w", c.Run.ID, err)
 	}
+	snap, err := json.Marshal(c.Run)
+	if err != nil {
+		return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: encode snapshot: %w", c.Run.ID, err)
+	}
 	if err := s.enter(); err != nil {
 		return runtime.CreateResult{}, err
 	}
 	defer s.leave()
 	t, id, session := c.Run.Tenant, c.Run.ID, c.Run.Session
-	var res runtime.CreateResult
-	err = s.update(ctx, func(txn *badger.Txn) error {
+	var (
+		res   runtime.CreateResult
+		added int64
+	)
+	err = s.write(ctx, t, &added, func(txn *badger.Txn) error {
 		res = runtime.CreateResult{}
 		if c.CommandID != "" {
 			item, err := txn.Get(createCmdKey(t, c.CommandID))
@@ -243,8 +252,9 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 			return err
 		}
 		ord := int64(last) + 1
-		h := headerOf(c.Run, ord, c.CommandID)
-		rec, err := encodeRecord(h, c.Run)
+		held := int64(len(snap) + len(evb) + len(c.CommandID))
+		h := headerOf(c.Run, ord, c.CommandID, held)
+		rec, err := encodeRecord(h, snap)
 		if err != nil {
 			return err
 		}
@@ -272,17 +282,17 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 			return err
 		}
 		res = runtime.CreateResult{Run: c.Run, Ordinal: ord}
+		added = held
 		return nil
 	})
 	if err != nil {
 		return runtime.CreateResult{}, wrapErr("create run "+t+"/"+id, err)
 	}
 	if !res.Duplicate {
-		// Hand back a copy that went through the same encoding as the
-		// stored one, and shares nothing with the caller's argument.
-		rb, _ := json.Marshal(res.Run)
+		// Hand back a copy decoded from the stored bytes, which shares
+		// nothing with the caller's argument.
 		var r loop.Run
-		if err := json.Unmarshal(rb, &r); err != nil {
+		if err := json.Unmarshal(snap, &r); err != nil {
 			return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: %w", id, err)
 		}
 		res.Run = r
@@ -343,10 +353,12 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		encoded   bool
 		payloadOK error
 		evbs      [][]byte
+		snap      []byte
 		newHeader runHeader
 		res       runtime.CommitResult
+		delta     int64
 	)
-	err := s.update(ctx, func(txn *badger.Txn) error {
+	err := s.write(ctx, t, &delta, func(txn *badger.Txn) error {
 		res = runtime.CommitResult{}
 		if c.CommandID != "" {
 			seq, err := getU64(txn, commandKey(t, id, c.CommandID))
@@ -376,6 +388,9 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 					}
 				}
 			}
+			if payloadOK == nil {
+				snap, payloadOK = json.Marshal(c.Run)
+			}
 		}
 		if payloadOK != nil {
 			return fmt.Errorf("badgerstore: commit: %w", payloadOK)
@@ -397,8 +412,17 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if epoch != c.Epoch {
 			return fmt.Errorf("badgerstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
 		}
-		newHeader = headerOf(c.Run, old.Ordinal, old.CreateCmd)
-		rec, err := encodeRecord(newHeader, c.Run)
+		_, oldSnap, _ := splitRecord(b)
+		held, err := storedBytesOf(txn, t, id, old, len(oldSnap))
+		if err != nil {
+			return err
+		}
+		added := int64(len(snap)-len(oldSnap)) + int64(len(c.CommandID))
+		for _, evb := range evbs {
+			added += int64(len(evb))
+		}
+		newHeader = headerOf(c.Run, old.Ordinal, old.CreateCmd, held+added)
+		rec, err := encodeRecord(newHeader, snap)
 		if err != nil {
 			return err
 		}
@@ -419,6 +443,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 			}
 		}
 		res = runtime.CommitResult{Seq: c.Run.Seq}
+		delta = added
 		return nil
 	})
 	if err != nil {

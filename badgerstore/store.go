@@ -114,6 +114,8 @@ type Store struct {
 
 	kvMu      sync.Mutex
 	kvWriters map[string]*kvWriter // by tenant and plugin: KVSet's write queues
+
+	totals tenantTotals // each tenant's stored bytes, kept by the writes (usage.go)
 }
 
 var _ runtime.Store = (*Store)(nil)

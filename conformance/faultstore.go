@@ -56,7 +56,7 @@ func (k FaultKind) valid() bool { return k >= FaultError && k <= FaultLostReply 
 // (a FaultLostReply needs a write to lose the reply of).
 var faultMethods = map[string]bool{
 	"CreateRun": true, "Commit": true, "LoadRun": false, "Events": false,
-	"SessionRuns": false, "ActiveRuns": false, "RunsByStatus": false,
+	"SessionRuns": false, "ActiveRuns": false, "RunsByStatus": false, "TenantStoredBytes": false,
 	"RegisterNode": true, "RenewNode": true, "ClaimSession": true, "ReleaseSession": true,
 	"OrphanedSessions": false, "ActiveSessions": false, "ExecutingEffects": false,
 	"KVGet": false, "KVSet": true, "KVDelete": true,
@@ -378,6 +378,13 @@ func (f *FaultStore) ActiveRuns(ctx context.Context, tenant, session string) ([]
 func (f *FaultStore) RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error) {
 	return call(f, "RunsByStatus", FaultArgs{Tenant: tenant}, func() ([]string, error) {
 		return f.inner.RunsByStatus(ctx, tenant, status, after, limit)
+	})
+}
+
+// TenantStoredBytes implements runtime.Store.
+func (f *FaultStore) TenantStoredBytes(ctx context.Context, tenant string) (int64, error) {
+	return call(f, "TenantStoredBytes", FaultArgs{Tenant: tenant}, func() (int64, error) {
+		return f.inner.TenantStoredBytes(ctx, tenant)
 	})
 }
 

@@ -85,6 +85,21 @@ type memRun struct {
 	createCmd string
 }
 
+// storedBytes is what the Run holds, as runtime.Store.TenantStoredBytes
+// counts it: its snapshot, its events and its command IDs. MemStore
+// counts it from the data itself, so it is the reference the durable
+// stores' running counts are held to.
+func (r *memRun) storedBytes() int64 {
+	n := len(r.snapshot) + len(r.createCmd)
+	for _, ev := range r.events {
+		n += len(ev)
+	}
+	for cmd := range r.commands {
+		n += len(cmd)
+	}
+	return int64(n)
+}
+
 type memSession struct {
 	order  []string // run IDs, by ordinal (ordinal i+1)
 	owner  string
@@ -412,6 +427,25 @@ func (s *MemStore) RunsByStatus(ctx context.Context, tenant string, status loop.
 		ids = ids[:limit]
 	}
 	return ids, nil
+}
+
+// TenantStoredBytes implements runtime.Store: the sum over the tenant's
+// Runs, counted afresh from what each holds.
+func (s *MemStore) TenantStoredBytes(ctx context.Context, tenant string) (int64, error) {
+	if err := loop.CheckID("tenant", tenant); err != nil {
+		return 0, fmt.Errorf("memstore: stored bytes: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	var n int64
+	for k, r := range s.runs {
+		if k.tenant == tenant {
+			n += r.storedBytes()
+		}
+	}
+	return n, nil
 }
 
 // alive reports whether a node incarnation is alive at nowMS. The caller

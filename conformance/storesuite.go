@@ -66,6 +66,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"plugin KV enforces its limits and quota", testKV},
 		{"tenants sessions and plugins whose IDs are prefixes of each other stay apart", testIsolation},
 		{"prune removes old terminal logs and command IDs and keeps snapshots", testPrune},
+		{"stored bytes count each Run's snapshot, log and command IDs, per tenant, through commits and prune", testStoredBytes},
 		{"close is safe twice and later calls give ErrClosed", testClose},
 		{"concurrent committers see exactly the CAS winners", testHammer},
 		{"concurrent creators get distinct session ordinals", testConcurrentCreate},
@@ -217,6 +218,48 @@ func (h *harness) events(tenant, id string, from int64, limit int) []loop.Event 
 		h.t.Fatalf("Events %s/%s from %d: %v", tenant, id, from, err)
 	}
 	return evs
+}
+
+// held is what a Run holds in the store as TenantStoredBytes counts it,
+// read back through the port: its snapshot's JSON, its events' JSON, and
+// the command IDs cmds, which the caller knows are recorded for it.
+func (h *harness) held(tenant, id string, cmds ...string) int64 {
+	h.t.Helper()
+	n := len(mustJSON(h.t, h.load(tenant, id)))
+	for _, ev := range h.events(tenant, id, 0, 0) {
+		n += len(mustJSON(h.t, ev))
+	}
+	for _, c := range cmds {
+		n += len(c)
+	}
+	return int64(n)
+}
+
+// stored is TenantStoredBytes of tenant.
+func (h *harness) stored(tenant string) int64 {
+	h.t.Helper()
+	n, err := h.s.TenantStoredBytes(h.ctx, tenant)
+	if err != nil {
+		h.t.Fatalf("TenantStoredBytes %s: %v", tenant, err)
+	}
+	return n
+}
+
+// wantStored fails unless TenantStoredBytes of tenant is want.
+func (h *harness) wantStored(tenant string, want int64, when string) {
+	h.t.Helper()
+	if got := h.stored(tenant); got != want {
+		h.t.Fatalf("%s: TenantStoredBytes(%s) = %d, want %d (off by %d)", when, tenant, got, want, got-want)
+	}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func (h *harness) checkIndexes(tenant string, sessions ...string) {
@@ -1302,6 +1345,75 @@ func testPrune(t *testing.T, h *harness) {
 	h.checkIndexes("t2", "s")
 }
 
+func testStoredBytes(t *testing.T, h *harness) {
+	// Tenant a is asked about before it has a Run (a store that keeps a
+	// running figure then keeps it from the first write on); tenant b
+	// only after it has Runs (the figure is then read from what is there).
+	h.wantStored("a", 0, "a tenant with no Runs")
+	_, err := h.s.TenantStoredBytes(h.ctx, "not a tenant!")
+	h.wantErr(err, loop.ErrInvalidID, "TenantStoredBytes of an invalid tenant ID")
+	h.clock.Advance(time.Second)
+	b1 := h.toExecuting(h.create("b", "s", "b1", "create-b1"), 0)
+
+	first := h.create("a", "s", "r1", "create-r1")
+	h.wantStored("a", h.held("a", "r1", "create-r1"), "after CreateRun")
+	r1 := h.commit(first, 0, "start-r1", started(), planned(first))
+	want := h.held("a", "r1", "create-r1", "start-r1")
+	h.wantStored("a", want, "after a Commit with a command ID")
+	r1 = h.commit(r1, 0, "", dispatched(loop.ModelEffectID("r1", 1), 1, 0))
+	want = h.held("a", "r1", "create-r1", "start-r1")
+	h.wantStored("a", want, "after a Commit without one")
+
+	// What writes nothing counts nothing: a repeated creation, a repeated
+	// command, a stale commit, a malformed one.
+	if res, err := h.s.CreateRun(h.ctx, h.createReq("a", "s", "r1", "create-r1")); err != nil || !res.Duplicate {
+		t.Fatalf("repeated CreateRun = %+v, %v; want a duplicate", res, err)
+	}
+	if _, err := h.s.CreateRun(h.ctx, h.createReq("a", "s", "r1", "")); !errors.Is(err, runtime.ErrRunExists) {
+		t.Fatalf("CreateRun of a used run ID: %v, want ErrRunExists", err)
+	}
+	retry := h.step(h.load("a", "r1"), 0, "start-r1", pending(loop.ModelEffectID("r1", 1), 1, "h"))
+	if res, err := h.s.Commit(h.ctx, retry); err != nil || !res.Duplicate {
+		t.Fatalf("repeated command = %+v, %v; want a duplicate", res, err)
+	}
+	_, err = h.s.Commit(h.ctx, h.step(first, 0, "", started()))
+	h.wantErr(err, runtime.ErrVersionConflict, "a stale commit")
+	bad := h.step(r1, 0, "", pending(loop.ModelEffectID("r1", 1), 1, "h"))
+	bad.Run.Seq++
+	_, err = h.s.Commit(h.ctx, bad)
+	h.wantErr(err, runtime.ErrInvalidRequest, "a malformed commit")
+	h.wantStored("a", want, "after commits that wrote nothing")
+
+	// A second Run of a, to the end; a tenant whose ID a is a prefix of
+	// stays apart, and so does b.
+	r2 := h.toCompleted(h.toExecuting(h.create("a", "s2", "r2", ""), 0), 0)
+	want += h.held("a", "r2")
+	h.wantStored("a", want, "with a second Run")
+	h.toExecuting(h.create("ab", "s", "x", "create-x"), 0)
+	h.wantStored("ab", h.held("ab", "x", "create-x"), "tenant ab")
+	h.wantStored("b", h.held("b", "b1", "create-b1"), "tenant b, first asked after its Runs were written")
+	h.wantStored("a", want, "tenant a, after writes of tenants ab and b")
+
+	// Prune deletes the logs and command IDs of a's ended Runs: what is
+	// left is their snapshots. b1 is still running and keeps its log.
+	r1 = h.toCompleted(r1, 0)
+	before := h.stored("a")
+	h.clock.Advance(time.Minute)
+	if _, err := h.s.Prune(h.ctx, h.nowMS()); err != nil {
+		t.Fatal(err)
+	}
+	want = int64(len(mustJSON(t, r1)) + len(mustJSON(t, r2)))
+	if evs := h.events("a", "r1", 0, 0); len(evs) != 0 {
+		t.Fatalf("Prune left %d events of r1", len(evs))
+	}
+	h.wantStored("a", want, "after Prune")
+	if want >= before {
+		t.Fatalf("Prune left a at %d bytes, from %d", want, before)
+	}
+	h.wantStored("b", h.held("b", "b1", "create-b1"), "tenant b, after a Prune that spared it")
+	_ = b1
+}
+
 func testClose(t *testing.T, h *harness) {
 	r := h.create("t", "s", "r", "")
 	if err := h.s.Close(); err != nil {
@@ -1318,6 +1430,7 @@ func testClose(t *testing.T, h *harness) {
 	_, calls["SessionRuns"] = h.s.SessionRuns(h.ctx, "t", "s", 0, 0)
 	_, calls["ActiveRuns"] = h.s.ActiveRuns(h.ctx, "t", "s")
 	_, calls["RunsByStatus"] = h.s.RunsByStatus(h.ctx, "t", loop.StatusPending, "", 0)
+	_, calls["TenantStoredBytes"] = h.s.TenantStoredBytes(h.ctx, "t")
 	calls["RegisterNode"] = h.s.RegisterNode(h.ctx, "n", h.nowMS()+1000)
 	calls["RenewNode"] = h.s.RenewNode(h.ctx, "n", h.nowMS()+1000)
 	_, calls["ClaimSession"] = h.s.ClaimSession(h.ctx, "t", "s", "n", h.nowMS())
@@ -1368,8 +1481,22 @@ func testHammer(t *testing.T, h *harness) {
 		mu   sync.Mutex
 		wins []win
 	)
-	errs := make(chan error, workers)
+	errs := make(chan error, workers+1)
 	var wg sync.WaitGroup
+	// The tenant's stored bytes are first asked for while the committers
+	// race (a store that keeps a running figure seeds it then), and must
+	// come out exact once they stop.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 5 {
+			if _, err := h.s.TenantStoredBytes(h.ctx, "t"); err != nil {
+				errs <- fmt.Errorf("TenantStoredBytes while committers race: %w", err)
+				return
+			}
+		}
+		errs <- nil
+	}()
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -1418,6 +1545,15 @@ func testHammer(t *testing.T, h *harness) {
 			t.Fatalf("own%d has %d commits, want %d", w, got, rounds)
 		}
 	}
+	var stored int64
+	for run, bySeq := range want {
+		var cmds []string
+		for _, handle := range bySeq {
+			cmds = append(cmds, "cmd-"+handle)
+		}
+		stored += h.held("t", run, cmds...)
+	}
+	h.wantStored("t", stored, "after the committers stopped")
 	sessions := []string{"hot"}
 	for w := range workers {
 		sessions = append(sessions, fmt.Sprintf("w%d", w))

@@ -30,12 +30,12 @@
 // Every ID is text COLLATE "C", so that order and paging compare bytes, as
 // Badger's keys do. Snapshots and events are bytea holding the bytes
 // json.Marshal gave (jsonb would rewrite them). The tables are logged.
-// Schema version 1:
+// Schema version 2:
 //
 //	sessions (tenant, session) PK          last_ordinal, owner ('' when none), epoch, live_count (non-terminal Runs)
 //	  sessions_live (tenant, session) WHERE live_count > 0     OrphanedSessions, ActiveSessions
 //	runs (tenant, run_id) PK               session, ordinal, seq, status, live, has_executing, updated_at,
-//	                                       create_cmd, executing, snapshot
+//	                                       create_cmd, executing, snapshot, stored_bytes
 //	  runs_by_session UNIQUE (tenant, session, ordinal)        SessionRuns
 //	  runs_active (tenant, session, ordinal) WHERE live        ActiveRuns
 //	  runs_by_status (tenant, status, run_id)                  RunsByStatus
@@ -59,6 +59,19 @@
 // a HOT update (no index entry written) unless the Run's status or the
 // presence of executing effects changes. sessions.live_count and prunable
 // change only when a Run is created or ends.
+//
+// runs.stored_bytes is what the Run holds, for its tenant's storage
+// quota (TenantStoredBytes): the length of its snapshot, of each of its
+// events, of each command ID applied to it and of its creation command
+// while that is kept. It lives on the Run's own row, so counting takes no
+// lock that another Run's commit needs (a per-tenant row would serialize
+// all of a tenant's commits, across nodes): CreateRun sets it, a Commit
+// changes it in the statement that rewrites the row (by what it adds, less
+// the old snapshot's octet_length, which a TOASTed value answers without
+// being fetched), and Prune subtracts what it deletes. It is in no index,
+// so a Commit's update stays HOT; TenantStoredBytes sums it over the
+// tenant's rows through the primary key. Migration 2 added the column and
+// counted the Runs already stored from their rows.
 //
 // # Transactions
 //

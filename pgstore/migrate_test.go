@@ -7,7 +7,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/agenthost/agenthost/internal/pgserver"
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime"
 )
 
 func TestMigrationsAreNumberedWithoutAGap(t *testing.T) {
@@ -114,5 +118,69 @@ func TestANewerSchemaIsRefusedAndLeftAlone(t *testing.T) {
 	}
 	if after := schemaState(t, dsn, schema); after != before {
 		t.Fatalf("the refused Open changed the schema:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestMigrationTwoCountsTheRunsAlreadyStored drops the stored_bytes column
+// and schema version 2 from a schema holding Runs (one with a creation
+// command, one with commands, one pruned), then opens it again: the
+// migration counts each Run's stored bytes from what it holds, as the
+// writes had kept them.
+func TestMigrationTwoCountsTheRunsAlreadyStored(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	s := open(t, dsn, schema, nil)
+	a := newRun(t, s, "t", "s", "a", 1)
+	spec := loop.Spec{Tenant: "t", Session: "s", ID: "b", Input: "hello", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy}
+	ev := loop.RunCreated(spec, 1)
+	b, err := loop.Apply(loop.Run{}, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Seq = 1
+	if _, err := s.CreateRun(ctx, runtime.CreateRun{Run: b, Event: ev, CommandID: "create-b"}); err != nil {
+		t.Fatal(err)
+	}
+	toExecuting(t, s, b, 0)
+	c := step(t, a, 0, "cancel-a", loop.Event{Type: loop.EventCancelRequested, Reason: "test", At: 2}, loop.Event{Type: loop.EventRunCancelled, At: 2})
+	if _, err := s.Commit(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prune(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	p := newRun(t, s, "t", "s", "c", 4)
+	if _, err := s.Commit(ctx, step(t, p, 0, "start-c", loop.Event{Type: loop.EventRunStarted, At: 4})); err != nil {
+		t.Fatal(err)
+	}
+	newRun(t, s, "u", "s", "d", 4)
+	want := map[string]int64{}
+	for _, tenant := range []string{"t", "u"} {
+		if want[tenant], err = s.TenantStoredBytes(ctx, tenant); err != nil || want[tenant] == 0 {
+			t.Fatalf("TenantStoredBytes(%s) = %d, %v", tenant, want[tenant], err)
+		}
+	}
+	_ = s.Close()
+
+	var one int
+	query(t, dsn, fmt.Sprintf(`WITH d AS (DELETE FROM %[1]s.agenthost_schema WHERE version = 2 RETURNING 1) SELECT count(*)::int FROM d`, schema), &one)
+	if one != 1 {
+		t.Fatalf("deleted %d rows of version 2", one)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER TABLE %s.runs DROP COLUMN stored_bytes", schema)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+
+	s = open(t, dsn, schema, nil)
+	for tenant, w := range want {
+		if got, err := s.TenantStoredBytes(ctx, tenant); err != nil || got != w {
+			t.Fatalf("after migration 2 on stored Runs: TenantStoredBytes(%s) = %d, %v; the writes had kept %d", tenant, got, err, w)
+		}
 	}
 }

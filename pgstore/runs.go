@@ -29,7 +29,8 @@ const (
 	// leaves the store as it was. Parameters: $1 tenant, $2 session, $3
 	// run, $4 live (0 or 1), $5 seq, $6 status, $7 has_executing, $8
 	// updated_at, $9 creation command (NULL for none), $10 executing, $11
-	// snapshot, $12 the first event. It returns whether the run ID is
+	// snapshot, $12 the first event, $13 the bytes the Run holds (its
+	// stored_bytes: $11, $12 and $9). It returns whether the run ID is
 	// used, the ordinal and snapshot of the Run the command created (NULL
 	// when none), and the new Run's ordinal (NULL when it wrote nothing).
 	sqlCreate = `WITH x AS (SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $3) AS used),
@@ -44,8 +45,8 @@ const (
 			AND last_ordinal = 0 AND owner = '' AND epoch = 0 AND live_count = 0),
 		e AS (INSERT INTO events (tenant, run_id, seq, body) SELECT $1, $3, 1, $12 FROM ok),
 		c AS (INSERT INTO create_commands (tenant, command_id, run_id) SELECT $1, $9, $3 FROM ok WHERE $9::text IS NOT NULL),
-		w AS (INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, has_executing, updated_at, create_cmd, executing, snapshot)
-			SELECT $1, $3, $2, ok.ord, $5, $6, $4 > 0, $7, $8, $9, $10, $11 FROM ok RETURNING ordinal)
+		w AS (INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, has_executing, updated_at, create_cmd, executing, snapshot, stored_bytes)
+			SELECT $1, $3, $2, ok.ord, $5, $6, $4 > 0, $7, $8, $9, $10, $11, $13 FROM ok RETURNING ordinal)
 		SELECT x.used, d.ordinal, d.snapshot, (SELECT ordinal FROM w) FROM x LEFT JOIN d ON true`
 
 	sqlLockSessionEpoch = `SELECT owner, epoch FROM sessions WHERE tenant = $1 AND session = $2 FOR UPDATE`
@@ -64,9 +65,12 @@ const (
 // status. Parameters: $1 tenant, $2 run, $6 the command ID (NULL for
 // none), $7 the events' Seqs, $8 their JSON, $9 the new Seq, $10 status,
 // $11 live, $12 has_executing, $13 updated_at, $14 executing, $15
-// snapshot. It returns the Run's row as read (no row: no such Run) and
-// whether it wrote. When ending is set, a Run that ends leaves its
-// session's live count and enters prunable.
+// snapshot, $16 what the commit adds to the Run's stored_bytes: the
+// lengths of $15, of the events and of the command ID (the old snapshot's
+// length is taken off in SQL, where octet_length reads a TOASTed value's
+// size without fetching it). It returns the Run's row as read (no row: no
+// such Run) and whether it wrote. When ending is set, a Run that ends
+// leaves its session's live count and enters prunable.
 func commitSQL(ending bool) string {
 	q := `WITH r AS (
 			SELECT r.session, r.seq, r.live,
@@ -84,7 +88,8 @@ func commitSQL(ending bool) string {
 		p AS (INSERT INTO prunable (updated_at, tenant, run_id) SELECT $13, $1, $2 FROM ok WHERE ok.live ON CONFLICT DO NOTHING),`
 	}
 	return q + `
-		w AS (UPDATE runs SET seq = $9, status = $10, live = $11, has_executing = $12, updated_at = $13, executing = $14, snapshot = $15
+		w AS (UPDATE runs SET seq = $9, status = $10, live = $11, has_executing = $12, updated_at = $13, executing = $14, snapshot = $15,
+				stored_bytes = runs.stored_bytes - octet_length(runs.snapshot) + $16::bigint
 			FROM ok WHERE runs.tenant = $1 AND runs.run_id = $2 RETURNING 1)
 		SELECT r.session, r.seq, r.live, r.cmd_seq, EXISTS (SELECT 1 FROM w) FROM r`
 }
@@ -161,7 +166,8 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		b.Queue(sqlEnsureSession, t, session)
 		b.Queue(sqlLockSession, t, session)
 		b.Queue(sqlCreate, t, session, id, boolInt(!c.Run.Status.Terminal()), c.Run.Seq, string(c.Run.Status),
-			enc.executing != nil, c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb)
+			enc.executing != nil, c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb,
+			int64(len(enc.snapshot)+len(evb)+len(c.CommandID)))
 		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
 		var (
@@ -272,15 +278,18 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		enc    encoded
 		seqs   []int64
 		bodies [][]byte
+		added  int64 // to stored_bytes ($16)
 	)
 	if payloadErr == nil {
 		seqs, bodies = make([]int64, len(c.Events)), make([][]byte, len(c.Events))
+		added = int64(len(c.CommandID))
 		for i, ev := range c.Events {
 			seqs[i] = ev.Seq
 			if bodies[i], payloadErr = json.Marshal(ev); payloadErr != nil {
 				payloadErr = fmt.Errorf("%w: encode event %d: %v", runtime.ErrInvalidRequest, ev.Seq, payloadErr)
 				break
 			}
+			added += int64(len(bodies[i]))
 		}
 	}
 	if payloadErr == nil {
@@ -288,6 +297,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if enc, err = encodeRun(c.Run); err != nil {
 			payloadErr = fmt.Errorf("%w: encode snapshot: %v", runtime.ErrInvalidRequest, err)
 		}
+		added += int64(len(enc.snapshot))
 	}
 	if err := s.enter(); err != nil {
 		return runtime.CommitResult{}, err
@@ -311,7 +321,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if payloadErr == nil {
 			b.Queue(write, t, id, c.Session, c.ExpectedSeq, int64(c.Epoch), optional(c.CommandID),
 				seqs, bodies, c.Run.Seq, string(c.Run.Status), nowLive, enc.executing != nil,
-				c.Run.UpdatedAt, enc.executing, enc.snapshot)
+				c.Run.UpdatedAt, enc.executing, enc.snapshot, added)
 		} else { // nothing to write: look the command up all the same
 			b.Queue(sqlLockRun, t, id, optional(c.CommandID))
 		}
@@ -518,6 +528,26 @@ func (s *Store) RunsByStatus(ctx context.Context, tenant string, status loop.Sta
 		return nil, fail("runs of "+tenant+" by status", err)
 	}
 	return out, nil
+}
+
+// TenantStoredBytes implements runtime.Store: the sum of the tenant's
+// runs rows' stored_bytes, read through the primary key (tenant, run_id).
+// It reads every runs row of the tenant, so the API reads it through a
+// short cache; stored_bytes is in no index, so that a Commit's update
+// stays HOT, which rules out an index-only sum.
+func (s *Store) TenantStoredBytes(ctx context.Context, tenant string) (int64, error) {
+	if err := loop.CheckID("tenant", tenant); err != nil {
+		return 0, fmt.Errorf("pgstore: stored bytes: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(stored_bytes), 0)::bigint FROM runs WHERE tenant = $1`, tenant).Scan(&n); err != nil {
+		return 0, fail("stored bytes of "+tenant, err)
+	}
+	return n, nil
 }
 
 func checkIDs(what1, id1, what2, id2 string) error {

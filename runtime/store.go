@@ -73,6 +73,18 @@ type Store interface {
 	// given status, in ID order after the ID after ("" from the first).
 	RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error)
 
+	// TenantStoredBytes returns the bytes the tenant's Runs hold in the
+	// store, for its storage quota: over every Run, the length of its
+	// snapshot's JSON, of each event's JSON in its log, and of each
+	// command ID recorded for it (the creation command's included). A
+	// CreateRun or Commit that writes changes the figure in the same
+	// transaction, by what it wrote less the snapshot it replaced; one
+	// that writes nothing (a duplicate, a refused commit) leaves it as it
+	// was; Prune lowers it by what it deletes. Each Run's share is kept
+	// with the Run's own record, so that no write of one Run waits for
+	// another's. 0 for a tenant with no Runs.
+	TenantStoredBytes(ctx context.Context, tenant string) (int64, error)
+
 	Ownership
 	PluginKV
 
