@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -181,7 +182,7 @@ func newHTTPGate(s Sandbox) (*httpGate, error) {
 		maxHeaderBytes: s.MaxHTTPResponseHeaderBytes,
 		maxRedirects:   s.MaxHTTPRedirects,
 		lookupIP:       s.lookupIP,
-		dialer:         &net.Dialer{Timeout: s.HTTPTimeout},
+		dialer:         &net.Dialer{Timeout: s.HTTPTimeout, Control: dialControl},
 	}
 	if g.lookupIP == nil {
 		g.lookupIP = net.DefaultResolver.LookupNetIP
@@ -255,6 +256,20 @@ func (g *httpGate) dial(ctx context.Context, network, addr string) (net.Conn, er
 		}
 	}
 	return g.connect(ctx, network, host, ips, uint16(n))
+}
+
+// testHookDial, when set (by this package's tests), sees every address
+// the gate is about to connect to, whichever path led there, and may
+// refuse it: the tests refuse everything outside loopback, so that a
+// broken gate can never make them reach another machine.
+var testHookDial func(network, address string) error
+
+// dialControl is the gate's net.Dialer Control: it runs the test hook.
+func dialControl(network, address string, _ syscall.RawConn) error {
+	if testHookDial != nil {
+		return testHookDial(network, address)
+	}
+	return nil
 }
 
 // connect dials the checked addresses in turn, each with its share of the

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -330,3 +331,22 @@ func TestHTTPResponseHeadersCapped(t *testing.T) {
 		t.Fatalf("100 KiB of headers under a limit of 256 KiB: %s", msg)
 	}
 }
+
+// Every dial of this package's tests stays on this machine, whatever the
+// gate decides: a test that names a private, link-local or public
+// address checks that the gate refuses it, and a gate that did not would
+// otherwise send traffic off the machine.
+func init() {
+	testHookDial = func(network, address string) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil || !ap.Addr().Unmap().IsLoopback() {
+			offMachineDials.Add(1)
+			return fmt.Errorf("test guard: refusing to dial %s %s, which is not on loopback", network, address)
+		}
+		return nil
+	}
+}
+
+// offMachineDials counts the dials the guard refused; TestMain fails the
+// package's run when there was one.
+var offMachineDials atomic.Int64

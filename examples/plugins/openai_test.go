@@ -103,7 +103,7 @@ func TestOpenAI(t *testing.T) {
 			s.Sandbox.Config = map[string]string{"base_url": baseURL, "model": "gpt-test", "api_key": "sk-test", "temperature": "0"}
 		})
 	}
-	x := load("openai", f.srv.URL+"/v1", "127.0.0.1")
+	x := load("openai", f.srv.URL+"/v1", f.srv.Listener.Addr().String()) // a port-less entry allows 80 and 443 only
 
 	req := abi.ModelRequest{Messages: []abi.Message{
 		{Role: "system", Content: "Use the tools."},
