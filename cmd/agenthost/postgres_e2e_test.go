@@ -70,7 +70,7 @@ func TestRunAndServeOnPostgres(t *testing.T) {
 		t.Errorf("--data-dir with postgres: exit %d, %s", r.code, r.stderr)
 	}
 
-	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

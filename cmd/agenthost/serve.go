@@ -13,7 +13,7 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen string
+	var listen, metricsListen string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API for every tenant of the config",
@@ -21,10 +21,11 @@ func newServeCmd(g *globals) *cobra.Command {
 store.driver postgres), loads the plugins of every tenant,
 starts the runtime (recovery's first pass takes over what a previous process
 left in flight) and serves the HTTP API: bearer tokens map to tenants
-(tenants.ID.tokens_sha256), quotas answer 429, /healthz, /readyz (ready once
-recovery's first pass is done) and /metrics (Prometheus).
+(tenants.ID.tokens_sha256), quotas and rate limits answer 429, /healthz and
+/readyz (ready once recovery's first pass is done); /metrics (Prometheus) is
+served on a listener of its own, metrics.listen (127.0.0.1:9464 by default).
 
-It prints the address it listens on. SIGTERM or SIGINT stops it cleanly: new
+It prints the address it listens on, and where /metrics is. SIGTERM or SIGINT stops it cleanly: new
 requests answer 503 and event streams end, in-flight requests and commits
 finish, the runtime stops (effects still executing are left for recovery at
 the next start), and it exits 0.
@@ -48,6 +49,9 @@ command IDs of terminal Runs older than retention are pruned.`,
 			if listen != "" {
 				cfg.Listen = listen
 			}
+			if metricsListen != "" {
+				cfg.Metrics.Listen = metricsListen
+			}
 			log := system.NewLogger(cfg, cmd.ErrOrStderr())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -56,6 +60,9 @@ command IDs of terminal Runs older than retention are pruned.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "agenthost serving on http://%s (%s)\n", srv.Addr(), cfg.StoreLocation())
+			if addr := srv.MetricsAddr(); addr != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "agenthost metrics on http://%s/metrics\n", addr)
+			}
 			select {
 			case <-ctx.Done():
 				log.Info("stopping: a signal asked for it; new requests answer 503 while in-flight work finishes")
@@ -78,5 +85,6 @@ command IDs of terminal Runs older than retention are pruned.`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "the HTTP address to listen on, overriding listen of the config (port 0 picks a free port)")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "where to serve /metrics, overriding metrics.listen of the config: an address (port 0 picks a free port), api (on the API listener, without a token) or off")
 	return cmd
 }

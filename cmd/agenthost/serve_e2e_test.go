@@ -73,6 +73,7 @@ tenants:`+
 		t.Fatal(err)
 	}
 	cfg.Listen = "127.0.0.1:0"
+	cfg.Metrics.Listen = "127.0.0.1:0"
 	return cfg
 }
 
@@ -289,9 +290,10 @@ func TestServeEndToEnd(t *testing.T) {
 			`agenthost_effects_settled_total{class="",kind="tool",state="done",tenant="acme"}`,
 			`agenthost_plugin_call_duration_seconds_count{export="start",plugin="slow-job"}`,
 			`agenthost_model_tokens_total{tenant="small",type="input"} 20`,
-			`agenthost_runs_active{status="running",tenant="acme"}`}
+			`agenthost_runs_active{status="running",tenant="acme"}`,
+			`agenthost_plugin_http_refused_total{plugin="hostile",reason="address"} 0`}
 		waitUntil(t, 30*time.Second, "the metrics of the work above", func() (bool, error) {
-			code, raw, err := newClient(srv.Addr(), "").Do("GET", "/metrics", nil, nil, nil)
+			code, raw, err := newClient(srv.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
 			if err != nil || code != http.StatusOK {
 				return false, fmt.Errorf("%d %v", code, err)
 			}
@@ -302,6 +304,14 @@ func TestServeEndToEnd(t *testing.T) {
 			}
 			return true, nil
 		})
+		if srv.MetricsAddr() == srv.Addr() {
+			t.Fatalf("/metrics is served on the API listener %s; metrics.listen asked for one of its own", srv.Addr())
+		}
+		// The tenants' IDs and counts are not for whoever reaches the API.
+		code, raw, err := newClient(srv.Addr(), "").Do("GET", "/metrics", nil, nil, nil)
+		if err != nil || code != http.StatusNotFound {
+			t.Fatalf("GET /metrics on the API listener: %d %v %s; want 404 when metrics.listen is an address", code, err, raw)
+		}
 	})
 
 	t.Run("a restart in the middle of an event stream resumes from Last-Event-ID", func(t *testing.T) {
@@ -417,7 +427,7 @@ func TestServeRetention(t *testing.T) {
 	})
 	// The pass counts what it pruned once Prune returns: wait for that too.
 	waitUntil(t, 30*time.Second, "the pruned Run counted in the metrics", func() (bool, error) {
-		code, raw, err := newClient(srv.Addr(), "").Do("GET", "/metrics", nil, nil, nil)
+		code, raw, err := newClient(srv.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Errorf("%d %v", code, err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
@@ -324,6 +325,9 @@ retention: 0
 # stuck one is reported after two scans): its count must stay 0.
 watchdog_interval: 1s
 log: {format: text, level: info}
+# The clients all come from one address: the caps and rates meant for
+# many would throttle the faults' load (metrics: --metrics-listen).
+http: {max_connections_per_client: 0, unauthenticated_rate: {per_second: 0}}
 plugins:
   builder: {path: %q, role: builder}
   scripted: {path: %q, role: executor}
@@ -338,6 +342,8 @@ tenants:
     model: scripted
     tool_executors: [scripted, hostile, slow-job]
     model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s}
+    quotas: {max_concurrent_reads: 0}
+    rate_limits: {requests: {per_second: 0}, submissions: {per_second: 0}}
     tools:
       wire: {approval: always}
       flaky: {policy: {mode: retry, max_attempts: 3, backoff: 100ms, max_backoff: 500ms}}
@@ -385,7 +391,12 @@ func chaosDrain(c *chaosClients, acked []ackedRun, deadline time.Time, progressf
 // scrapeCounter sums a counter over its labels from node i's /metrics (0
 // if it cannot be read).
 func scrapeCounter(c *chaosClients, i int, name string) int {
-	code, raw, err := c.doOn(i, "", "GET", "/metrics", nil, nil, nil)
+	addr := c.nodes[i].metricsAddr()
+	if addr == "" {
+		return 0
+	}
+	mc := &serveproc.Client{Base: "http://" + addr, HTTP: c.http}
+	code, raw, err := mc.Do("GET", "/metrics", nil, nil, nil)
 	if err != nil || code != http.StatusOK {
 		return 0
 	}

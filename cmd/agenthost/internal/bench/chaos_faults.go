@@ -176,6 +176,14 @@ func (s *chaosServer) addr() string {
 	return ""
 }
 
+// metricsAddr is the current child's /metrics address ("" as for addr).
+func (s *chaosServer) metricsAddr() string {
+	if p := s.current(); p != nil && !p.Exited() {
+		return p.MetricsAddr()
+	}
+	return ""
+}
+
 // suspect marks the node as one a request just failed on, for a moment.
 func (s *chaosServer) suspect() { s.suspectUntil.Store(time.Now().Add(time.Second).UnixNano()) }
 

@@ -280,6 +280,10 @@ func benchRunsConfig(bf *benchFlags, dir string, p *runsParams) (string, error) 
 sync_writes: ` + strconv.FormatBool(p.SyncWrites) + `
 cache_dir: ` + strconv.Quote(cache) + `
 log: {level: error}
+# The bench's clients all come from one address and are bounded by
+# --concurrency: the per-client caps and rates would measure themselves.
+http: {max_connections_per_client: 0, unauthenticated_rate: {per_second: 0}}
+metrics: {listen: "off"}
 plugins:
 ` + plugin("prompt-builder", "builder") + plugin("scripted-model", "executor") + plugin("calculator", "executor") + `
 tenants:
@@ -290,6 +294,8 @@ tenants:
     tool_executors: [calculator]
     history_runs: 0
     limits: {max_steps: 4, max_tool_calls_per_step: 4, max_parallel_tool_calls: 4, run_timeout: 0, effect_timeout: 0}
+    quotas: {max_concurrent_reads: 0}
+    rate_limits: {requests: {per_second: 0}, submissions: {per_second: 0}}
 `, nil
 }
 

@@ -61,7 +61,11 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Listen is the HTTP address of `agenthost serve`.
 	Listen string
-	Log    Log
+	// HTTP bounds what clients of the API listener may hold and send.
+	HTTP HTTP
+	// Metrics says where /metrics is served.
+	Metrics Metrics
+	Log     Log
 	// MaxInstanceMemory caps the linear memory of every plugin instance of
 	// the host together, in bytes.
 	MaxInstanceMemory int64
@@ -100,6 +104,54 @@ type Postgres struct {
 	Schema string
 }
 
+// HTTP is the http.* section: the API listener's timeouts, connection
+// caps and the rate of requests without a valid token. A zero duration
+// or rate means no bound.
+type HTTP struct {
+	// ReadHeaderTimeout bounds the wait for a request's headers,
+	// ReadTimeout for the whole request (its body too), WriteTimeout the
+	// writing of the answer, IdleTimeout the wait for the next request of
+	// a keep-alive connection. Event streams lift the read and write
+	// timeouts for themselves.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// MaxHeaderBytes caps a request's headers.
+	MaxHeaderBytes int
+	// MaxConnections is how many connections are served at once (0:
+	// three quarters of what the open-file limit leaves, at most 4096);
+	// MaxConnectionsPerClient how many of them one client address may
+	// hold (0: no cap). Past either, a request answers 503.
+	MaxConnections          int
+	MaxConnectionsPerClient int
+	// UnauthenticatedRate bounds, per client address, the requests that
+	// carry no valid token; past it they answer 429 instead of 401.
+	UnauthenticatedRate Rate
+}
+
+// Rate is a token bucket: PerSecond tokens a second, up to Burst at
+// once. PerSecond 0 means no limit.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// Metrics is the metrics.* section.
+type Metrics struct {
+	// Listen is where /metrics is served: an address of its own
+	// (default 127.0.0.1:9464, loopback only), MetricsOnAPI to serve it
+	// on the API listener without a token (the behaviour before
+	// metrics.listen existed), or MetricsOff.
+	Listen string
+}
+
+// The special values of metrics.listen.
+const (
+	MetricsOnAPI = "api"
+	MetricsOff   = "off"
+)
+
 // Log configures the process's logs.
 type Log struct {
 	Format string // text or json
@@ -124,6 +176,11 @@ type Plugin struct {
 	// AllowedHosts are the hosts agenthost_http may reach.
 	AllowedHosts []string
 	HTTPTimeout  time.Duration
+	// MaxHTTPResponseBytes and MaxHTTPResponseHeaderBytes cap one
+	// agenthost_http response's body and headers; zero takes the host's
+	// defaults (1 MiB, 64 KiB).
+	MaxHTTPResponseBytes       int64
+	MaxHTTPResponseHeaderBytes int64
 	// Config is what the plugin reads with config_get (keys lowercase).
 	Config map[string]string
 }
@@ -144,6 +201,16 @@ type Tenant struct {
 	Tools       map[string]ToolOverride
 	ModelPolicy loop.Policy
 	HistoryRuns int
+	// RateLimits bound the tenant's API requests on each node.
+	RateLimits RateLimits
+}
+
+// RateLimits are a tenant's request rates (rate_limits.*), per node.
+type RateLimits struct {
+	// Requests bounds every /v1 request, Submissions the Runs submitted
+	// (which count as requests too).
+	Requests    Rate
+	Submissions Rate
 }
 
 // Quotas bound a tenant's use; `serve` enforces them. Zero means no bound.
@@ -151,6 +218,12 @@ type Quotas struct {
 	MaxActiveRuns      int
 	MaxInflightEffects int
 	TokenBudget        int64
+	// MaxStoredBytes bounds the bytes the tenant's Runs hold in the store
+	// (snapshots, event logs, command IDs).
+	MaxStoredBytes int64
+	// MaxConcurrentReads bounds the tenant's reads of Runs and pages
+	// served at once on a node; past it a read answers 429.
+	MaxConcurrentReads int
 }
 
 // Limits bound each Run of a tenant.
@@ -193,10 +266,25 @@ var (
 	// DefaultLeaseTTL is the node lease's default length.
 	DefaultLeaseTTL = 15 * time.Second
 	// MinLeaseTTL is the shortest lease_ttl the config accepts.
-	MinLeaseTTL        = time.Second
-	DefaultLogFormat   = "text"
-	DefaultLogLevel    = "info"
-	DefaultHistoryRuns = 20
+	MinLeaseTTL = time.Second
+	// The http.* defaults.
+	DefaultReadHeaderTimeout       = 10 * time.Second
+	DefaultReadTimeout             = 30 * time.Second
+	DefaultWriteTimeout            = 60 * time.Second
+	DefaultIdleTimeout             = 60 * time.Second
+	DefaultMaxHeaderBytes          = 64 << 10
+	DefaultMaxConnectionsPerClient = 128
+	DefaultUnauthenticatedRate     = Rate{PerSecond: 10, Burst: 50}
+	// DefaultMetricsListen serves /metrics on loopback only.
+	DefaultMetricsListen = "127.0.0.1:9464"
+	// The tenants' defaults: requests and submissions a second, per node,
+	// and reads at once.
+	DefaultRequestRate        = Rate{PerSecond: 200, Burst: 400}
+	DefaultSubmissionRate     = Rate{PerSecond: 50, Burst: 100}
+	DefaultMaxConcurrentReads = 32
+	DefaultLogFormat          = "text"
+	DefaultLogLevel           = "info"
+	DefaultHistoryRuns        = 20
 )
 
 // ToolPolicy returns the policy of tool under tenant t, given whether the

@@ -385,3 +385,97 @@ func TestStoreProblemsFromTheEnvironmentNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+func TestHTTPLimitsDefaults(t *testing.T) {
+	cfg, err := parse(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := HTTP{
+		ReadHeaderTimeout: DefaultReadHeaderTimeout, ReadTimeout: DefaultReadTimeout, WriteTimeout: DefaultWriteTimeout,
+		IdleTimeout: DefaultIdleTimeout, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxConnections: 0,
+		MaxConnectionsPerClient: DefaultMaxConnectionsPerClient, UnauthenticatedRate: DefaultUnauthenticatedRate,
+	}
+	if cfg.HTTP != want {
+		t.Errorf("http defaults %+v, want %+v", cfg.HTTP, want)
+	}
+	if cfg.Metrics.Listen != DefaultMetricsListen || !strings.HasPrefix(DefaultMetricsListen, "127.0.0.1:") {
+		t.Errorf("metrics.listen defaults to %q, want %q on loopback", cfg.Metrics.Listen, DefaultMetricsListen)
+	}
+	tn := cfg.Tenants["acme"]
+	if tn.RateLimits.Requests != DefaultRequestRate || tn.RateLimits.Submissions != DefaultSubmissionRate ||
+		tn.Quotas.MaxConcurrentReads != DefaultMaxConcurrentReads {
+		t.Errorf("tenant limits %+v, reads %d", tn.RateLimits, tn.Quotas.MaxConcurrentReads)
+	}
+}
+
+func TestHTTPLimitsSetAndTurnedOff(t *testing.T) {
+	cfg, err := parse(t, minimal+`
+    quotas: {max_concurrent_reads: 0}
+    rate_limits: {requests: {per_second: 0.5}, submissions: {per_second: 0}}
+http:
+  read_timeout: 0
+  idle_timeout: 5s
+  max_connections: 300
+  max_connections_per_client: 0
+  unauthenticated_rate: {per_second: 2, burst: 3}
+metrics: {listen: api}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.ReadTimeout != 0 || cfg.HTTP.IdleTimeout != 5*time.Second || cfg.HTTP.MaxConnections != 300 ||
+		cfg.HTTP.MaxConnectionsPerClient != 0 || cfg.HTTP.UnauthenticatedRate != (Rate{PerSecond: 2, Burst: 3}) {
+		t.Errorf("http %+v", cfg.HTTP)
+	}
+	if cfg.Metrics.Listen != MetricsOnAPI {
+		t.Errorf("metrics.listen %q", cfg.Metrics.Listen)
+	}
+	tn := cfg.Tenants["acme"]
+	// A rate set without its burst keeps the default's burst, at least
+	// twice the rate.
+	if tn.RateLimits.Requests != (Rate{PerSecond: 0.5, Burst: DefaultRequestRate.Burst}) || tn.RateLimits.Submissions.PerSecond != 0 ||
+		tn.Quotas.MaxConcurrentReads != 0 {
+		t.Errorf("tenant limits %+v, reads %d", tn.RateLimits, tn.Quotas.MaxConcurrentReads)
+	}
+}
+
+func TestHTTPLimitsProblemsNameTheKey(t *testing.T) {
+	_, err := parse(t, minimal+`
+    rate_limits: {requests: {per_second: -1}, submissions: {per_second: 5, burst: 0}}
+http:
+  read_timeout: soon
+  max_header_bytes: 100
+  max_connections: -3
+  unauthenticated_rate: {per_second: lots}
+metrics: {listen: ""}
+`)
+	got := strings.Join(problems(t, err), "\n")
+	for _, want := range []string{
+		"tenants.acme.rate_limits.requests.per_second: want a number of requests a second",
+		"tenants.acme.rate_limits.submissions.burst: is 0: a rate of 5 a second needs a burst of at least 1",
+		"http.read_timeout: \"soon\" is not a duration",
+		"http.max_header_bytes: 100 is too small",
+		"http.max_connections: -3 is out of range",
+		"http.unauthenticated_rate.per_second: want a number",
+		"metrics.listen: is empty",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no problem %q in:\n%s", want, got)
+		}
+	}
+}
+
+func TestHTTPLimitsFromTheEnvironment(t *testing.T) {
+	t.Setenv("AGENTHOST_HTTP_MAX_CONNECTIONS_PER_CLIENT", "7")
+	t.Setenv("AGENTHOST_METRICS_LISTEN", "off")
+	t.Setenv("AGENTHOST_TENANTS_ACME_RATE_LIMITS_SUBMISSIONS_PER_SECOND", "2.5")
+	cfg, err := parse(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.MaxConnectionsPerClient != 7 || cfg.Metrics.Listen != MetricsOff ||
+		cfg.Tenants["acme"].RateLimits.Submissions != (Rate{PerSecond: 2.5, Burst: DefaultSubmissionRate.Burst}) {
+		t.Errorf("from the environment: http %+v, metrics %q, submissions %+v", cfg.HTTP, cfg.Metrics.Listen, cfg.Tenants["acme"].RateLimits.Submissions)
+	}
+}

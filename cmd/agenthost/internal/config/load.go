@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,16 +39,22 @@ var (
 		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "watchdog_interval", "lease_ttl", "listen",
 		"log.format", "log.level", "max_instance_memory",
 		"store.driver", "store.dsn", "store.postgres.max_conns", "store.postgres.statement_timeout", "store.postgres.schema",
+		"http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout", "http.max_header_bytes",
+		"http.max_connections", "http.max_connections_per_client",
+		"http.unauthenticated_rate.per_second", "http.unauthenticated_rate.burst",
+		"metrics.listen",
 	}
 	pluginKeys = []string{
 		"path", "sha256", "role", "memory_pages", "call_timeout",
 		"max_input_bytes", "max_output_bytes", "pool_size", "idle_timeout",
-		"allowed_hosts", "http_timeout",
+		"allowed_hosts", "http_timeout", "max_http_response_bytes", "max_http_response_header_bytes",
 	}
 	policyKeys = []string{"mode", "max_attempts", "backoff", "max_backoff"}
 	tenantKeys = []string{
 		"tokens_sha256", "builder", "model", "tool_executors", "history_runs",
-		"quotas.max_active_runs", "quotas.max_inflight_effects", "quotas.token_budget",
+		"quotas.max_active_runs", "quotas.max_inflight_effects", "quotas.token_budget", "quotas.max_stored_bytes", "quotas.max_concurrent_reads",
+		"rate_limits.requests.per_second", "rate_limits.requests.burst",
+		"rate_limits.submissions.per_second", "rate_limits.submissions.burst",
 		"limits.max_steps", "limits.max_tool_calls_per_step", "limits.max_parallel_tool_calls",
 		"limits.run_timeout", "limits.effect_timeout",
 	}
@@ -179,6 +186,23 @@ func (d *decoder) decode(all map[string]any) *Config {
 			c.LeaseTTL, MinLeaseTTL, MinLeaseTTL, DefaultLeaseTTL)
 	}
 	c.Listen = d.str(all, "listen", DefaultListen)
+	c.HTTP = HTTP{
+		ReadHeaderTimeout:       d.duration(all, "http.read_header_timeout", DefaultReadHeaderTimeout),
+		ReadTimeout:             d.duration(all, "http.read_timeout", DefaultReadTimeout),
+		WriteTimeout:            d.duration(all, "http.write_timeout", DefaultWriteTimeout),
+		IdleTimeout:             d.duration(all, "http.idle_timeout", DefaultIdleTimeout),
+		MaxHeaderBytes:          d.integer(all, "http.max_header_bytes", DefaultMaxHeaderBytes, 16<<20),
+		MaxConnections:          d.integer(all, "http.max_connections", 0, 1<<20),
+		MaxConnectionsPerClient: d.integer(all, "http.max_connections_per_client", DefaultMaxConnectionsPerClient, 1<<20),
+		UnauthenticatedRate:     d.rate(all, "", "http.unauthenticated_rate", DefaultUnauthenticatedRate),
+	}
+	if c.HTTP.MaxHeaderBytes != 0 && c.HTTP.MaxHeaderBytes < 4096 {
+		d.problem("http.max_header_bytes", "%d is too small for ordinary requests: want 4096 or more (default %d)", c.HTTP.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	}
+	c.Metrics.Listen = strings.TrimSpace(d.str(all, "metrics.listen", DefaultMetricsListen))
+	if c.Metrics.Listen == "" {
+		d.problem("metrics.listen", "is empty: want an address such as %s (loopback only), %q to serve /metrics on the API listener without a token, or %q", DefaultMetricsListen, MetricsOnAPI, MetricsOff)
+	}
 	c.Log.Format = d.oneOf(all, "log.format", DefaultLogFormat, "text", "json")
 	c.Log.Level = d.oneOf(all, "log.level", DefaultLogLevel, "debug", "info", "warn", "error")
 	c.MaxInstanceMemory = int64(d.integer(all, "max_instance_memory", 0, 0))
@@ -344,6 +368,8 @@ func (d *decoder) plugin(id string, raw any) Plugin {
 	p.IdleTimeout = d.durationAt(m, k, "idle_timeout", 0)
 	p.AllowedHosts = d.stringsAt(m, k, "allowed_hosts")
 	p.HTTPTimeout = d.durationAt(m, k, "http_timeout", 0)
+	p.MaxHTTPResponseBytes = int64(d.integerAt(m, k, "max_http_response_bytes", 0, 1<<30))
+	p.MaxHTTPResponseHeaderBytes = int64(d.integerAt(m, k, "max_http_response_header_bytes", 0, 16<<20))
 	p.Config = map[string]string{}
 	if raw, ok := m["config"]; ok && raw != nil {
 		cm, ok := raw.(map[string]any)
@@ -379,6 +405,12 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 		MaxActiveRuns:      d.integerAt(m, k, "quotas.max_active_runs", 0, 0),
 		MaxInflightEffects: d.integerAt(m, k, "quotas.max_inflight_effects", 0, 0),
 		TokenBudget:        int64(d.integerAt(m, k, "quotas.token_budget", 0, 0)),
+		MaxStoredBytes:     int64(d.integerAt(m, k, "quotas.max_stored_bytes", 0, 0)),
+		MaxConcurrentReads: d.integerAt(m, k, "quotas.max_concurrent_reads", DefaultMaxConcurrentReads, 0),
+	}
+	t.RateLimits = RateLimits{
+		Requests:    d.rate(m, k, "rate_limits.requests", DefaultRequestRate),
+		Submissions: d.rate(m, k, "rate_limits.submissions", DefaultSubmissionRate),
 	}
 	t.Limits = Limits{
 		MaxSteps:             d.integerAt(m, k, "limits.max_steps", loop.DefaultLimits.MaxSteps, 0),
@@ -615,6 +647,50 @@ func (d *decoder) integerAt(m map[string]any, prefix, key string, def, max int) 
 		return def
 	}
 	return int(n)
+}
+
+// rate reads a token bucket at key (key.per_second, key.burst). A rate
+// with per_second 0 is no limit; a positive one needs a burst of at least
+// 1 (default: the default's, or twice the rate).
+func (d *decoder) rate(m map[string]any, prefix, key string, def Rate) Rate {
+	r := Rate{PerSecond: def.PerSecond, Burst: def.Burst}
+	if raw, ok := lookup(m, key+".per_second"); ok {
+		v, good := number(raw)
+		if !good || math.IsNaN(v) || v < 0 || v > 1e9 {
+			d.problem(prefix+key+".per_second", "want a number of requests a second, 0 (no limit) or more, got %s", typeName(raw))
+		} else {
+			r.PerSecond = v
+			if _, set := lookup(m, key+".burst"); !set && v > 0 {
+				r.Burst = max(def.Burst, int(math.Ceil(2*v)))
+			}
+		}
+	}
+	if _, ok := lookup(m, key+".burst"); ok {
+		r.Burst = d.integerAt(m, prefix, key+".burst", r.Burst, 1<<30)
+	}
+	if r.PerSecond > 0 && r.Burst < 1 {
+		d.problem(prefix+key+".burst", "is %d: a rate of %g a second needs a burst of at least 1 (the requests allowed at once)", r.Burst, r.PerSecond)
+	}
+	return r
+}
+
+// number reads a non-integer or integer number from YAML or the
+// environment.
+func number(raw any) (float64, bool) {
+	switch v := raw.(type) {
+	case int:
+		return float64(v), true
+	case int64:
+		return float64(v), true
+	case uint64:
+		return float64(v), true
+	case float64:
+		return v, true
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		return f, err == nil
+	}
+	return 0, false
 }
 
 func (d *decoder) duration(m map[string]any, key string, def time.Duration) time.Duration {

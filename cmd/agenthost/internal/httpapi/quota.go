@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -51,9 +52,24 @@ func (q Quota) bounded() bool {
 var activeStatuses = []loop.Status{loop.StatusPending, loop.StatusRunning, loop.StatusWaiting}
 
 // checkQuota refuses a submission that would pass one of the tenant's
-// quotas. The caller holds the tenant's submission lock, so two
-// submissions cannot both take the last slot.
+// quotas, and reports the refusal to OnLimit under its code. The caller
+// holds the tenant's submission lock, so two submissions cannot both take
+// the last slot.
 func (s *Server) checkQuota(ctx context.Context, tenant string) error {
+	return s.countRefusal(tenant, s.checkQuotas(ctx, tenant))
+}
+
+// countRefusal reports a quota's refusal (an *apiError) to OnLimit, its
+// code naming the quota, and returns err.
+func (s *Server) countRefusal(tenant string, err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		s.cfg.OnLimit(ae.Code, tenant)
+	}
+	return err
+}
+
+func (s *Server) checkQuotas(ctx context.Context, tenant string) error {
 	q, ok := s.cfg.Quotas[tenant]
 	if !ok {
 		return nil
@@ -115,11 +131,7 @@ var _ StoredBytesReader = (runtime.Store)(nil)
 // checkStoredBytes answers 429 when the tenant's Runs hold limit bytes or
 // more in the store.
 func (s *Server) checkStoredBytes(ctx context.Context, tenant string, limit int64) error {
-	store, ok := s.cfg.Store.(StoredBytesReader)
-	if !ok {
-		return fmt.Errorf("httpapi: tenant %s has a storage quota, and the store (%T) cannot count stored bytes", tenant, s.cfg.Store)
-	}
-	used, err := s.cfg.Usage.StoredBytes(ctx, store, tenant)
+	used, err := s.cfg.Usage.StoredBytes(ctx, s.cfg.Store, tenant)
 	if err != nil {
 		return fmt.Errorf("httpapi: stored bytes of tenant %s: %w", tenant, err)
 	}
@@ -143,10 +155,10 @@ func (s *Server) checkStoredBytes(ctx context.Context, tenant string, limit int6
 func (s *Server) checkSubmissionFits(tenant string, req SubmitRequest) error {
 	limit := s.cfg.Quotas[tenant].MaxStoredBytes
 	if n := submissionBytes(req); limit > 0 && n > limit {
-		return errorf(http.StatusRequestEntityTooLarge, CodeQuotaStoredBytes,
+		return s.countRefusal(tenant, errorf(http.StatusRequestEntityTooLarge, CodeQuotaStoredBytes,
 			"quota exceeded: stored bytes: this submission's input and metadata are %d bytes, more than the %d bytes this tenant's Runs may hold in the store in all, so it could never be stored; "+
 				"send a smaller input or less metadata, or ask the operator to raise tenants.%s.quotas.max_stored_bytes",
-			n, limit, tenant)
+			n, limit, tenant))
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ var _ Runtime = (*runtime.Runtime)(nil)
 // it. Every call is scoped to the caller's tenant.
 type Store interface {
 	RunLister
+	StoredBytesReader
 	SessionRuns(ctx context.Context, tenant, session string, after int64, limit int) ([]runtime.SessionRun, error)
 }
 
@@ -60,6 +61,17 @@ type Config struct {
 	Metrics http.Handler
 	// Logger receives one record per request (default: discard).
 	Logger *slog.Logger
+
+	// Limits by tenant ID: request and submission rates, reads at once
+	// (limits.go). A tenant without an entry has none.
+	Limits map[string]TenantLimits
+	// UnauthenticatedRate bounds, per client address, the requests
+	// without a valid token (past it: 429 instead of 401). Zero: no bound.
+	UnauthenticatedRate Rate
+	// OnLimit is called with the limit (the Limit… constants) and the
+	// tenant ("" when there is none) of every request a limit refuses,
+	// for the metrics. Default: nothing.
+	OnLimit func(limit, tenant string)
 }
 
 // DefaultMaxBodyBytes is the request body cap when Config sets none.
@@ -76,6 +88,9 @@ type Server struct {
 	submitMu sync.Mutex
 	submits  map[string]*sync.Mutex // by tenant: quota check and submit are one step
 
+	tenantLimits map[string]*tenantLimiter // by tenant; fixed at New
+	unauth       *unauthenticated          // nil: no bound
+
 	drain     context.Context // cancelled by Drain
 	stopDrain context.CancelFunc
 }
@@ -86,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: Config needs Runtime, Store and Auth")
 	}
 	for tenant, q := range cfg.Quotas {
-		if q.MaxActiveRuns < 0 || q.MaxInFlightEffects < 0 || q.TokenBudget < 0 {
+		if q.MaxActiveRuns < 0 || q.MaxInFlightEffects < 0 || q.TokenBudget < 0 || q.MaxStoredBytes < 0 {
 			return nil, errors.New("httpapi: tenant " + tenant + ": quotas must be 0 (no limit) or positive")
 		}
 		if q.TokenBudget > 0 && cfg.Usage == nil {
@@ -108,7 +123,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), submits: map[string]*sync.Mutex{}}
+	if cfg.OnLimit == nil {
+		cfg.OnLimit = func(string, string) {}
+	}
+	for tenant, l := range cfg.Limits {
+		if l.Requests.PerSecond < 0 || l.Submissions.PerSecond < 0 || l.MaxConcurrentReads < 0 {
+			return nil, errors.New("httpapi: tenant " + tenant + ": limits must be 0 (no limit) or positive")
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), submits: map[string]*sync.Mutex{},
+		tenantLimits: newTenantLimiters(cfg.Limits), unauth: newUnauthenticated(cfg.UnauthenticatedRate)}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.routes()
 	s.handler = s.logRequests(http.HandlerFunc(s.dispatch))
@@ -126,9 +150,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Drain() { s.stopDrain() }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc("POST /v1/sessions/{id}/runs", s.authed(s.submitRun))
-	s.mux.HandleFunc("GET /v1/sessions/{id}/runs", s.authed(s.listSessionRuns))
-	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.getRun))
+	s.mux.HandleFunc("POST /v1/sessions/{id}/runs", s.authed(s.limitSubmissions(s.submitRun)))
+	s.mux.HandleFunc("GET /v1/sessions/{id}/runs", s.authed(s.limitReads(s.listSessionRuns)))
+	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.limitReads(s.getRun)))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.streamEvents))
 	s.mux.HandleFunc("POST /v1/runs/{id}/input", s.authed(s.postInput))
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.cancelRun))
@@ -162,6 +186,9 @@ func (s *Server) routes() {
 // dispatch routes a request, answering unknown routes (404) and wrong
 // methods (405) with the JSON error body instead of ServeMux's text.
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	if s.shedOverCap(w, r) {
+		return
+	}
 	if h, pattern := s.mux.Handler(r); pattern == "" {
 		rec := &headerRecorder{header: http.Header{}}
 		h.ServeHTTP(rec, r)
@@ -193,22 +220,28 @@ func (h *headerRecorder) WriteHeader(status int)      { h.status = status }
 // tenantHandler is a handler for an authenticated tenant.
 type tenantHandler func(w http.ResponseWriter, r *http.Request, tenant string) error
 
-// authed authenticates the bearer token, caps the body, refuses requests
-// while draining, and writes the handler's error.
+// authed authenticates the bearer token, refuses requests while draining
+// and past the tenant's request rate, caps the body, and writes the
+// handler's error.
 func (s *Server) authed(h tenantHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		tenant, ok := s.authenticate(r)
 		if !ok {
-			writeAPIError(w, errorf(http.StatusUnauthorized, CodeUnauthorized,
-				"missing or unknown bearer token; send the header \"Authorization: Bearer YOUR_TOKEN\" with a token configured for your tenant"))
+			s.refuseUnauthenticated(w, r)
 			return
 		}
 		if info := infoOf(r.Context()); info != nil {
 			info.tenant = tenant
 		}
 		if s.drain.Err() != nil {
+			closeWithoutBody(w, r)
 			e := errorf(http.StatusServiceUnavailable, CodeUnavailable, "the server is shutting down; retry after the Retry-After delay")
 			e.RetryAfter = s.cfg.RetryAfter
+			writeAPIError(w, e)
+			return
+		}
+		if e := s.limitRequest(tenant); e != nil {
+			closeWithoutBody(w, r)
 			writeAPIError(w, e)
 			return
 		}

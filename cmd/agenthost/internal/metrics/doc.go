@@ -38,6 +38,8 @@
 //	agenthost_recovery_passes_total               counter    -                               recovery passes run
 //	agenthost_recovery_sessions_taken_total       counter    -                               orphaned sessions taken over
 //	agenthost_watchdog_reports_total              counter    tenant                          Runs the watchdog found stuck
+//	agenthost_http_limited_total                  counter    limit, tenant                   connections and requests a limit of the API refused (Limited; tenant "" when none)
+//	agenthost_plugin_http_refused_total           counter    plugin, reason                  agenthost_http requests refused: reason host (off the allow-list) or address (a name resolved to loopback, private, link-local, ...)
 //	agenthost_watcher_queue_depth                 gauge      -                               polls and wake-ups waiting in the Watcher
 //	agenthost_ready                               gauge      -                               1 once recovery's first pass is done; 0 if the node lease is lost
 //	agenthost_model_tokens_total                  counter    tenant, type                    model tokens used, type input|output

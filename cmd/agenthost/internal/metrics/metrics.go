@@ -32,6 +32,7 @@ type Metrics struct {
 	tokens          *prometheus.CounterVec
 	pruned          *prometheus.CounterVec
 	prunes          prometheus.Counter
+	limited         *prometheus.CounterVec
 }
 
 var _ runtime.Observer = (*Metrics)(nil)
@@ -88,9 +89,13 @@ func New() *Metrics {
 			Name: "agenthost_retention_prunes_total",
 			Help: "Retention passes run.",
 		}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agenthost_http_limited_total",
+			Help: "Connections and requests a limit of the API refused, by limit (max_connections, max_connections_per_client, max_connections_hard, unauthenticated_rate, request_rate, submission_rate, max_concurrent_reads, ...) and tenant (empty when the request had none).",
+		}, []string{"limit", "tenant"}),
 	}
 	reg.MustRegister(m.runTransitions, m.effectsSettled, m.pluginCalls, m.pluginErrors, m.commitDuration,
-		m.commitErrors, m.recoveryActions, m.watchdogReports, m.tokens, m.pruned, m.prunes,
+		m.commitErrors, m.recoveryActions, m.watchdogReports, m.tokens, m.pruned, m.prunes, m.limited,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -151,6 +156,12 @@ func (m *Metrics) RecoveryDecision(decision string) {
 // WatchdogReport implements runtime.Observer.
 func (m *Metrics) WatchdogReport(tenant string) {
 	m.watchdogReports.WithLabelValues(tenant).Inc()
+}
+
+// Limited counts a connection or request that a limit refused; the API
+// server and its listener call it (httpapi.Config.OnLimit).
+func (m *Metrics) Limited(limit, tenant string) {
+	m.limited.WithLabelValues(limit, tenant).Inc()
 }
 
 // Pruned counts what one retention pass removed; serve calls it after

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -98,4 +100,37 @@ func ErrorClass(err error) string {
 		return string(abi.ClassCancelled)
 	}
 	return "other"
+}
+
+// HTTPRefusals reads one plugin's agenthost_http refusals: requests to a
+// host or port not on its allow-list (denied), and dials refused for the
+// address a host name resolved to (refused). serve passes one for each
+// loaded plugin, from host.Plugin.HTTPStats.
+type HTTPRefusals func() (denied, refused int64)
+
+// RegisterPluginHTTP registers agenthost_plugin_http_refused_total{plugin,
+// reason}, read at scrape time: reason "host" for a destination off the
+// allow-list, "address" for a host name that resolved to an address no
+// plugin may reach (loopback, private, link-local, ...), the one to
+// alert on.
+func (m *Metrics) RegisterPluginHTTP(plugins map[string]HTTPRefusals) error {
+	for plugin, read := range plugins {
+		for _, reason := range []string{"host", "address"} {
+			c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "agenthost_plugin_http_refused_total",
+				Help:        "agenthost_http requests a plugin made that the host refused, by plugin and reason (host: not on the allow-list; address: a host name resolved to an address no plugin may reach).",
+				ConstLabels: prometheus.Labels{"plugin": plugin, "reason": reason},
+			}, func() float64 {
+				denied, refused := read()
+				if reason == "host" {
+					return float64(denied)
+				}
+				return float64(refused)
+			})
+			if err := m.reg.Register(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

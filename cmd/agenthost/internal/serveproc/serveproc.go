@@ -25,22 +25,24 @@ import (
 // Child is an `agenthost serve` child process, for the benches and tests
 // that kill or pause the server (chaos) and drive it over HTTP.
 type Child struct {
-	cmd  *exec.Cmd
-	addr string        // host:port it serves on
-	done chan struct{} // closed when the process has exited
-	err  error         // cmd.Wait's, once done
+	cmd         *exec.Cmd
+	addr        string        // host:port it serves on
+	metricsAddr string        // host:port of its /metrics, once printed
+	done        chan struct{} // closed when the process has exited
+	err         error         // cmd.Wait's, once done
 }
 
 // Start starts `bin serve --config cfgPath` on a free port of 127.0.0.1,
-// its stderr appended to logPath, and returns once it prints its address
-// (it may not be ready yet: see WaitReady).
+// and its /metrics on another, its stderr appended to logPath, and
+// returns once it prints its addresses (it may not be ready yet: see
+// WaitReady).
 func Start(bin, cfgPath, logPath string, timeout time.Duration) (*Child, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -50,20 +52,28 @@ func Start(bin, cfgPath, logPath string, timeout time.Duration) (*Child, error) 
 		return nil, fmt.Errorf("starting %s serve: %w", bin, err)
 	}
 	p := &Child{cmd: cmd, done: make(chan struct{})}
-	addrc := make(chan string, 1)
+	addrc := make(chan [2]string, 1)
 	var once sync.Once
 	go func() {
 		sc := bufio.NewScanner(out)
+		var addrs [2]string // the API's, then the metrics'
 		for sc.Scan() {
 			if _, rest, ok := strings.Cut(sc.Text(), "serving on http://"); ok {
-				once.Do(func() { addrc <- strings.Fields(rest)[0] })
+				addrs[0] = strings.Fields(rest)[0]
+			}
+			if _, rest, ok := strings.Cut(sc.Text(), "metrics on http://"); ok {
+				addrs[1] = strings.TrimSuffix(strings.Fields(rest)[0], "/metrics")
+			}
+			if addrs[0] != "" && addrs[1] != "" {
+				once.Do(func() { addrc <- addrs })
 			}
 		}
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
 	select {
-	case p.addr = <-addrc:
+	case addrs := <-addrc:
+		p.addr, p.metricsAddr = addrs[0], addrs[1]
 		return p, nil
 	case <-p.done:
 		return nil, fmt.Errorf("agenthost serve exited before serving: %v\n%s", p.err, TailFile(logPath, 40))
@@ -76,6 +86,9 @@ func Start(bin, cfgPath, logPath string, timeout time.Duration) (*Child, error) 
 
 // Addr is the host:port the process serves on.
 func (p *Child) Addr() string { return p.addr }
+
+// MetricsAddr is the host:port the process serves /metrics on.
+func (p *Child) MetricsAddr() string { return p.metricsAddr }
 
 // Signal sends sig to the process.
 func (p *Child) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/connlimit"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/metrics"
 	"github.com/agenthost/agenthost/runtime"
@@ -36,8 +37,12 @@ type Server struct {
 	metrics *metrics.Metrics
 	api     *httpapi.Server
 	http    *http.Server
-	ln      net.Listener
+	ln      *connlimit.Listener
 	failed  chan error
+
+	// The /metrics listener of its own (metrics.listen), or nil.
+	metricsHTTP *http.Server
+	metricsLn   net.Listener
 
 	stopRetention context.CancelFunc
 	retentionDone chan struct{}
@@ -53,6 +58,7 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	tenantIDs := make([]string, 0, len(cfg.Tenants))
 	tokens := map[string][]string{}
 	quotas := map[string]httpapi.Quota{}
+	limits := map[string]httpapi.TenantLimits{}
 	for id, t := range cfg.Tenants {
 		tenantIDs = append(tenantIDs, id)
 		if len(t.TokenSHA256) > 0 {
@@ -62,6 +68,12 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			MaxActiveRuns:      t.Quotas.MaxActiveRuns,
 			MaxInFlightEffects: t.Quotas.MaxInflightEffects,
 			TokenBudget:        t.Quotas.TokenBudget,
+			MaxStoredBytes:     t.Quotas.MaxStoredBytes,
+		}
+		limits[id] = httpapi.TenantLimits{
+			Requests:           httpapi.Rate(t.RateLimits.Requests),
+			Submissions:        httpapi.Rate(t.RateLimits.Submissions),
+			MaxConcurrentReads: t.Quotas.MaxConcurrentReads,
 		}
 	}
 	sort.Strings(tenantIDs)
@@ -72,17 +84,35 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if len(tokens) == 0 {
 		log.Warn("no tenant has an API token: every /v1 request answers 401; add tenants.ID.tokens_sha256 (printf %s TOKEN | sha256sum)")
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	m := metrics.New()
+	caps, warn := connlimit.Resolve(cfg.HTTP.MaxConnections, cfg.HTTP.MaxConnectionsPerClient, connlimit.OpenFileLimit())
+	if warn != "" {
+		log.Warn(warn)
+	}
+	inner, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen on %s: %w (pick another address with --listen or listen in %s)", cfg.Listen, err, cfg.File)
 	}
+	ln := connlimit.NewListener(inner, caps, func(reason string) { m.Limited(reason, "") })
 	defer func() {
 		if err != nil {
 			ln.Close()
 		}
 	}()
+	var metricsLn net.Listener
+	switch cfg.Metrics.Listen {
+	case config.MetricsOnAPI, config.MetricsOff:
+	default:
+		if metricsLn, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
+			return nil, fmt.Errorf("serve: listen for /metrics on %s: %w (pick another address with --metrics-listen or metrics.listen in %s; \"off\" serves no metrics)", cfg.Metrics.Listen, err, cfg.File)
+		}
+		defer func() {
+			if err != nil {
+				metricsLn.Close()
+			}
+		}()
+	}
 
-	m := metrics.New()
 	ledger := httpapi.NewUsageLedger()
 	sys, err := Open(ctx, cfg, tenantIDs, log, Wiring{
 		Observer: metrics.Tee{m, ledger},
@@ -95,6 +125,13 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			if err := m.RegisterActiveRuns(s.store, tenantIDs, activeRunsScrapeLimit, log); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
+			refusals := map[string]metrics.HTTPRefusals{}
+			for id, p := range s.plugins {
+				refusals[id] = func() (int64, int64) { st := p.HTTPStats(); return st.Denied, st.Refused }
+			}
+			if err := m.RegisterPluginHTTP(refusals); err != nil {
+				return fmt.Errorf("serve: metrics: %w", err)
+			}
 			if err := ledger.Seed(ctx, s.store, tenantIDs...); err != nil {
 				return fmt.Errorf("serve: reading the tenants' token usage: %w", err)
 			}
@@ -104,10 +141,15 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Config{
+	apiCfg := httpapi.Config{
 		Runtime: sys.runtime, Store: sys.store, Auth: auth, Quotas: quotas, Usage: ledger,
-		Ready: sys.runtime.Ready, Metrics: m.Handler(), Logger: log,
-	})
+		Ready: sys.runtime.Ready, Logger: log,
+		Limits: limits, UnauthenticatedRate: httpapi.Rate(cfg.HTTP.UnauthenticatedRate), OnLimit: m.Limited,
+	}
+	if cfg.Metrics.Listen == config.MetricsOnAPI {
+		apiCfg.Metrics = m.Handler()
+	}
+	api, err := httpapi.New(apiCfg)
 	if err != nil {
 		_ = sys.Close(context.WithoutCancel(ctx))
 		return nil, err
@@ -118,24 +160,66 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		retentionDone: make(chan struct{}),
 		http: &http.Server{
 			Handler:           api.Handler(),
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
+			ReadTimeout:       cfg.HTTP.ReadTimeout,
+			WriteTimeout:      cfg.HTTP.WriteTimeout,
+			IdleTimeout:       cfg.HTTP.IdleTimeout,
+			MaxHeaderBytes:    cfg.HTTP.MaxHeaderBytes,
+			ConnContext:       connlimit.WithConn,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
+	}
+	if cfg.HTTP.IdleTimeout == 0 && cfg.HTTP.ReadTimeout > 0 {
+		// net/http would take the read timeout for the idle one; 0 in
+		// the config means no idle timeout.
+		s.http.IdleTimeout = -1
 	}
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.failed <- err
 		}
 	}()
+	if metricsLn != nil {
+		s.metricsLn = metricsLn
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.Handler())
+		s.metricsHTTP = &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      time.Minute,
+			IdleTimeout:       time.Minute,
+			MaxHeaderBytes:    config.DefaultMaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+		go func() {
+			if err := s.metricsHTTP.Serve(metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.failed <- fmt.Errorf("the /metrics listener: %w", err)
+			}
+		}()
+	}
 	var rctx context.Context
 	rctx, s.stopRetention = context.WithCancel(context.WithoutCancel(ctx))
 	go s.retain(rctx)
-	log.Info("serving", "addr", s.Addr(), "tenants", tenantIDs, "store", cfg.StoreLocation())
+	log.Info("serving", "addr", s.Addr(), "tenants", tenantIDs, "store", cfg.StoreLocation(),
+		"metrics", s.MetricsAddr(), "max_connections", caps.Max, "max_connections_per_client", caps.PerClient, "hard_connections", caps.Hard)
 	return s, nil
 }
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// MetricsAddr is where /metrics is served: an address of its own, the
+// API's (metrics.listen api), or "" (off).
+func (s *Server) MetricsAddr() string {
+	switch {
+	case s.metricsLn != nil:
+		return s.metricsLn.Addr().String()
+	case s.cfg.Metrics.Listen == config.MetricsOnAPI:
+		return s.Addr()
+	}
+	return ""
+}
 
 // Failed delivers the error of an HTTP server that stopped by itself.
 func (s *Server) Failed() <-chan error { return s.failed }
@@ -184,6 +268,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if herr != nil {
 			s.log.Warn("some requests did not finish in time; closing their connections", "err", herr)
 			_ = s.http.Close()
+		}
+		if s.metricsHTTP != nil {
+			_ = s.metricsHTTP.Close()
 		}
 		s.stopRetention()
 		<-s.retentionDone

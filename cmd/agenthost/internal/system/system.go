@@ -30,6 +30,7 @@ import (
 type System struct {
 	store   runtime.Store
 	host    *host.Host
+	plugins map[string]*host.Plugin // by plugin ID: the ones some tenant uses
 	runtime *runtime.Runtime
 	tenants runtime.TenantMap
 	log     *slog.Logger
@@ -120,6 +121,7 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 		}
 		s.tenants[id] = rt
 	}
+	s.plugins = plugins
 	s.runtime, err = runtime.New(runtime.Options{
 		Store: s.store, Tenants: s.tenants, Clock: runtime.SystemClock{}, Logger: log, Hub: hub,
 		Observer: w.Observer, WatchdogInterval: cfg.WatchdogInterval, LeaseTTL: cfg.LeaseTTL,
@@ -233,7 +235,10 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 			MaxInputBytes: p.MaxInputBytes, MaxOutputBytes: p.MaxOutputBytes,
 			PoolSize: p.PoolSize, IdleTimeout: p.IdleTimeout,
 		},
-		Sandbox: host.Sandbox{Config: p.Config, AllowedHosts: p.AllowedHosts, HTTPTimeout: p.HTTPTimeout},
+		Sandbox: host.Sandbox{
+			Config: p.Config, AllowedHosts: p.AllowedHosts, HTTPTimeout: p.HTTPTimeout,
+			MaxHTTPResponseBytes: p.MaxHTTPResponseBytes, MaxHTTPResponseHeaderBytes: p.MaxHTTPResponseHeaderBytes,
+		},
 	}
 }
 
