@@ -2,14 +2,29 @@ package httpapi
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"net/http"
 	"time"
 )
 
+// RequestIDHeader names the request's ID on every response. A client may
+// send its own (1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' and
+// '-', such as a UUID); otherwise, or when it sends anything else, the
+// server makes one. Error bodies carry it as error.request_id, and the
+// server's log line of the request as request_id.
+const RequestIDHeader = "X-Request-ID"
+
+// maxRequestID bounds a client's X-Request-ID.
+const maxRequestID = 128
+
 // requestInfo is what the log record of a request gathers on the way.
 type requestInfo struct {
-	tenant string
+	requestID string
+	tenant    string
+	// detail is the error behind the answer, for the log only: tenants
+	// see the API's own message.
+	detail string
 }
 
 type infoKey struct{}
@@ -17,6 +32,56 @@ type infoKey struct{}
 func infoOf(ctx context.Context) *requestInfo {
 	info, _ := ctx.Value(infoKey{}).(*requestInfo)
 	return info
+}
+
+// requestIDOf returns the request's ID ("" outside logRequests).
+func requestIDOf(r *http.Request) string {
+	if info := infoOf(r.Context()); info != nil {
+		return info.requestID
+	}
+	return ""
+}
+
+// noteDetail keeps err for the request's log line.
+func noteDetail(r *http.Request, err error) {
+	if info := infoOf(r.Context()); info != nil && err != nil {
+		info.detail = err.Error()
+	}
+}
+
+// requestID returns the client's X-Request-ID when it is a sane token, and
+// a fresh random one otherwise.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get(RequestIDHeader); saneRequestID(id) {
+		return id
+	}
+	return rand.Text()
+}
+
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// responseRequestID returns the X-Request-ID already set on w, setting a
+// fresh one if there is none (an answer written outside logRequests).
+func responseRequestID(w http.ResponseWriter) string {
+	id := w.Header().Get(RequestIDHeader)
+	if id == "" {
+		id = rand.Text()
+		w.Header().Set(RequestIDHeader, id)
+	}
+	return id
 }
 
 // statusWriter records the status a handler wrote. It unwraps for
@@ -45,13 +110,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// logRequests logs every request once it is answered: method, path,
-// status, duration and tenant. Probes and scrapes log at debug, the API
-// at info.
+// logRequests gives every request its ID (the X-Request-ID of the
+// response) and logs it once it is answered: request ID, method, path,
+// status, duration, tenant, bytes, and the error behind a failure. Probes
+// and scrapes log at debug, the API at info.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
-		info := &requestInfo{}
+		info := &requestInfo{requestID: requestID(r)}
+		w.Header().Set(RequestIDHeader, info.requestID)
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
 		level := slog.LevelInfo
@@ -62,8 +129,14 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
-		s.log.LogAttrs(r.Context(), level, "http request",
+		attrs := []slog.Attr{
+			slog.String("request_id", info.requestID),
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", sw.status),
-			slog.Duration("duration", time.Since(began)), slog.String("tenant", info.tenant), slog.Int64("bytes", sw.bytes))
+			slog.Duration("duration", time.Since(began)), slog.String("tenant", info.tenant), slog.Int64("bytes", sw.bytes),
+		}
+		if info.detail != "" {
+			attrs = append(attrs, slog.String("error", info.detail))
+		}
+		s.log.LogAttrs(r.Context(), level, "http request", attrs...)
 	})
 }

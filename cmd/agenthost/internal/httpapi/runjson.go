@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -75,7 +77,7 @@ type PendingJSON struct {
 // NewRunJSON renders a Run snapshot.
 func NewRunJSON(run loop.Run) RunJSON {
 	j := RunJSON{
-		ID: run.ID, Session: run.Session, Status: run.Status, Input: run.Input, Metadata: run.Metadata,
+		ID: run.ID, Session: run.Session, Status: run.Status, Input: run.Input, Metadata: validUTF8(run.Metadata),
 		Usage: run.Usage, CreatedAt: rfc3339(run.CreatedAt), UpdatedAt: rfc3339(run.UpdatedAt),
 		Step: run.Step, Seq: run.Seq,
 	}
@@ -101,7 +103,7 @@ func waitingJSON(run loop.Run) *WaitingJSON {
 		a := ApprovalWaitJSON{ToolCallID: id}
 		for _, e := range run.Effects {
 			if e.ToolCallID == id {
-				a.Tool, a.Arguments = e.Tool, e.Arguments
+				a.Tool, a.Arguments = e.Tool, validUTF8(e.Arguments)
 				break
 			}
 		}
@@ -118,6 +120,97 @@ func waitingJSON(run loop.Run) *WaitingJSON {
 		out.WakeAt = rfc3339(w.WakeAtMS)
 	}
 	return out
+}
+
+// RunSummaryJSON is a Run as a page of GET /v1/sessions/{id}/runs shows
+// it: where it stands, in about a kilobyte at most, without what can be
+// large (its input past a preview, metadata, result, the failure's
+// message, the approvals' arguments and the model's question), which
+// GET /v1/runs/{id} gives.
+type RunSummaryJSON struct {
+	// Ordinal is the Run's place in its session, from 1.
+	Ordinal int64       `json:"ordinal"`
+	ID      string      `json:"id"`
+	Session string      `json:"session"`
+	Status  loop.Status `json:"status"`
+	// InputPreview is the input's first InputPreviewChars characters (all
+	// of it when it is shorter).
+	InputPreview string    `json:"input_preview"`
+	Usage        abi.Usage `json:"usage"`
+	CreatedAt    string    `json:"created_at"`
+	UpdatedAt    string    `json:"updated_at"`
+	Step         int       `json:"step"`
+	Seq          int64     `json:"seq"`
+	// FailureClass is failure.class of a failed or cancelled Run.
+	FailureClass abi.ErrorClass `json:"failure_class,omitempty"`
+	// WaitingSummary counts what a Run that is not terminal waits for.
+	WaitingSummary *WaitingSummaryJSON `json:"waiting_summary,omitempty"`
+}
+
+// WaitingSummaryJSON is WaitingJSON in numbers.
+type WaitingSummaryJSON struct {
+	// Approvals is how many tool calls wait for a person.
+	Approvals int `json:"approvals"`
+	// Input is true when the model asked the user a question.
+	Input bool `json:"input"`
+	// Pending is how many effects an executor is working on.
+	Pending int `json:"pending"`
+	// WakeAt is the Run's next timer (RFC 3339), if it has one.
+	WakeAt string `json:"wake_at,omitempty"`
+	// Queued is true while an earlier Run of the session is unfinished.
+	Queued bool `json:"queued"`
+}
+
+// NewRunSummaryJSON renders the summary of a Run, the ordinal-th of its
+// session.
+func NewRunSummaryJSON(ordinal int64, run loop.Run) RunSummaryJSON {
+	j := RunSummaryJSON{
+		Ordinal: ordinal, ID: run.ID, Session: run.Session, Status: run.Status,
+		InputPreview: preview(run.Input, InputPreviewChars), Usage: run.Usage,
+		CreatedAt: rfc3339(run.CreatedAt), UpdatedAt: rfc3339(run.UpdatedAt), Step: run.Step, Seq: run.Seq,
+	}
+	switch run.Status {
+	case loop.StatusCompleted: // its result is GET /v1/runs/{id}'s
+	case loop.StatusFailed, loop.StatusCancelled:
+		j.FailureClass = abi.ClassCancelled
+		if run.Failure != nil {
+			j.FailureClass = run.Failure.Class
+		}
+	default:
+		w := runtime.WaitingFor(run)
+		j.WaitingSummary = &WaitingSummaryJSON{Approvals: len(w.Approvals), Input: w.Input != nil, Pending: len(w.Pending), Queued: w.Queued}
+		if w.WakeAtMS > 0 {
+			j.WaitingSummary.WakeAt = rfc3339(w.WakeAtMS)
+		}
+	}
+	return j
+}
+
+// InputPreviewChars is how many characters of a Run's input its summary
+// shows.
+const InputPreviewChars = 100
+
+// preview returns the first n characters of s.
+func preview(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
+}
+
+// validUTF8 returns raw JSON with any byte that is not UTF-8 replaced by
+// U+FFFD, as encoding/json does in strings: such bytes can only sit
+// inside strings of the JSON, and would make the answer invalid JSON.
+// The API refuses them in request bodies; a Run stored before it did may
+// still hold them.
+func validUTF8(raw json.RawMessage) json.RawMessage {
+	if utf8.Valid(raw) {
+		return raw
+	}
+	return bytes.ToValidUTF8(raw, []byte("\uFFFD"))
 }
 
 const rfc3339Millis = "2006-01-02T15:04:05.000Z07:00"

@@ -1,9 +1,16 @@
 package httpapi
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
@@ -26,7 +33,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 	if err := checkIdempotencyKey(key); err != nil {
 		return err
 	}
-	req, err := decodeSubmitRequest(r.Body)
+	req, err := decodeSubmitRequest(r)
 	if err != nil {
 		return err
 	}
@@ -47,6 +54,11 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
+	if dup {
+		if err := checkReplay(key, run, session, req); err != nil {
+			return err
+		}
+	}
 	w.Header().Set("Location", "/v1/runs/"+run.ID)
 	status := http.StatusCreated
 	if dup {
@@ -55,6 +67,59 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	writeRun(w, status, run)
 	return nil
+}
+
+// checkReplay answers 422 idempotency_key_reused unless the submission
+// that matched key is a replay of the one that made run: the same
+// session, the same input, and the same metadata (as JSON values: the
+// spacing, the order of keys and the escapes of strings do not matter;
+// numbers compare as written). A key names one submission, as the IETF
+// idempotency-key draft has it; reusing it for another would otherwise
+// silently answer with a Run the client did not ask for. Keys are the
+// tenant's own, so another tenant's never matches.
+func checkReplay(key string, run loop.Run, session string, req SubmitRequest) error {
+	var diff []string
+	if run.Session != session {
+		diff = append(diff, fmt.Sprintf("session (it was %q)", run.Session))
+	}
+	if run.Input != req.Input {
+		diff = append(diff, "input")
+	}
+	if !sameJSON(run.Metadata, req.Metadata) {
+		diff = append(diff, "metadata")
+	}
+	if len(diff) == 0 {
+		return nil
+	}
+	return errorf(http.StatusUnprocessableEntity, CodeKeyReused,
+		"Idempotency-Key %q was used for run %q, which has a different %s; a key names one submission. "+
+			"Send this submission with a new Idempotency-Key; to get run %q back, send its original body to its session again, or GET /v1/runs/%s",
+		key, run.ID, strings.Join(diff, " and "), run.ID, run.ID)
+}
+
+// sameJSON reports whether two metadata values are the same JSON value;
+// an absent value and null are the same.
+func sameJSON(a, b json.RawMessage) bool {
+	a, b = bytes.TrimSpace(a), bytes.TrimSpace(b)
+	if bytes.Equal(a, b) {
+		return true
+	}
+	va, okA := decodeValue(a)
+	vb, okB := decodeValue(b)
+	return okA && okB && reflect.DeepEqual(va, vb)
+}
+
+func decodeValue(raw []byte) (any, bool) {
+	if len(raw) == 0 {
+		return nil, true
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	return v, true
 }
 
 func checkIdempotencyKey(key string) error {
@@ -104,7 +169,7 @@ func (s *Server) postInput(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
-	req, err := DecodeInputRequest(r.Body)
+	req, err := decodeInputRequest(r)
 	if err != nil {
 		return err
 	}
@@ -118,10 +183,34 @@ func (s *Server) postInput(w http.ResponseWriter, r *http.Request, tenant string
 		cur, err = s.cfg.Runtime.Approve(r.Context(), tenant, run.ID, req.Decisions(), im.opts()...)
 	}
 	if err != nil {
-		return s.runError(r, run.ID, err)
+		return approvalError(s.runError(r, run.ID, err), run, req)
 	}
 	writeRun(w, http.StatusOK, cur)
 	return nil
+}
+
+// approvalError names, in a refusal of approvals, the tool calls of the
+// request that the Run (as the handler read it) does not wait on.
+func approvalError(ae *apiError, run loop.Run, req InputRequest) *apiError {
+	if len(req.Approvals) == 0 || (ae.Code != CodeUnknownToolCall && ae.Code != CodeNotAwaiting) {
+		return ae
+	}
+	waiting := runtime.WaitingFor(run).Approvals
+	var ids []string
+	for _, a := range req.Approvals {
+		if !slices.Contains(waiting, a.ToolCallID) && len(ids) < 5 {
+			ids = append(ids, strconv.Quote(truncate(a.ToolCallID, 80)))
+		}
+	}
+	if len(ids) == 0 {
+		return ae
+	}
+	what := "does not wait for an approval"
+	if ae.Code == CodeUnknownToolCall {
+		what = "is not a tool call of the Run's current step"
+	}
+	return errorf(ae.Status, ae.Code, "tool call %s %s; GET /v1/runs/%s shows the tool calls waiting for an approval under waiting.approvals",
+		strings.Join(ids, ", "), what, run.ID)
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, tenant string) error {
@@ -133,7 +222,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
-	req, err := decodeCancelRequest(r.Body)
+	req, err := decodeCancelRequest(r)
 	if err != nil {
 		return err
 	}
@@ -162,16 +251,41 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, tenant string
 const (
 	defaultPageLimit = 50
 	maxPageLimit     = 500
+	// DefaultMaxPageBytes bounds the JSON of one page (1 MiB).
+	DefaultMaxPageBytes = 1 << 20
+	// pageChunk is how many Runs a page reads from the store at a time:
+	// the store hands over whole Runs, inputs and all, so a page of large
+	// Runs holds only this many at once.
+	pageChunk = 64
 )
 
-// SessionRunsJSON is a page of a session's Runs.
-type SessionRunsJSON struct {
-	Runs []SessionRunJSON `json:"runs"`
+// maxPageBytes is the byte bound of a page.
+//
+// TODO(lead): Config.MaxPageBytes (default DefaultMaxPageBytes), once
+// server.go has the field: return s.cfg.MaxPageBytes.
+func (s *Server) maxPageBytes() int { return DefaultMaxPageBytes }
+
+// RunListJSON is a page of a session's Runs: a summary of each, oldest
+// first. GET /v1/runs/{id} gives a Run whole.
+type RunListJSON struct {
+	Runs []RunSummaryJSON `json:"runs"`
 	// NextAfter is the "after" of the next page; absent on the last one.
 	NextAfter *int64 `json:"next_after,omitempty"`
 }
 
+// SessionRunsJSON was the shape of a page when it carried whole Runs.
+//
+// Deprecated: pages carry summaries (RunListJSON) now; decoding one into
+// SessionRunsJSON leaves the Runs' input, metadata, result, failure and
+// waiting empty.
+type SessionRunsJSON struct {
+	Runs      []SessionRunJSON `json:"runs"`
+	NextAfter *int64           `json:"next_after,omitempty"`
+}
+
 // SessionRunJSON is a Run with its place in the session (from 1).
+//
+// Deprecated: see SessionRunsJSON.
 type SessionRunJSON struct {
 	Ordinal int64 `json:"ordinal"`
 	RunJSON
@@ -191,37 +305,150 @@ func (s *Server) listSessionRuns(w http.ResponseWriter, r *http.Request, tenant 
 	if err != nil {
 		return err
 	}
-	page, err := s.cfg.Store.SessionRuns(r.Context(), tenant, session, after, int(limit)+1)
+	return s.writeRunList(w, r, tenant, session, after, int(limit), s.maxPageBytes())
+}
+
+// writeRunList answers with the page of the session's Runs after the
+// ordinal after: at most limit of them, and at most maxBytes of JSON
+// (but never less than one Run, so that paging moves on). The page is
+// encoded as it is read, Run by Run, and its next_after is the ordinal of
+// its last Run when the session has more.
+func (s *Server) writeRunList(w http.ResponseWriter, r *http.Request, tenant, session string, after int64, limit, maxBytes int) error {
+	ctx := r.Context()
+	read := func(after int64, written int) ([]runtime.SessionRun, bool, error) {
+		// The last chunk reads one Run more, to know whether there is a
+		// next page.
+		n := min(limit-written, pageChunk)
+		last := n == limit-written
+		if last {
+			n++
+		}
+		page, err := s.cfg.Store.SessionRuns(ctx, tenant, session, after, n)
+		return page, last, err
+	}
+	chunk, last, err := read(after, 0)
 	if err != nil {
 		return err
 	}
-	if len(page) == 0 {
-		// An empty page past the end is fine; a session with no Run at all
-		// does not exist for this tenant.
-		exists := false
-		if after > 0 {
-			first, err := s.cfg.Store.SessionRuns(r.Context(), tenant, session, 0, 1)
-			if err != nil {
-				return err
+	if len(chunk) == 0 {
+		if err := s.sessionExists(ctx, tenant, session, after); err != nil {
+			return err
+		}
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	pw := &pageWriter{w: w, budget: maxBytes - len(pageHead) - len(pageTailMax)}
+	pw.begin()
+	written, cursor := 0, after
+	for {
+		for i, sr := range chunk {
+			if written == limit {
+				// The extra Run of the last chunk: there is a next page.
+				return pw.end(&cursor)
 			}
-			exists = len(first) > 0
+			if !pw.add(NewRunSummaryJSON(sr.Ordinal, sr.Run)) {
+				return pw.end(&cursor) // full: the next page starts here
+			}
+			if pw.err != nil {
+				return nil // the client is gone
+			}
+			written, cursor = written+1, sr.Ordinal
+			chunk[i] = runtime.SessionRun{} // let the Run go
 		}
-		if !exists {
-			return errorf(http.StatusNotFound, CodeSessionNotFound,
-				"session %q has no Runs for this tenant; submit one with POST /v1/sessions/%s/runs", session, session)
+		if last || len(chunk) < pageChunk {
+			return pw.end(nil) // the session has no more
+		}
+		if chunk, last, err = read(cursor, written); err != nil {
+			if ctx.Err() != nil {
+				return nil // the client is gone
+			}
+			// The status is sent: end the page where it got to. The client
+			// reads on from next_after, and gets the error then.
+			s.log.Warn("a page of session runs ended early", "request_id", requestIDOf(r), "session", session, "err", err)
+			return pw.end(&cursor)
 		}
 	}
-	out := SessionRunsJSON{Runs: []SessionRunJSON{}}
-	for i, sr := range page {
-		if i == int(limit) {
-			next := page[i-1].Ordinal
-			out.NextAfter = &next
-			break
+}
+
+// sessionExists answers 404 session_not_found for an empty page unless
+// the session has a Run before after: an empty page past the end is
+// fine, but a session without Runs does not exist for this tenant.
+func (s *Server) sessionExists(ctx context.Context, tenant, session string, after int64) error {
+	if after > 0 {
+		first, err := s.cfg.Store.SessionRuns(ctx, tenant, session, 0, 1)
+		if err != nil {
+			return err
 		}
-		out.Runs = append(out.Runs, SessionRunJSON{Ordinal: sr.Ordinal, RunJSON: NewRunJSON(sr.Run)})
+		if len(first) > 0 {
+			return nil
+		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return errorf(http.StatusNotFound, CodeSessionNotFound,
+		"session %q has no Runs for this tenant; submit one with POST /v1/sessions/%s/runs", session, session)
+}
+
+// The JSON around a page's Runs; next_after's digits are at most 19.
+const (
+	pageHead    = `{"runs":[`
+	pageTailMax = `],"next_after":9223372036854775807}` + "\n"
+)
+
+// pageWriter encodes a page of RunListJSON onto w, one Run at a time,
+// within a byte budget for the Runs.
+type pageWriter struct {
+	w      http.ResponseWriter
+	budget int // bytes left for Runs
+	n      int // Runs written
+	buf    bytes.Buffer
+	enc    *json.Encoder
+	err    error // the first write error: the client is gone
+}
+
+func (p *pageWriter) begin() {
+	p.enc = json.NewEncoder(&p.buf)
+	p.write([]byte(pageHead))
+}
+
+// add writes one Run's summary, unless it would take the page past its
+// budget (and the page has a Run already); it reports whether it did.
+func (p *pageWriter) add(v RunSummaryJSON) bool {
+	p.buf.Reset()
+	if p.n > 0 {
+		p.buf.WriteByte(',')
+	}
+	if err := p.enc.Encode(v); err != nil {
+		// A summary holds plain values only; should one fail, the page is
+		// cut off, and the client sees it is not whole.
+		p.err = err
+		return true
+	}
+	item := bytes.TrimSuffix(p.buf.Bytes(), []byte("\n"))
+	if p.n > 0 && len(item) > p.budget {
+		return false
+	}
+	p.budget -= len(item)
+	p.n++
+	p.write(item)
+	return true
+}
+
+// end closes the page, with next_after when next is set.
+func (p *pageWriter) end(next *int64) error {
+	tail := "]}\n"
+	if next != nil {
+		tail = `],"next_after":` + strconv.FormatInt(*next, 10) + "}\n"
+	}
+	p.write([]byte(tail))
 	return nil
+}
+
+func (p *pageWriter) write(b []byte) {
+	if p.err == nil {
+		_, p.err = p.w.Write(b)
+	}
 }
 
 // queryInt reads an integer query parameter within [lo, hi].
