@@ -259,6 +259,9 @@ const (
 	pageChunk = 64
 )
 
+// LimitPageBytes is how OnLimit names a page cut short by its byte bound.
+const LimitPageBytes = "max_page_bytes"
+
 // maxPageBytes is the byte bound of a page.
 //
 // TODO(lead): Config.MaxPageBytes (default DefaultMaxPageBytes), once
@@ -350,6 +353,7 @@ func (s *Server) writeRunList(w http.ResponseWriter, r *http.Request, tenant, se
 				return pw.end(&cursor)
 			}
 			if !pw.add(NewRunSummaryJSON(sr.Ordinal, sr.Run)) {
+				s.cfg.OnLimit(LimitPageBytes, tenant)
 				return pw.end(&cursor) // full: the next page starts here
 			}
 			if pw.err != nil {

@@ -27,8 +27,9 @@ type sliceStore struct {
 	mu       sync.Mutex
 	runs     []runtime.SessionRun
 	reads    int
-	maxRead  int // the most Runs one read returned
-	failRead int // the read (from 1) that fails; 0: none
+	maxRead  int      // the most Runs one read returned
+	failRead int      // the read (from 1) that fails; 0: none
+	limited  []string // what OnLimit heard: "limit tenant"
 }
 
 func (s *sliceStore) SessionRuns(_ context.Context, _, _ string, after int64, limit int) ([]runtime.SessionRun, error) {
@@ -52,7 +53,11 @@ func (s *sliceStore) SessionRuns(_ context.Context, _, _ string, after int64, li
 // 127.0.0.1. (Config has no field for the bound yet; see maxPageBytes.)
 func pageServer(t *testing.T, st *sliceStore, maxBytes int) *httptest.Server {
 	t.Helper()
-	s := &Server{cfg: Config{Store: st}, log: slog.New(slog.DiscardHandler)}
+	s := &Server{cfg: Config{Store: st, OnLimit: func(limit, tenant string) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.limited = append(st.limited, limit+" "+tenant)
+	}}, log: slog.New(slog.DiscardHandler)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/sessions/{id}/runs", func(w http.ResponseWriter, r *http.Request) {
 		after, err := queryInt(r, "after", 0, 0, 1<<62)
@@ -128,6 +133,8 @@ func TestRunListPagesAreCutByBytes(t *testing.T) {
 		require.Equal(t, int64(i+1), o, "every Run once, in order")
 	}
 	require.LessOrEqual(t, st.maxRead, pageChunk+1, "a page holds a chunk of whole Runs at most")
+	require.Len(t, st.limited, pages, "every page cut by its bytes is counted")
+	require.Equal(t, LimitPageBytes+" acme", st.limited[0])
 
 	// A bound below one summary still moves on, a Run a page.
 	tiny := pageServer(t, &sliceStore{runs: sessionOf(3)}, 10)
