@@ -25,19 +25,29 @@ type Notice struct {
 // publishes every commit into it, and the plugin host publishes emits (Hub
 // is a runtime.EventSink). Delivery never blocks the publisher: a
 // subscriber whose buffer is full misses notices, which costs it nothing
-// durable, since commits are re-read from the Store (see Runtime.Follow);
-// only emits, which are not durable, can be lost that way.
+// durable, since commits are re-read from the Store; only emits, which
+// are not durable, can be lost that way.
+//
+// The Hub also owns the followers of each Run (NewFollower, Follow) and
+// their Run's tail, the one reader of its new events (tail.go). The
+// Runtimes given one Hub must share one store: a notice names a Run of
+// that store.
 //
 // Hub is safe for concurrent use.
 type Hub struct {
-	mu   sync.Mutex
-	subs map[string]map[chan Notice]struct{} // by tenant/run
+	mu        sync.Mutex
+	subs      map[string]map[chan Notice]struct{} // by tenant/run
+	tails     map[string][]*tail                  // by tenant/run: one for each Runtime with a follower of the Run
+	followers map[string]int                      // by tenant: the open followers
+	counters  followCounters
 }
 
 var _ EventSink = (*Hub)(nil)
 
 // NewHub returns an empty Hub.
-func NewHub() *Hub { return &Hub{subs: map[string]map[chan Notice]struct{}{}} }
+func NewHub() *Hub {
+	return &Hub{subs: map[string]map[chan Notice]struct{}{}, tails: map[string][]*tail{}, followers: map[string]int{}}
+}
 
 // Subscribe returns a channel of the Run's notices and a function that
 // ends the subscription.
@@ -63,15 +73,20 @@ func (h *Hub) Subscribe(tenant, runID string) (<-chan Notice, func()) {
 	}
 }
 
-// Publish hands n to every subscriber of its Run, without blocking.
+// Publish hands n to every subscriber of its Run, and to its tails,
+// without blocking.
 func (h *Hub) Publish(n Notice) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for ch := range h.subs[runKey(n.Tenant, n.RunID)] {
+	k := runKey(n.Tenant, n.RunID)
+	for ch := range h.subs[k] {
 		select {
 		case ch <- n:
 		default:
 		}
+	}
+	for _, t := range h.tails[k] {
+		t.notice(n)
 	}
 }
 
@@ -86,7 +101,8 @@ func (h *Hub) Emit(_ context.Context, scope EmitScope, ev abi.EmitEvent) error {
 }
 
 // StreamItem is one item of a Run's stream: a committed event, or a
-// plugin's emit.
+// plugin's emit. The event and the emit may be shared with the Run's
+// other followers: they must not be modified.
 type StreamItem struct {
 	Event    *loop.Event
 	Emit     *abi.EmitEvent
@@ -94,69 +110,46 @@ type StreamItem struct {
 	Plugin   string
 }
 
-// followFallback is how long Follow waits for a notice before it reads the
-// log again: a commit made by another process publishes nothing here. It
-// is measured on the runtime's Clock.
+// followFallback is how long a followed Run's tail waits between reads of
+// its log when no notice comes: a commit made by another process
+// publishes nothing here unless the store is a ChangeFeed, and a change
+// notice can be lost (docs/DESIGN.md §5.6). It is measured on the
+// runtime's Clock.
 const followFallback = time.Second
 
 // Follow calls fn, in order, for every event of a Run whose Seq is at least
 // fromSeq, as they are committed, and for every emit while it follows. It
-// returns nil after the Run's terminal event, ctx's error when ctx ends, or
-// fn's error. Events are read from the Store, so none is skipped, however
-// slow fn is.
+// returns nil after the Run's terminal event (or at once when the Run has
+// ended and its log was pruned: a pruned log ends where the snapshot is
+// terminal), ctx's error when ctx ends, or fn's error. Events are read
+// from the Store, so none is skipped, however slow fn is.
+//
+// However many follow a Run, one reader, the Run's tail, reads its new
+// events once for all of them; Follow reads from the store itself only
+// the events before the tail's (see NewFollower, the pull form).
 func (rt *Runtime) Follow(ctx context.Context, tenant, runID string, fromSeq int64, fn func(StreamItem) error) error {
-	notices, cancel := rt.hub.Subscribe(tenant, runID)
-	defer cancel()
-	if fromSeq < 1 {
-		fromSeq = 1
+	f, err := rt.NewFollower(tenant, runID, fromSeq, FollowOptions{})
+	if err != nil {
+		return err
 	}
-	fallback := make(chan struct{}, 1)
-	arm := func() Timer {
-		return rt.clock.AfterFunc(followFallback, func() {
-			select {
-			case fallback <- struct{}{}:
-			default:
-			}
-		})
-	}
-	tm := arm()
-	defer func() { tm.Stop() }()
+	defer f.Close()
 	for {
-		evs, err := rt.store.Events(ctx, tenant, runID, fromSeq, 0)
-		if err != nil {
+		items, done, err := f.Next(ctx)
+		for _, it := range items {
+			if err := fn(it); err != nil {
+				return err
+			}
+		}
+		switch {
+		case err != nil:
 			return err
-		}
-		for i := range evs {
-			ev := evs[i]
-			if err := fn(StreamItem{Event: &ev}); err != nil {
-				return err
-			}
-			fromSeq = ev.Seq + 1
-			if ev.Terminal() {
-				return nil
-			}
-		}
-		if len(evs) == 0 {
-			// A pruned log ends where the snapshot is terminal.
-			if run, err := rt.store.LoadRun(ctx, tenant, runID); err != nil {
-				return err
-			} else if run.Status.Terminal() {
-				// Its terminal event was seen, or pruned with the log:
-				// nothing more will come.
-				return nil
-			}
+		case done:
+			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case n := <-notices:
-			if n.Emit != nil {
-				if err := fn(StreamItem{Emit: n.Emit, EffectID: n.EffectID, Plugin: n.Plugin}); err != nil {
-					return err
-				}
-			}
-		case <-fallback:
-			tm = arm()
+		case <-f.Ready():
 		}
 	}
 }
