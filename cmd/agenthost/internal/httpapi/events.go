@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agenthost/agenthost/runtime"
@@ -25,6 +25,43 @@ type ProgressJSON struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
+// The event streams' limits. Config will carry them (MaxStreamsPerTenant
+// and StreamWriteTimeout); until it does, these are in force.
+const (
+	// DefaultMaxStreamsPerTenant bounds the event streams one tenant may
+	// have open on this server at once; past it: 429 too_many_streams.
+	DefaultMaxStreamsPerTenant = 256
+	// DefaultStreamWriteTimeout bounds each send of an event stream (an
+	// event, an emit, a heartbeat); a client that takes none of it for
+	// that long is dropped.
+	DefaultStreamWriteTimeout = 10 * time.Second
+)
+
+// CodeTooManyStreams answers a stream past the tenant's stream limit
+// (429, with Retry-After).
+const CodeTooManyStreams = "too_many_streams"
+
+// The event streams' limits as OnLimit names them: a stream refused for
+// the tenant's stream limit, and one dropped because its client took
+// nothing for the write timeout.
+const (
+	LimitStreams            = "max_streams_per_tenant"
+	LimitStreamWriteTimeout = "stream_write_timeout"
+)
+
+// maxResumeID bounds Last-Event-ID and ?after=: no log is that long, and
+// one past it still fits an int64.
+const maxResumeID = 1 << 62
+
+// followers is the pull form of Runtime.Follow that the event stream
+// needs, so that one loop sends the events and the heartbeats;
+// *runtime.Runtime has it.
+type followers interface {
+	NewFollower(tenant, runID string, fromSeq int64, opts runtime.FollowOptions) (*runtime.Follower, error)
+}
+
+var _ followers = (*runtime.Runtime)(nil)
+
 // streamEvents serves a Run's committed events as Server-Sent Events:
 //
 //	id: <seq>
@@ -34,6 +71,13 @@ type ProgressJSON struct {
 // from the event after Last-Event-ID (or ?after=), in order, until the
 // Run's terminal event. Plugin emits come as "event: progress" without an
 // id; a comment line every Heartbeat keeps idle connections open.
+//
+// The stream holds no goroutine of its own: the handler's one loop waits
+// for the Run's follower (whose tail reads the Run's new events once for
+// all its streams) and the heartbeat. It lifts the http.Server's read and
+// write deadlines for itself and gives each send its own write deadline:
+// a client that takes nothing for that long is dropped. A tenant may have
+// DefaultMaxStreamsPerTenant streams open at once.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, tenant string) error {
 	after, err := resumePoint(r)
 	if err != nil {
@@ -43,10 +87,39 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, tenant str
 	if err != nil {
 		return err
 	}
-	rc := http.NewResponseController(w)
-	// An event stream outlives any write timeout the http.Server has.
-	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	src, ok := s.cfg.Runtime.(followers)
+	if !ok {
+		return errors.New("httpapi: the Runtime has no NewFollower; event streams need one")
+	}
+	limit := s.maxStreamsPerTenant()
+	f, err := src.NewFollower(tenant, run.ID, after+1, runtime.FollowOptions{MaxPerTenant: limit})
+	if errors.Is(err, runtime.ErrTooManyFollowers) {
+		s.cfg.OnLimit(LimitStreams, tenant)
+		e := errorf(http.StatusTooManyRequests, CodeTooManyStreams,
+			"too many event streams: this tenant has %d event streams open on this server, its limit; close one, or retry after the Retry-After delay (the operator sets the limit with http.max_streams_per_tenant)",
+			limit)
+		e.RetryAfter = s.cfg.RetryAfter
+		return e
+	}
+	if err != nil {
 		return err
+	}
+	dropped := false
+	defer func() {
+		if dropped {
+			f.Drop()
+		} else {
+			f.Close()
+		}
+	}()
+
+	rc := http.NewResponseController(w)
+	// An event stream outlives the http.Server's read and write timeouts;
+	// each send has a deadline of its own instead.
+	for _, lift := range []func(time.Time) error{rc.SetReadDeadline, rc.SetWriteDeadline} {
+		if err := lift(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -60,59 +133,18 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, tenant str
 	stop := context.AfterFunc(s.drain, cancel)
 	defer stop()
 
-	sw := &sseWriter{w: w, rc: rc}
-	if err := sw.send(func(b *bytes.Buffer) { b.WriteString("retry: 2000\n\n") }); err != nil {
-		return nil
-	}
-	var beats sync.WaitGroup
-	beats.Add(1)
-	go func() {
-		defer beats.Done()
-		t := time.NewTicker(s.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if sw.send(func(b *bytes.Buffer) { b.WriteString(": heartbeat\n\n") }) != nil {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
-	defer beats.Wait()
-	defer cancel()
-
-	err = s.cfg.Runtime.Follow(ctx, tenant, run.ID, after+1, func(it runtime.StreamItem) error {
-		switch {
-		case it.Event != nil:
-			data, err := json.Marshal(it.Event)
-			if err != nil {
-				return fmt.Errorf("httpapi: encode event %d of run %s: %w", it.Event.Seq, run.ID, err)
-			}
-			return sw.send(func(b *bytes.Buffer) {
-				fmt.Fprintf(b, "id: %d\nevent: %s\n", it.Event.Seq, it.Event.Type)
-				writeData(b, data)
-			})
-		case it.Emit != nil:
-			data, err := json.Marshal(ProgressJSON{Effect: it.EffectID, Plugin: it.Plugin, Type: it.Emit.Type,
-				Message: it.Emit.Message, Data: it.Emit.Data})
-			if err != nil {
-				// A plugin's emit data that cannot be re-encoded is dropped;
-				// emits are not durable.
-				s.log.Debug("progress event dropped", "run", run.ID, "err", err)
-				return nil
-			}
-			return sw.send(func(b *bytes.Buffer) {
-				b.WriteString("event: progress\n")
-				writeData(b, data)
-			})
-		}
-		return nil
-	})
+	sw := &sseWriter{w: w, rc: rc, timeout: s.streamWriteTimeout()}
+	// What net/http writes after the handler (the end of the chunked
+	// body) has a deadline too; it clears the deadline once the answer is
+	// written, before the connection serves another request.
+	defer func() { _ = sw.extendDeadline() }()
+	err = s.pump(ctx, sw, f, run.ID)
 	switch {
+	case errors.Is(err, errWriteTimeout):
+		dropped = true
+		s.cfg.OnLimit(LimitStreamWriteTimeout, tenant)
+		s.log.Warn("event stream dropped: the client took nothing for the stream write timeout; it may resume with Last-Event-ID",
+			"tenant", tenant, "run", run.ID, "write_timeout", sw.timeout)
 	case err == nil, ctx.Err() != nil, errors.Is(err, errClientGone):
 		// Ended at the terminal event, or the client or the server left.
 	default:
@@ -123,40 +155,126 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, tenant str
 	return nil
 }
 
+// pump sends the follower's items and the heartbeats until the Run's
+// terminal event is sent (nil), ctx ends, or a send or a read fails.
+func (s *Server) pump(ctx context.Context, sw *sseWriter, f *runtime.Follower, runID string) error {
+	if err := sw.send(func(b *bytes.Buffer) { b.WriteString("retry: 2000\n\n") }); err != nil {
+		return err
+	}
+	beat := time.NewTicker(s.cfg.Heartbeat)
+	defer beat.Stop()
+	for {
+		items, done, err := f.Next(ctx)
+		for _, it := range items {
+			if err := s.sendItem(sw, it, runID); err != nil {
+				return err
+			}
+		}
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-f.Ready():
+		case <-beat.C:
+			if err := sw.send(func(b *bytes.Buffer) { b.WriteString(": heartbeat\n\n") }); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sendItem sends one event or emit.
+func (s *Server) sendItem(sw *sseWriter, it runtime.StreamItem, runID string) error {
+	switch {
+	case it.Event != nil:
+		data, err := json.Marshal(it.Event)
+		if err != nil {
+			return fmt.Errorf("httpapi: encode event %d of run %s: %w", it.Event.Seq, runID, err)
+		}
+		return sw.send(func(b *bytes.Buffer) {
+			fmt.Fprintf(b, "id: %d\nevent: %s\n", it.Event.Seq, it.Event.Type)
+			writeData(b, data)
+		})
+	case it.Emit != nil:
+		data, err := json.Marshal(ProgressJSON{Effect: it.EffectID, Plugin: it.Plugin, Type: it.Emit.Type,
+			Message: it.Emit.Message, Data: it.Emit.Data})
+		if err != nil {
+			// A plugin's emit data that cannot be re-encoded is dropped;
+			// emits are not durable.
+			s.log.Debug("progress event dropped", "run", runID, "err", err)
+			return nil
+		}
+		return sw.send(func(b *bytes.Buffer) {
+			b.WriteString("event: progress\n")
+			writeData(b, data)
+		})
+	}
+	return nil
+}
+
+// maxStreamsPerTenant is the tenant's stream limit in force.
+// TODO(lead): s.cfg.MaxStreamsPerTenant, defaulted in New.
+func (s *Server) maxStreamsPerTenant() int { return DefaultMaxStreamsPerTenant }
+
+// streamWriteTimeout is the write deadline of each send of a stream.
+// TODO(lead): s.cfg.StreamWriteTimeout, defaulted in New.
+func (s *Server) streamWriteTimeout() time.Duration { return DefaultStreamWriteTimeout }
+
 // resumePoint reads where a stream resumes: after Last-Event-ID, or after
 // ?after=, or from the start.
 func resumePoint(r *http.Request) (int64, error) {
 	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return 0, badRequest("the Last-Event-ID header is %q; it must be the id of an event of this stream (a whole number)", truncate(v, 40))
+		if err != nil || n < 0 || n > maxResumeID {
+			return 0, badRequest("the Last-Event-ID header is %q; it must be the id of an event of this stream (a whole number from 0 to %d)", truncate(v, 40), int64(maxResumeID))
 		}
 		return n, nil
 	}
-	return queryInt(r, "after", 0, 0, 1<<62)
+	return queryInt(r, "after", 0, 0, maxResumeID)
 }
 
-var errClientGone = errors.New("httpapi: the client left the event stream")
+var (
+	errClientGone   = errors.New("httpapi: the client left the event stream")
+	errWriteTimeout = errors.New("httpapi: the client of the event stream took nothing for the write timeout")
+)
 
-// sseWriter serializes the writes of the event loop and the heartbeat and
-// flushes each one.
+// sseWriter writes the sends of one event stream, each flushed at once and
+// under a write deadline of its own. One goroutine uses it.
 type sseWriter struct {
-	mu  sync.Mutex
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	buf bytes.Buffer
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	buf     bytes.Buffer
 }
 
+// send writes what fill writes, and flushes it, within the write timeout.
 func (s *sseWriter) send(fill func(*bytes.Buffer)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.buf.Reset()
 	fill(&s.buf)
-	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
+	if err := s.extendDeadline(); err != nil {
 		return errClientGone
 	}
-	if err := s.rc.Flush(); err != nil {
+	_, err := s.w.Write(s.buf.Bytes())
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errWriteTimeout
+	default:
 		return errClientGone
+	}
+}
+
+// extendDeadline sets the connection's write deadline a write timeout
+// from now.
+func (s *sseWriter) extendDeadline() error {
+	if err := s.rc.SetWriteDeadline(time.Now().Add(s.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
 	}
 	return nil
 }
