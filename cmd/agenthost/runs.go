@@ -269,7 +269,7 @@ func (c *runsClient) listCmd() *cobra.Command {
 			if c.asJSON {
 				return printJSON(out, raw)
 			}
-			var page httpapi.SessionRunsJSON
+			var page httpapi.RunListJSON
 			if err := json.Unmarshal(raw, &page); err != nil {
 				return err
 			}
@@ -279,7 +279,7 @@ func (c *runsClient) listCmd() *cobra.Command {
 			}
 			fmt.Fprintf(out, "%-4s %-26s %-10s %-24s %s\n", "#", "RUN", "STATUS", "CREATED", "INPUT")
 			for _, r := range page.Runs {
-				fmt.Fprintf(out, "%-4d %-26s %-10s %-24s %s\n", r.Ordinal, r.ID, r.Status, r.CreatedAt, truncateText(oneLineText(r.Input), 60))
+				fmt.Fprintf(out, "%-4d %-26s %-10s %-24s %s\n", r.Ordinal, r.ID, r.Status, r.CreatedAt, truncateText(oneLineText(r.InputPreview), 60))
 			}
 			if page.NextAfter != nil {
 				fmt.Fprintf(out, "more: agenthost runs list --session %s --after %d\n", session, *page.NextAfter)

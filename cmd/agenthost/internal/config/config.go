@@ -128,6 +128,13 @@ type HTTP struct {
 	// UnauthenticatedRate bounds, per client address, the requests that
 	// carry no valid token; past it they answer 429 instead of 401.
 	UnauthenticatedRate Rate
+	// MaxStreamsPerTenant bounds the event streams one tenant may have
+	// open on a node (0: no limit); StreamWriteTimeout each send of one
+	// (a client that takes nothing for that long is dropped).
+	MaxStreamsPerTenant int
+	StreamWriteTimeout  time.Duration
+	// MaxPageBytes bounds the JSON of one page of a session's Runs.
+	MaxPageBytes int
 }
 
 // Rate is a token bucket: PerSecond tokens a second, up to Burst at
@@ -275,6 +282,9 @@ var (
 	DefaultMaxHeaderBytes          = 64 << 10
 	DefaultMaxConnectionsPerClient = 128
 	DefaultUnauthenticatedRate     = Rate{PerSecond: 10, Burst: 50}
+	DefaultMaxStreamsPerTenant     = 256
+	DefaultStreamWriteTimeout      = 10 * time.Second
+	DefaultMaxPageBytes            = 1 << 20
 	// DefaultMetricsListen serves /metrics on loopback only.
 	DefaultMetricsListen = "127.0.0.1:9464"
 	// The tenants' defaults: requests and submissions a second, per node,

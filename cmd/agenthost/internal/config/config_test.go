@@ -395,6 +395,7 @@ func TestHTTPLimitsDefaults(t *testing.T) {
 		ReadHeaderTimeout: DefaultReadHeaderTimeout, ReadTimeout: DefaultReadTimeout, WriteTimeout: DefaultWriteTimeout,
 		IdleTimeout: DefaultIdleTimeout, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxConnections: 0,
 		MaxConnectionsPerClient: DefaultMaxConnectionsPerClient, UnauthenticatedRate: DefaultUnauthenticatedRate,
+		MaxStreamsPerTenant: DefaultMaxStreamsPerTenant, StreamWriteTimeout: DefaultStreamWriteTimeout, MaxPageBytes: DefaultMaxPageBytes,
 	}
 	if cfg.HTTP != want {
 		t.Errorf("http defaults %+v, want %+v", cfg.HTTP, want)
@@ -448,6 +449,8 @@ http:
   max_header_bytes: 100
   max_connections: -3
   unauthenticated_rate: {per_second: lots}
+  stream_write_timeout: 0
+  max_page_bytes: 10
 metrics: {listen: ""}
 `)
 	got := strings.Join(problems(t, err), "\n")
@@ -459,6 +462,8 @@ metrics: {listen: ""}
 		"http.max_connections: -3 is out of range",
 		"http.unauthenticated_rate.per_second: want a number",
 		"metrics.listen: is empty",
+		"http.stream_write_timeout: is 0",
+		"http.max_page_bytes: 10 is too small",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no problem %q in:\n%s", want, got)

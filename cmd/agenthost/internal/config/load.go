@@ -42,6 +42,7 @@ var (
 		"http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout", "http.max_header_bytes",
 		"http.max_connections", "http.max_connections_per_client",
 		"http.unauthenticated_rate.per_second", "http.unauthenticated_rate.burst",
+		"http.max_streams_per_tenant", "http.stream_write_timeout", "http.max_page_bytes",
 		"metrics.listen",
 	}
 	pluginKeys = []string{
@@ -195,6 +196,15 @@ func (d *decoder) decode(all map[string]any) *Config {
 		MaxConnections:          d.integer(all, "http.max_connections", 0, 1<<20),
 		MaxConnectionsPerClient: d.integer(all, "http.max_connections_per_client", DefaultMaxConnectionsPerClient, 1<<20),
 		UnauthenticatedRate:     d.rate(all, "", "http.unauthenticated_rate", DefaultUnauthenticatedRate),
+		MaxStreamsPerTenant:     d.integer(all, "http.max_streams_per_tenant", DefaultMaxStreamsPerTenant, 1<<20),
+		StreamWriteTimeout:      d.duration(all, "http.stream_write_timeout", DefaultStreamWriteTimeout),
+		MaxPageBytes:            d.integer(all, "http.max_page_bytes", DefaultMaxPageBytes, 1<<30),
+	}
+	if c.HTTP.StreamWriteTimeout == 0 {
+		d.problem("http.stream_write_timeout", "is 0: every send of an event stream needs a bound, or a client that does not read holds its stream for ever; want a duration such as 10s (the default)")
+	}
+	if c.HTTP.MaxPageBytes < 4096 {
+		d.problem("http.max_page_bytes", "%d is too small for a page of Run summaries: want 4096 or more (default %d)", c.HTTP.MaxPageBytes, DefaultMaxPageBytes)
 	}
 	if c.HTTP.MaxHeaderBytes != 0 && c.HTTP.MaxHeaderBytes < 4096 {
 		d.problem("http.max_header_bytes", "%d is too small for ordinary requests: want 4096 or more (default %d)", c.HTTP.MaxHeaderBytes, DefaultMaxHeaderBytes)

@@ -53,13 +53,15 @@ func errorf(status int, code, format string, args ...any) *apiError {
 	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// errorBody is the JSON body of every failure: {"error": {"code",
-// "message"}}. The response's X-Request-ID names the request in the
-// server's log.
+// errorBody is the JSON body of every failure:
+// {"error": {"code", "message", "request_id"}}.
 type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		// RequestID is the response's X-Request-ID: the server's log line
+		// of the request carries it too.
+		RequestID string `json:"request_id"`
 	} `json:"error"`
 }
 
@@ -74,9 +76,9 @@ func writeAPIError(w http.ResponseWriter, e *apiError) {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agenthost"`)
 	}
-	responseRequestID(w) // logRequests set it, unless this answer comes from outside
 	var b errorBody
-	b.Error.Code, b.Error.Message = e.Code, e.Message
+	// logRequests set the ID, unless this answer comes from outside it.
+	b.Error.Code, b.Error.Message, b.Error.RequestID = e.Code, e.Message, responseRequestID(w)
 	writeJSON(w, e.Status, b)
 }
 

@@ -53,15 +53,6 @@ const (
 // one past it still fits an int64.
 const maxResumeID = 1 << 62
 
-// followers is the pull form of Runtime.Follow that the event stream
-// needs, so that one loop sends the events and the heartbeats;
-// *runtime.Runtime has it.
-type followers interface {
-	NewFollower(tenant, runID string, fromSeq int64, opts runtime.FollowOptions) (*runtime.Follower, error)
-}
-
-var _ followers = (*runtime.Runtime)(nil)
-
 // streamEvents serves a Run's committed events as Server-Sent Events:
 //
 //	id: <seq>
@@ -77,7 +68,7 @@ var _ followers = (*runtime.Runtime)(nil)
 // all its streams) and the heartbeat. It lifts the http.Server's read and
 // write deadlines for itself and gives each send its own write deadline:
 // a client that takes nothing for that long is dropped. A tenant may have
-// DefaultMaxStreamsPerTenant streams open at once.
+// Config.MaxStreamsPerTenant streams open at once.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, tenant string) error {
 	after, err := resumePoint(r)
 	if err != nil {
@@ -87,12 +78,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, tenant str
 	if err != nil {
 		return err
 	}
-	src, ok := s.cfg.Runtime.(followers)
-	if !ok {
-		return errors.New("httpapi: the Runtime has no NewFollower; event streams need one")
-	}
 	limit := s.maxStreamsPerTenant()
-	f, err := src.NewFollower(tenant, run.ID, after+1, runtime.FollowOptions{MaxPerTenant: limit})
+	f, err := s.cfg.Runtime.NewFollower(tenant, run.ID, after+1, runtime.FollowOptions{MaxPerTenant: limit})
 	if errors.Is(err, runtime.ErrTooManyFollowers) {
 		s.cfg.OnLimit(LimitStreams, tenant)
 		e := errorf(http.StatusTooManyRequests, CodeTooManyStreams,
@@ -193,6 +180,10 @@ func (s *Server) sendItem(sw *sseWriter, it runtime.StreamItem, runID string) er
 		if err != nil {
 			return fmt.Errorf("httpapi: encode event %d of run %s: %w", it.Event.Seq, runID, err)
 		}
+		// Raw JSON in an event (metadata stored before bodies were
+		// checked, a model's tool arguments) is copied as it is: keep
+		// the stream valid UTF-8, as GET /v1/runs/{id} does.
+		data = validUTF8(data)
 		return sw.send(func(b *bytes.Buffer) {
 			fmt.Fprintf(b, "id: %d\nevent: %s\n", it.Event.Seq, it.Event.Type)
 			writeData(b, data)
@@ -206,6 +197,7 @@ func (s *Server) sendItem(sw *sseWriter, it runtime.StreamItem, runID string) er
 			s.log.Debug("progress event dropped", "run", runID, "err", err)
 			return nil
 		}
+		data = validUTF8(data)
 		return sw.send(func(b *bytes.Buffer) {
 			b.WriteString("event: progress\n")
 			writeData(b, data)
@@ -215,12 +207,11 @@ func (s *Server) sendItem(sw *sseWriter, it runtime.StreamItem, runID string) er
 }
 
 // maxStreamsPerTenant is the tenant's stream limit in force.
-// TODO(lead): s.cfg.MaxStreamsPerTenant, defaulted in New.
-func (s *Server) maxStreamsPerTenant() int { return DefaultMaxStreamsPerTenant }
+// A negative Config.MaxStreamsPerTenant is no limit: 0 for FollowOptions.
+func (s *Server) maxStreamsPerTenant() int { return max(s.cfg.MaxStreamsPerTenant, 0) }
 
 // streamWriteTimeout is the write deadline of each send of a stream.
-// TODO(lead): s.cfg.StreamWriteTimeout, defaulted in New.
-func (s *Server) streamWriteTimeout() time.Duration { return DefaultStreamWriteTimeout }
+func (s *Server) streamWriteTimeout() time.Duration { return s.cfg.StreamWriteTimeout }
 
 // resumePoint reads where a stream resumes: after Last-Event-ID, or after
 // ?after=, or from the start.

@@ -161,6 +161,13 @@ func TestARunWithInvalidUTF8MetadataReadsAsJSON(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status)
 	require.True(t, utf8.Valid(r.Body) && json.Valid(r.Body), "JSON is UTF-8 (RFC 8259): %q", r.Body)
 	require.JSONEq(t, `{"k": "a\ufffdb"}`, string(r.run(t).Metadata))
+
+	// Its event stream too: the run_created event carries the metadata.
+	ev, ok := e.stream(tokenAcme, id).next()
+	require.True(t, ok, "the stream sent no event")
+	require.Equal(t, "run_created", ev.Event)
+	require.True(t, utf8.ValidString(ev.Data) && json.Valid([]byte(ev.Data)), "an event's data is UTF-8 JSON: %q", ev.Data)
+	require.Contains(t, ev.Data, "a\ufffdb")
 }
 
 // nested returns a JSON value n levels deep: objects and arrays,
@@ -178,9 +185,9 @@ func nested(n int) string {
 }
 
 // Every response carries an X-Request-ID (the client's when it is a sane
-// token), and the server's log line of the request carries it too, with
-// the error behind a failure that the tenant sees only as a code and a
-// message.
+// token), every error body as error.request_id, and the server's log
+// line of the request carries it too, with the error behind a failure
+// that the tenant sees only as a code and a message.
 func TestRequestIDsTieAnswersToTheLog(t *testing.T) {
 	const secret = "dial tcp 10.0.0.7:5432: connect: connection refused"
 	e := newEnv(t, func(c *httpapi.Config, _ *runtime.Options) {
@@ -199,6 +206,15 @@ func TestRequestIDsTieAnswersToTheLog(t *testing.T) {
 		require.NotEmpty(t, id, "%s %s answers with an X-Request-ID", c.method, c.path)
 		require.False(t, ids[id], "request IDs are unique")
 		ids[id] = true
+		if r.Status >= 400 {
+			var b struct {
+				Error struct {
+					RequestID string `json:"request_id"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal(r.Body, &b))
+			require.Equal(t, id, b.Error.RequestID, "the error body carries the request ID")
+		}
 		line := logLineOf(t, e, id)
 		require.Equal(t, c.path, line["path"])
 		require.Equal(t, float64(r.Status), line["status"])
@@ -367,6 +383,35 @@ func (e *env) storeRun(t *testing.T, session, id, input string, metadata json.Ra
 	_, err = e.store.CreateRun(t.Context(), runtime.CreateRun{Run: run, Event: ev})
 	require.NoError(t, err)
 	return id
+}
+
+// Config.MaxPageBytes bounds the pages of the API: a page cut by it ends
+// with next_after, and paging on gives every Run once.
+func TestMaxPageBytesCutsThePages(t *testing.T) {
+	e := newEnv(t, func(c *httpapi.Config, _ *runtime.Options) { c.MaxPageBytes = 2048 })
+	var want []string
+	for i := 0; i < 40; i++ {
+		want = append(want, e.storeRun(t, "s1", fmt.Sprintf("run_page_%02d", i), strings.Repeat("y", 1000), nil))
+	}
+	var got []string
+	after, pages := int64(0), 0
+	for ; ; pages++ {
+		require.Less(t, pages, 40, "paging ends")
+		r := e.do("GET", fmt.Sprintf("/v1/sessions/s1/runs?limit=500&after=%d", after), tokenAcme, "")
+		require.Equal(t, http.StatusOK, r.Status)
+		require.LessOrEqual(t, len(r.Body), 2048)
+		var page httpapi.RunListJSON
+		require.NoError(t, json.Unmarshal(r.Body, &page))
+		for _, s := range page.Runs {
+			got = append(got, s.ID)
+		}
+		if page.NextAfter == nil {
+			break
+		}
+		after = *page.NextAfter
+	}
+	require.Greater(t, pages, 4, "the bytes cut the pages")
+	require.Equal(t, want, got)
 }
 
 // A summary says where a Run stands: what it waits for, in numbers, and

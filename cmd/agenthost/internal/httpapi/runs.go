@@ -41,6 +41,9 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 	// that the check and the submission are one step; without one they
 	// share the store's group commits.
 	if q := s.cfg.Quotas[tenant]; q.bounded() {
+		if err := s.checkSubmissionFits(tenant, req); err != nil {
+			return err
+		}
 		lock := s.tenantLock(tenant)
 		lock.Lock()
 		defer lock.Unlock()
@@ -251,7 +254,8 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, tenant string
 const (
 	defaultPageLimit = 50
 	maxPageLimit     = 500
-	// DefaultMaxPageBytes bounds the JSON of one page (1 MiB).
+	// DefaultMaxPageBytes bounds the JSON of one page when
+	// Config.MaxPageBytes is not set (1 MiB).
 	DefaultMaxPageBytes = 1 << 20
 	// pageChunk is how many Runs a page reads from the store at a time:
 	// the store hands over whole Runs, inputs and all, so a page of large
@@ -261,12 +265,6 @@ const (
 
 // LimitPageBytes is how OnLimit names a page cut short by its byte bound.
 const LimitPageBytes = "max_page_bytes"
-
-// maxPageBytes is the byte bound of a page.
-//
-// TODO(lead): Config.MaxPageBytes (default DefaultMaxPageBytes), once
-// server.go has the field: return s.cfg.MaxPageBytes.
-func (s *Server) maxPageBytes() int { return DefaultMaxPageBytes }
 
 // RunListJSON is a page of a session's Runs: a summary of each, oldest
 // first. GET /v1/runs/{id} gives a Run whole.
@@ -308,7 +306,7 @@ func (s *Server) listSessionRuns(w http.ResponseWriter, r *http.Request, tenant 
 	if err != nil {
 		return err
 	}
-	return s.writeRunList(w, r, tenant, session, after, int(limit), s.maxPageBytes())
+	return s.writeRunList(w, r, tenant, session, after, int(limit), s.cfg.MaxPageBytes)
 }
 
 // writeRunList answers with the page of the session's Runs after the

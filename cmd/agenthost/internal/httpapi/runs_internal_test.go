@@ -50,7 +50,7 @@ func (s *sliceStore) SessionRuns(_ context.Context, _, _ string, after int64, li
 }
 
 // pageServer serves writeRunList with a byte bound of maxBytes on
-// 127.0.0.1. (Config has no field for the bound yet; see maxPageBytes.)
+// 127.0.0.1, over a store it can make fail.
 func pageServer(t *testing.T, st *sliceStore, maxBytes int) *httptest.Server {
 	t.Helper()
 	s := &Server{cfg: Config{Store: st, OnLimit: func(limit, tenant string) {

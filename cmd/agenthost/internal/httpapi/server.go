@@ -21,7 +21,7 @@ type Runtime interface {
 	Approve(ctx context.Context, tenant, runID string, approvals []abi.ApprovalDecision, opts ...runtime.InputOption) (loop.Run, error)
 	ProvideInput(ctx context.Context, tenant, runID, text string, opts ...runtime.InputOption) (loop.Run, error)
 	Cancel(ctx context.Context, tenant, runID, reason string, opts ...runtime.InputOption) (loop.Run, error)
-	Follow(ctx context.Context, tenant, runID string, fromSeq int64, fn func(runtime.StreamItem) error) error
+	NewFollower(tenant, runID string, fromSeq int64, opts runtime.FollowOptions) (*runtime.Follower, error)
 	InFlight(tenant string) int
 }
 
@@ -49,6 +49,18 @@ type Config struct {
 	Usage *UsageLedger
 	// MaxBodyBytes caps a request body (default 1 MiB); past it: 413.
 	MaxBodyBytes int64
+	// MaxStreamsPerTenant bounds the event streams one tenant may have
+	// open on this server at once (default DefaultMaxStreamsPerTenant);
+	// past it a stream answers 429 too_many_streams. Negative: no limit.
+	MaxStreamsPerTenant int
+	// StreamWriteTimeout bounds each send of an event stream (default
+	// DefaultStreamWriteTimeout); a client that takes nothing for that
+	// long is dropped.
+	StreamWriteTimeout time.Duration
+	// MaxPageBytes bounds the JSON of one page of GET
+	// /v1/sessions/{id}/runs (default DefaultMaxPageBytes, 1 MiB); a page
+	// holds one Run at least. A page cut by it ends with next_after.
+	MaxPageBytes int
 	// RetryAfter is the Retry-After of a 429 or 503 (default 5s).
 	RetryAfter time.Duration
 	// Heartbeat is the interval of the comment lines that keep an idle
@@ -68,9 +80,10 @@ type Config struct {
 	// UnauthenticatedRate bounds, per client address, the requests
 	// without a valid token (past it: 429 instead of 401). Zero: no bound.
 	UnauthenticatedRate Rate
-	// OnLimit is called with the limit (the Limit… constants) and the
-	// tenant ("" when there is none) of every request a limit refuses,
-	// for the metrics. Default: nothing.
+	// OnLimit is called with the limit (the Limit… constants, or a
+	// quota's error code) and the tenant ("" when there is none) of every
+	// request a limit refuses or cuts short, for the metrics. Default:
+	// nothing.
 	OnLimit func(limit, tenant string)
 }
 
@@ -110,6 +123,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxPageBytes <= 0 {
+		cfg.MaxPageBytes = DefaultMaxPageBytes
+	}
+	if cfg.MaxStreamsPerTenant == 0 {
+		cfg.MaxStreamsPerTenant = DefaultMaxStreamsPerTenant
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = DefaultStreamWriteTimeout
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = retryAfterDefault

@@ -104,3 +104,31 @@ func TestStorageQuotaReadsTheStoreOnceASecondPerTenant(t *testing.T) {
 	e.submit(tokenGlobex, "s1", "answer:x")
 	require.Equal(t, int64(3), cs.reads.Load(), "another tenant's figure is its own")
 }
+
+// TestStorageQuotaRefusesASubmissionThatCouldNeverFit sends submissions
+// whose input, or metadata, alone is more than the tenant's storage
+// quota: 413, not to be retried, and nothing stored; one that fits goes
+// through.
+func TestStorageQuotaRefusesASubmissionThatCouldNeverFit(t *testing.T) {
+	const quota = 20_000
+	e := newEnv(t, withQuota("acme", httpapi.Quota{MaxStoredBytes: quota}), withLedgerClock())
+	tooBig := map[string]string{
+		"input":    bigInput(quota + 1),
+		"metadata": `{"input": "answer:x", "metadata": {"blob": "` + strings.Repeat("m", quota) + `"}}`,
+	}
+	for what, body := range tooBig {
+		r := e.do("POST", "/v1/sessions/s1/runs", tokenAcme, body)
+		require.Equal(t, http.StatusRequestEntityTooLarge, r.Status, "%s: body: %s", what, r.Body)
+		require.Equal(t, httpapi.CodeQuotaStoredBytes, r.errCode(t))
+		require.Empty(t, r.Header.Get("Retry-After"), "a submission that could never fit is not to be retried")
+		msg := r.message(t)
+		require.Contains(t, msg, "more than the 20000 bytes this tenant's Runs may hold")
+		require.Contains(t, msg, "could never be stored")
+		require.Contains(t, msg, "tenants.acme.quotas.max_stored_bytes")
+	}
+	require.Contains(t, e.do("POST", "/v1/sessions/s1/runs", tokenAcme, tooBig["input"]).message(t), "input and metadata are 20001 bytes")
+	held, err := e.store.TenantStoredBytes(context.Background(), "acme")
+	require.NoError(t, err)
+	require.Zero(t, held, "a refused submission stored something")
+	e.submit(tokenAcme, "s1", "answer:"+strings.Repeat("x", 5_000))
+}

@@ -145,6 +145,11 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		Runtime: sys.runtime, Store: sys.store, Auth: auth, Quotas: quotas, Usage: ledger,
 		Ready: sys.runtime.Ready, Logger: log,
 		Limits: limits, UnauthenticatedRate: httpapi.Rate(cfg.HTTP.UnauthenticatedRate), OnLimit: m.Limited,
+		MaxStreamsPerTenant: cfg.HTTP.MaxStreamsPerTenant, StreamWriteTimeout: cfg.HTTP.StreamWriteTimeout,
+		MaxPageBytes: cfg.HTTP.MaxPageBytes,
+	}
+	if cfg.HTTP.MaxStreamsPerTenant == 0 {
+		apiCfg.MaxStreamsPerTenant = -1 // 0 in the config is no limit
 	}
 	if cfg.Metrics.Listen == config.MetricsOnAPI {
 		apiCfg.Metrics = m.Handler()
