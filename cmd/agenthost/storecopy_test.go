@@ -323,6 +323,12 @@ func TestStoreCopyBadgerToPostgresAndBack(t *testing.T) {
 	if len(want.runs) != 9 || len(wantKV) != 4 || want.epochs["acme/epoch"] != 2 {
 		t.Fatalf("the seeded store holds %d Runs, %d KV entries, epoch %d in session epoch; want 9, 4 and 2", len(want.runs), len(wantKV), want.epochs["acme/epoch"])
 	}
+	wantStored := map[string]int64{}
+	for _, tenant := range []string{"acme", "globex"} {
+		if wantStored[tenant], err = a.TenantStoredBytes(ctx, tenant); err != nil || wantStored[tenant] == 0 {
+			t.Fatalf("stored bytes of %s in the source: %d, %v", tenant, wantStored[tenant], err)
+		}
+	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -332,6 +338,14 @@ func TestStoreCopyBadgerToPostgresAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameContent(t, "postgres copy", want, readContent(t, pg, sessions, true), false)
+	// Every Run was copied with its whole log and command IDs, so each
+	// tenant holds as many bytes in the copy as in the source (its
+	// storage quota means the same there).
+	for tenant, n := range wantStored {
+		if got, err := pg.TenantStoredBytes(ctx, tenant); err != nil || got != n {
+			t.Errorf("postgres copy: tenant %s holds %d stored bytes (%v), the source %d", tenant, got, err, n)
+		}
+	}
 	for k, v := range wantKV {
 		parts := strings.SplitN(k, "/", 3)
 		got, err := pg.KVGet(ctx, parts[0], parts[1], []byte(parts[2]))
