@@ -101,7 +101,7 @@ func (e *Executor) effect(ctx context.Context, export string, c runtime.EffectCa
 	}
 	if r.State == abi.StateFailed {
 		if why := s.deniedReason(); why != "" {
-			return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginDenied, fmt.Errorf("the sandbox refused %s; the plugin then failed: %s", why, r.Error.Message))
+			return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginDenied, fmt.Errorf("the sandbox refused %s; the plugin then failed: %w", why, &runtime.PluginMessage{Text: r.Error.Message}))
 		}
 	}
 	return r, nil

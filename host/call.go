@@ -26,6 +26,10 @@ func (p *Plugin) pluginErr(export string, class abi.ErrorClass, err error) *runt
 // *runtime.PluginError; the instance that failed is closed, never reused.
 // Errors that are not the plugin's (the caller's context ended, the plugin
 // is closed, the memory cap) say so and wrap their cause.
+//
+// These errors are for the server's log: a tenant reads a failure in the
+// runtime's words, which keep of the error only its class and the plugin's
+// own words (a *runtime.PluginMessage in the chain).
 func (p *Plugin) call(ctx context.Context, s *callScope, input []byte) ([]byte, error) {
 	export := s.export
 	if len(input) > p.spec.Limits.MaxInputBytes {
@@ -82,9 +86,10 @@ func (p *Plugin) run(ctx context.Context, in *instance, s *callScope, input []by
 			return nil, false, p.pluginErr(export, abi.ClassPluginTrap, fmt.Errorf("the plugin exited with code %d%s", exit.ExitCode(), stderrNote(in)))
 		}
 		if msg := in.ext.GetErrorWithContext(ctx); msg != "" && msg == callErr.Error() {
-			// The plugin reported an error with error_set.
+			// The plugin reported an error with error_set: its own words,
+			// which the failure a tenant reads keeps.
 			if rc != 0 {
-				return nil, true, p.pluginErr(export, abi.ClassPluginProtocol, fmt.Errorf("the plugin returned status %d: %s", rc, msg))
+				return nil, true, p.pluginErr(export, abi.ClassPluginProtocol, fmt.Errorf("the plugin returned status %d: %w", rc, &runtime.PluginMessage{Text: msg}))
 			}
 		} else {
 			if in.mem.refused.Load() {

@@ -47,7 +47,9 @@ type AttachState struct {
 	// Handle and PollAfterMS come with pending.
 	Handle      string
 	PollAfterMS int64
-	// Reason says why the executor was unavailable.
+	// Reason says why the executor was unavailable: the executor's error,
+	// for the Command's Reason and so the server's log, never for the
+	// settlement's message, which a tenant reads.
 	Reason string
 }
 
@@ -91,7 +93,8 @@ type Command struct {
 	PollAfterMS int64
 	// RetryAtMS is when to attach again (Defer).
 	RetryAtMS int64
-	// Reason explains the decision, for logs.
+	// Reason explains the decision, for logs: the settlement's message and
+	// what the executor's error said.
 	Reason string
 }
 
@@ -130,24 +133,33 @@ func Plan(rec Record, st AttachState, p Policy, nowMS int64) Command {
 	case AttachUnavailable:
 		if p.MaxDeferMS > 0 && rec.Deferrals > 0 && nowMS-rec.FirstDeferredMS >= p.MaxDeferMS {
 			return missing(rec, p, abi.ClassExecutorUnavailable,
-				fmt.Sprintf("the executor stayed unavailable for %d ms (max_defer): %s", nowMS-rec.FirstDeferredMS, st.Reason), settle)
+				fmt.Sprintf("the executor stayed unavailable for %d ms (max_defer)", nowMS-rec.FirstDeferredMS), st.Reason, settle)
 		}
 		if p.MaxDeferMS <= 0 {
-			return missing(rec, p, abi.ClassExecutorUnavailable, "the executor is unavailable and max_defer is 0: "+st.Reason, settle)
+			return missing(rec, p, abi.ClassExecutorUnavailable, "the executor is unavailable and max_defer is 0", st.Reason, settle)
 		}
 		c := cmd(Defer, "the executor is unavailable: "+st.Reason)
 		c.RetryAtMS = nowMS + DeferBackoff(p, rec.Deferrals+1)
 		return c
 	default: // AttachUnknown, or anything the executor should not have said
-		return missing(rec, p, abi.ClassLost, "the executor holds no record of the attempt", settle)
+		return missing(rec, p, abi.ClassLost, "the executor holds no record of the attempt", "", settle)
 	}
 }
 
 // missing applies the missing-effect policy: the settlement is the same
 // for every decision (failed, with the class), and its retriable flag tells
 // the Loop, which holds the same policy, which way to go.
-func missing(rec Record, p Policy, class abi.ErrorClass, reason string, settle func(Decision, loop.Outcome, string) Command) Command {
-	f := &loop.Failure{Class: class, Message: reason}
+//
+// The settlement's message is msg, in recovery's own words, which the
+// tenant reads; why (AttachState.Reason: an executor's error, which may
+// name hosts, addresses, plugins and exports) goes only into the
+// Command's Reason, for the server's log.
+func missing(rec Record, p Policy, class abi.ErrorClass, msg, why string, settle func(Decision, loop.Outcome, string) Command) Command {
+	f := &loop.Failure{Class: class, Message: msg}
+	reason := msg
+	if why != "" {
+		reason += ": " + why
+	}
 	switch {
 	case p.Missing.Mode == loop.PolicyRetry && rec.Attempt < p.Missing.MaxAttempts:
 		f.Retriable = true

@@ -348,7 +348,9 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 				var raw json.RawMessage
 				raw, err = rt.build(ctx, t, cur)
 				if err != nil {
-					err = apply(loop.Event{Type: loop.EventStepFailed, Failure: failureOf(err)})
+					f := planFailure(err)
+					rt.logPlanFailure(cur, a.Step, f, err)
+					err = apply(loop.Event{Type: loop.EventStepFailed, Failure: f})
 				} else if err = apply(loop.Event{Type: loop.EventModelStepPlanned, Step: a.Step, Request: raw}); err == nil {
 					requests[loop.ModelEffectID(cur.ID, a.Step)] = raw
 				}
@@ -392,11 +394,11 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 // build calls the tenant's builder for the next model step of run.
 func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.RawMessage, error) {
 	if t.Builder == nil {
-		return nil, &PluginError{Class: abi.ClassExecutorUnavailable, Plugin: "builder", Export: abi.ExportBuild, Err: errors.New("the tenant has no builder configured")}
+		return nil, errNoBuilder
 	}
 	history, err := rt.history(ctx, run)
 	if err != nil {
-		return nil, &PluginError{Class: abi.ClassExecutorUnavailable, Plugin: "builder", Export: abi.ExportBuild, Err: fmt.Errorf("read session history: %w", err)}
+		return nil, fmt.Errorf("%w: %w", errHistoryUnread, err)
 	}
 	in := abi.BuildInput{
 		ABI:        abi.Version,
@@ -446,15 +448,6 @@ func (rt *Runtime) history(ctx context.Context, run loop.Run) ([]abi.Message, er
 		msgs = append(msgs, r.Transcript...)
 	}
 	return msgs, nil
-}
-
-// failureOf classifies an error from a plugin call.
-func failureOf(err error) *loop.Failure {
-	var pe *PluginError
-	if errors.As(err, &pe) && pe.Class.Valid() {
-		return &loop.Failure{Class: pe.Class, Message: pe.Error(), Retriable: pe.Class.Retriable()}
-	}
-	return &loop.Failure{Class: abi.ClassExecutorUnavailable, Message: err.Error(), Retriable: true}
 }
 
 func (rt *Runtime) dropOutcome(req advanceReq, why error) {

@@ -180,12 +180,13 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 	defer cancel()
 	exec := t.executorFor(e.Kind, e.Tool)
 	if exec == nil {
-		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, fmt.Sprintf("no executor for %s %s", e.Kind, e.Tool), true))
+		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "no executor is configured for "+effectTarget(e), true),
+			fmt.Errorf("runtime: the tenant has no executor for %s %q", e.Kind, e.Tool))
 		return
 	}
 	call, err := rt.effectCall(ctx, run, e, request)
 	if err != nil {
-		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, err.Error(), true))
+		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "the request for "+effectSubject(e)+" could not be prepared", true), err)
 		return
 	}
 	rt.stats.ExecutorCalls.Add(1)
@@ -221,46 +222,78 @@ func (rt *Runtime) onReply(run loop.Run, e loop.Effect, key, export string, repl
 			rt.actOnAttach(run, e, key, recovery.AttachState{Kind: recovery.AttachUnavailable, Reason: export + ": " + err.Error()})
 			return
 		}
-		rt.commitSettlement(run, e, key, loop.Outcome{State: loop.OutcomeFailed, Error: failureOf(err)})
+		rt.settleFailed(run, e, key, loop.Outcome{State: loop.OutcomeFailed, Error: callFailure(effectSubject(e), err)}, err)
 		return
 	}
 	switch reply.State {
 	case abi.StateDone:
-		rt.commitSettlement(run, e, key, doneOutcome(e.Kind, reply.Outcome))
+		o, err := decodeOutcome(e.Kind, reply.Outcome)
+		if err != nil {
+			rt.settleFailed(run, e, key, o, fmt.Errorf("%s: %w", export, err))
+			return
+		}
+		rt.commitSettlement(run, e, key, o)
 	case abi.StateFailed:
 		msg, retriable := "the executor reported failure", false
 		if reply.Error != nil {
 			msg, retriable = reply.Error.Message, reply.Error.Retriable
 		}
-		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassPluginFailed, msg, retriable))
+		o := failedOutcome(abi.ClassPluginFailed, msg, retriable)
+		if o.Error.Message != msg {
+			// Cut to MaxPluginMessageBytes: the log keeps it whole.
+			rt.logEffectFailure(run, key, o.Error, fmt.Errorf("%s: the executor replied failed: %s", export, msg))
+		}
+		rt.commitSettlement(run, e, key, o)
 	case abi.StateUnknown:
-		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassLost, export+": the executor holds no record of this attempt", true))
+		rt.settleFailed(run, e, key, failedOutcome(abi.ClassLost, effectSubject(e)+" holds no record of the attempt", true),
+			fmt.Errorf("%s answered unknown", export))
 	case abi.StatePending:
 		rt.recordPending(run, e, key, reply)
 	default:
-		rt.commitSettlement(run, e, key, failedOutcome(abi.ClassPluginProtocol, fmt.Sprintf("%s answered state %q", export, reply.State), false))
+		rt.settleFailed(run, e, key, failedOutcome(abi.ClassPluginProtocol, "the reply of "+effectSubject(e)+" broke the plugin ABI", false),
+			fmt.Errorf("%s answered state %q", export, reply.State))
 	}
 }
 
+// settleFailed commits a failed outcome of an attempt the caller holds,
+// as commitSettlement does, once the server's log has the detail behind
+// it (logEffectFailure).
+func (rt *Runtime) settleFailed(run loop.Run, e loop.Effect, key string, o loop.Outcome, detail error) {
+	if o.Error != nil {
+		rt.logEffectFailure(run, key, o.Error, detail)
+	}
+	rt.commitSettlement(run, e, key, o)
+}
+
+// failedOutcome is a failed outcome of class with msg, which is cut to
+// MaxPluginMessageBytes: a plugin's own words may be long.
 func failedOutcome(class abi.ErrorClass, msg string, retriable bool) loop.Outcome {
-	return loop.Outcome{State: loop.OutcomeFailed, Error: &loop.Failure{Class: class, Message: msg, Retriable: retriable}}
+	return loop.Outcome{State: loop.OutcomeFailed, Error: &loop.Failure{Class: class, Message: pluginText(msg), Retriable: retriable}}
 }
 
 // doneOutcome decodes the outcome payload of a done reply; a payload that
-// does not decode is a protocol failure of the plugin.
+// does not decode is a protocol failure of the plugin (decodeOutcome).
 func doneOutcome(kind abi.EffectKind, raw json.RawMessage) loop.Outcome {
+	o, _ := decodeOutcome(kind, raw)
+	return o
+}
+
+// decodeOutcome decodes the outcome payload of a done reply. A payload
+// that does not decode gives a failed outcome of class plugin_protocol,
+// in the runtime's words, and the decoder's error for the log.
+func decodeOutcome(kind abi.EffectKind, raw json.RawMessage) (loop.Outcome, error) {
 	if kind == abi.KindModel {
 		var m abi.ModelOutcome
 		if err := json.Unmarshal(raw, &m); err != nil {
-			return failedOutcome(abi.ClassPluginProtocol, "model outcome: "+err.Error(), false)
+			return failedOutcome(abi.ClassPluginProtocol, "the outcome of the model executor does not decode", false), fmt.Errorf("model outcome: %w", err)
 		}
-		return loop.Outcome{State: loop.OutcomeDone, Model: &m}
+		return loop.Outcome{State: loop.OutcomeDone, Model: &m}, nil
 	}
 	var o abi.ToolOutcome
 	if err := json.Unmarshal(raw, &o); err != nil {
-		return failedOutcome(abi.ClassPluginProtocol, "tool outcome: "+err.Error(), false)
+		return failedOutcome(abi.ClassPluginProtocol, "the outcome of the tool's executor does not decode", false), fmt.Errorf("tool outcome: %w", err)
 	}
-	return loop.Outcome{State: loop.OutcomeDone, Tool: &o}
+	return loop.Outcome{State: loop.OutcomeDone, Tool: &o}, nil
 }
 
 // commitSettlement commits the outcome of an attempt the caller holds,
@@ -402,9 +435,13 @@ func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect) {
 				rt.abandon(key)
 				return
 			case err != nil:
-				o.Error = &loop.Failure{Class: abi.ClassCancelled, Message: "cancel failed: " + err.Error()}
+				o.Error = &loop.Failure{Class: abi.ClassCancelled, Message: "the call was cancelled; " + effectSubject(e) + " did not confirm the cancel"}
+				rt.logEffectFailure(run, key, o.Error, fmt.Errorf("cancel: %w", err))
 			case reply.State == abi.StateDone:
-				o = doneOutcome(e.Kind, reply.Outcome)
+				var derr error
+				if o, derr = decodeOutcome(e.Kind, reply.Outcome); derr != nil {
+					rt.logEffectFailure(run, key, o.Error, fmt.Errorf("cancel: %w", derr))
+				}
 			}
 		}
 	}

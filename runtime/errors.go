@@ -64,3 +64,16 @@ func (e *SessionOwnedError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrSessionOwned) true.
 func (e *SessionOwnedError) Unwrap() error { return ErrSessionOwned }
+
+// PluginMessage is a plugin's own words about why its call failed: the
+// message it gave with Extism's error_set, or the error.message of a
+// failed reply that the host turned into another class (a failure after
+// a sandbox refusal). An Executor or Builder wraps it in the Err of its
+// PluginError; the failure a tenant reads keeps it, cut to
+// MaxPluginMessageBytes, while everything else the error says goes only
+// to the server's log (failure.go).
+type PluginMessage struct {
+	Text string
+}
+
+func (m *PluginMessage) Error() string { return m.Text }
