@@ -201,6 +201,7 @@ func (r *Run) applyDispatched(ev Event) error {
 	e.Handle = ""
 	e.DispatchedAt = ev.At
 	e.NotBefore = 0
+	e.DeferredSince = 0 // a deferral is the attempt's: the new one has none yet
 	return nil
 }
 

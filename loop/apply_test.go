@@ -166,6 +166,28 @@ func TestADeferralIsRecordedOnceAndEndsWhenAttached(t *testing.T) {
 	}
 }
 
+// A deferral belongs to one attempt: the next attempt, once dispatched,
+// has none, so that its own first deferral is recorded and max_defer
+// counts from it (before, a retried attempt inherited the first
+// attempt's deferral and met max_defer at once).
+func TestADeferralEndsWithItsAttempt(t *testing.T) {
+	r := dispatchedModel(t)
+	r = mustApply(t, r,
+		Event{Type: EventEffectDeferred, At: 7, EffectID: "run_1.m1", Attempt: 1},
+		Event{Type: EventEffectSettled, At: 8, EffectID: "run_1.m1", Attempt: 1,
+			Outcome: &Outcome{State: OutcomeFailed, Error: &Failure{Class: abi.ClassLost, Message: "gone", Retriable: true}}},
+		Event{Type: EventTimerFired, At: 60_000},
+		Event{Type: EventEffectDispatched, At: 60_001, EffectID: "run_1.m1", Attempt: 2, Epoch: 7},
+	)
+	if got := r.Effect("run_1.m1").DeferredSince; got != 0 {
+		t.Fatalf("attempt 2 is deferred since %d, the first attempt's deferral; want 0", got)
+	}
+	r = mustApply(t, r, Event{Type: EventEffectDeferred, At: 60_005, EffectID: "run_1.m1", Attempt: 2})
+	if got := r.Effect("run_1.m1").DeferredSince; got != 60_005 {
+		t.Fatalf("attempt 2's own deferral is recorded as %d, want 60005", got)
+	}
+}
+
 func TestApprovalEventsAreValidatedAsAWhole(t *testing.T) {
 	spec := baseSpec()
 	spec.Tools = append(spec.Tools, ToolSpec{Name: "wire", Approval: true, Policy: DefaultToolPolicy(false)})
