@@ -1,13 +1,11 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,36 +14,6 @@ import (
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
-
-// lockedBuffer is a bytes.Buffer for a log handler written from many
-// goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// linesWith returns the lines that contain every one of parts.
-func (b *lockedBuffer) linesWith(parts ...string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		all := l != ""
-		for _, p := range parts {
-			all = all && strings.Contains(l, p)
-		}
-		if all {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // TestAFailingPluginShowsTheTenantTheRuntimesWords runs Runs through the
 // runtime with real Wasm plugins that fail: the hostile executor's tools,
@@ -79,7 +47,7 @@ func TestAFailingPluginShowsTheTenantTheRuntimesWords(t *testing.T) {
 
 	store := conformance.NewMemStore(e.clock, conformance.KVLimits{})
 	t.Cleanup(func() { _ = store.Close() })
-	log := &lockedBuffer{}
+	log := &conformance.LogBuffer{}
 	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": acme, "narrow": &narrow}, Clock: e.clock,
 		NodeID: "node-a", PollMin: 100 * time.Millisecond, PollMax: time.Second, LeaseTTL: time.Minute,
 		MaxDefer: 30 * time.Second, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour,
@@ -151,8 +119,8 @@ func TestAFailingPluginShowsTheTenantTheRuntimesWords(t *testing.T) {
 					t.Errorf("the tenant reads %q: …%s…", internal, texts[max(i-120, 0):min(i+80, len(texts))])
 				}
 			}
-			if l := log.linesWith(append([]string{`"run":"` + run.ID + `"`}, tc.logged...)...); len(l) == 0 {
-				t.Errorf("no log line with the Run's ID holds %q; the log:\n%s", tc.logged, strings.Join(log.linesWith(run.ID), "\n"))
+			if l := log.Lines(append([]string{`"run":"` + run.ID + `"`}, tc.logged...)...); len(l) == 0 {
+				t.Errorf("no log line with the Run's ID holds %q; the log:\n%s", tc.logged, strings.Join(log.Lines(run.ID), "\n"))
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,43 +27,13 @@ import (
 // internals are the texts that must never reach a tenant.
 var internals = []string{"host:", "plugin[", "export[", "faultstore", "dial tcp", "127.0.0.1", "runtime:", "/srv/"}
 
-// syncBuffer is a bytes.Buffer for a log handler written from many
-// goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the log lines that contain every one of parts.
-func (b *syncBuffer) lines(parts ...string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		all := l != ""
-		for _, p := range parts {
-			all = all && strings.Contains(l, p)
-		}
-		if all {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // failEnv is a RuntimeEnv whose runtime logs to a buffer, over a
 // FaultStore.
 type failEnv struct {
 	*conformance.RuntimeEnv
 	rt     *runtime.Runtime
 	faults *conformance.FaultStore
-	log    *syncBuffer
+	log    *conformance.LogBuffer
 }
 
 func newFailEnv(t *testing.T, mutate func(*runtime.Tenant)) *failEnv {
@@ -84,7 +52,7 @@ func newFailEnv(t *testing.T, mutate func(*runtime.Tenant)) *failEnv {
 	if err := e.Runtime.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	log := &conformance.LogBuffer{}
 	rt, err := runtime.New(runtime.Options{Store: faults, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
 		NodeID: "node-log", PollMin: 100 * time.Millisecond, PollMax: time.Second, LeaseTTL: time.Minute,
 		MaxDefer: 30 * time.Second, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour,
@@ -206,8 +174,8 @@ func TestAFailedPlanningShowsTheTenantNoInternals(t *testing.T) {
 				t.Errorf("failure %s: %q\nwant      %s: %q", run.Failure.Class, run.Failure.Message, tc.class, tc.message)
 			}
 			noInternalsIn(t, "the Run", e.tenantTexts(run))
-			if l := e.log.lines(`"run":"`+run.ID+`"`, tc.logged); len(l) == 0 {
-				t.Errorf("no log line names the Run and says %q; the log:\n%s", tc.logged, strings.Join(e.log.lines(run.ID), "\n"))
+			if l := e.log.Lines(`"run":"`+run.ID+`"`, tc.logged); len(l) == 0 {
+				t.Errorf("no log line names the Run and says %q; the log:\n%s", tc.logged, strings.Join(e.log.Lines(run.ID), "\n"))
 			}
 		})
 	}
@@ -265,8 +233,8 @@ func TestAnExecutorThatStaysUnavailableShowsTheTenantNoDialError(t *testing.T) {
 	noInternalsIn(t, "the Run", e.tenantTexts(run))
 	for _, attempt := range []string{"#1", "#2"} {
 		key := "acme/s1/" + loop.ModelEffectID(run.ID, 1) + attempt
-		if l := e.log.lines(`"assignment_key":"`+key+`"`, `"decision":`, dial.Error()); len(l) == 0 {
-			t.Errorf("no log line of attempt %s holds the dial error %q; the log:\n%s", key, dial, strings.Join(e.log.lines(run.ID), "\n"))
+		if l := e.log.Lines(`"assignment_key":"`+key+`"`, `"decision":`, dial.Error()); len(l) == 0 {
+			t.Errorf("no log line of attempt %s holds the dial error %q; the log:\n%s", key, dial, strings.Join(e.log.Lines(run.ID), "\n"))
 		}
 	}
 }
@@ -322,7 +290,7 @@ func TestAToolsOwnWordsReachTheModelAndTheHostsDoNot(t *testing.T) {
 		if !strings.Contains(run.Result, msg) {
 			t.Errorf("the model did not read the tool's words: result %.100q", run.Result)
 		}
-		if l := e.log.lines(`"run":"`+run.ID+`"`, " END"); len(l) == 0 {
+		if l := e.log.Lines(`"run":"`+run.ID+`"`, " END"); len(l) == 0 {
 			t.Errorf("the log does not keep the whole message")
 		}
 	})
@@ -342,8 +310,8 @@ func TestAToolsOwnWordsReachTheModelAndTheHostsDoNot(t *testing.T) {
 		}
 		noInternalsIn(t, "the Run", e.tenantTexts(run))
 		key := "acme/s1/" + run.ID + ".t1.0#1"
-		if l := e.log.lines(`"assignment_key":"`+key+`"`, "plugin[tools] export[start]", "out of bounds memory access"); len(l) == 0 {
-			t.Errorf("no log line of %s holds the host's error; the log:\n%s", key, strings.Join(e.log.lines(run.ID), "\n"))
+		if l := e.log.Lines(`"assignment_key":"`+key+`"`, "plugin[tools] export[start]", "out of bounds memory access"); len(l) == 0 {
+			t.Errorf("no log line of %s holds the host's error; the log:\n%s", key, strings.Join(e.log.Lines(run.ID), "\n"))
 		}
 	})
 }
