@@ -37,3 +37,10 @@ func (b *LogBuffer) Lines(parts ...string) []string {
 	}
 	return out
 }
+
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,27 +46,8 @@ func addrs(ss ...string) []netip.Addr {
 	return out
 }
 
-// logBuffer is a slog destination the test reads, safe for the host's
-// goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func newLoggedEnv(t *testing.T) (*env, *logBuffer) {
-	logs := &logBuffer{}
+func newLoggedEnv(t *testing.T) (*env, *conformance.LogBuffer) {
+	logs := &conformance.LogBuffer{}
 	return newEnv(t, Config{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}), logs
 }
 
