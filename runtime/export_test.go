@@ -52,25 +52,10 @@ func SetWatcherFireHook(f func()) { testHookWatcherFire = f }
 // work: Idle is ActiveWork() == 0.
 func ActiveWork(rt *Runtime) int64 { return rt.active.Load() }
 
-// DriversWaiting returns how many session drivers wait for a driver slot
-// while every slot is taken (0 while one is free: a driver that wants it
-// gets it without waiting on anything else).
-func DriversWaiting(rt *Runtime) int {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if len(rt.drivers) < cap(rt.drivers) {
-		return 0
-	}
-	rt.sessions.mu.Lock()
-	defer rt.sessions.mu.Unlock()
-	driving := 0
-	for _, s := range rt.sessions.m {
-		if s.driving {
-			driving++
-		}
-	}
-	return max(driving-len(rt.drivers), 0)
-}
+// DriversWaiting returns how many session drivers wait for a driver slot:
+// a driver kicked while every slot is taken waits from its kick on, also
+// after its session was given up.
+func DriversWaiting(rt *Runtime) int { return rt.drivers.waiting() }
 
 // Stuck is the watchdog's judgement of a session's head Run: not
 // terminal, and nothing in this process will move it on.

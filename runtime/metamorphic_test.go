@@ -82,22 +82,26 @@ var (
 // (and, for a write made again at one instant, its count), not from the
 // order of the calls. The seed then fixes the outcome, and for every seed
 // that runs both, the two stores must end with the same Runs, in the same
-// statuses, with the same results and event logs, times included. What
-// the runtime still leaves to the Go scheduler: launch starts a goroutine
-// per executor call (MaxConcurrentCalls bounds only the watcher's
-// workers), so an operation's goroutine and the session driver it kicked
-// run at once, and two timers armed by them at one instant fire in the
-// order they were armed; session drivers waiting for the one driver slot
-// get it in the order they reached it, which is the order they were
-// scheduled in (the quiet test counts a kicked driver as waiting before it
-// reaches the slot); a recovery pass claims orphaned sessions
-// concurrently; Stop releases the sessions in map order. So a seed's two
-// plays can, rarely, differ: when the stores end differently, both play
-// again, up to three times each, and some pair must agree. A driver that
-// waits for the driver slot after its session was given up is invisible
-// to the quiet test, which then takes two seconds of a still store and
-// gate, with a retry asleep, as quiet ("quiet by stall" in the record;
-// such plays are not compared). conc-mem (and, for some seeds,
+// statuses, with the same results and event logs, times included.
+// Session drivers get the one driver slot in the order they were kicked:
+// the runtime takes the slot, or queues the driver, at the kick, and the
+// quiet test counts the queue (runtime.DriversWaiting). (When the slot
+// went to whichever driver goroutine the Go scheduler ran first, seed 40,
+// whose recovery pass kicks s0 and s2 at one instant, drove either first,
+// as the machine's load had it, so r4.m1 settled 100ms apart, and under
+// load the two stores disagreed in three plays each.) What the runtime
+// still leaves to the Go scheduler: launch starts a goroutine per executor
+// call (MaxConcurrentCalls bounds only the watcher's workers), so an
+// operation's goroutine and the session driver it kicked run at once, and
+// two timers armed by them at one instant fire in the order they were
+// armed; a recovery pass claims orphaned sessions concurrently; Stop
+// releases the sessions in map order. So a seed's two plays can, rarely,
+// differ: when the stores end differently, both play again, up to three
+// times each, and some pair must agree. Should a wait escape the quiet
+// test's count, the test takes two seconds of a still store and gate, with
+// a retry asleep, as quiet ("quiet by stall" in the record; such plays
+// are not compared); since the driver queue is counted, no seed of
+// 0..1199 stalls. conc-mem (and, for some seeds,
 // conc-badger) plays the same kind of sequence with the runtime's default
 // concurrency, the calls through at once (one in eight held), the due
 // timers fired together, and the FaultStore's own seeded random faults
@@ -883,11 +887,12 @@ func (m *meta) pause(i int) {
 	time.Sleep(100 * time.Microsecond)
 }
 
-// settled reports whether the runtime is quiet, or taken as quiet: the
-// one case the count cannot see (a driver waiting for the driver slot
-// after its session was given up) is taken as quiet once nothing has
-// moved (no store call, executor call or timer) for two seconds while a
-// retry sleeps on the clock, and from then on while nothing moves.
+// settled reports whether the runtime is quiet, or taken as quiet: should
+// a wait escape the count (a driver waiting for the driver slot after its
+// session was given up did, until the runtime queued drivers at the kick),
+// the runtime is taken as quiet once nothing has moved (no store call,
+// executor call or timer) for two seconds while a retry sleeps on the
+// clock, and from then on while nothing moves.
 func (m *meta) settled() bool {
 	if m.quiet() {
 		return true

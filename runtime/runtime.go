@@ -43,7 +43,9 @@ type Options struct {
 	// MaxDrivers bounds the sessions driven at once (default 128). Session
 	// drivers are cheap, but thousands at once (a recovery pass over
 	// thousands of sessions) flood the store's write queue, and every
-	// commit, the node's lease renewal included, waits behind them.
+	// commit, the node's lease renewal included, waits behind them. A
+	// session kicked while every slot is taken waits for one in the
+	// order it was kicked.
 	MaxDrivers int
 	// RecoveryInterval is the time between recovery passes after the first
 	// one at start-up (default 10s; LeaseTTL/3 when the Store is a
@@ -87,7 +89,7 @@ type Runtime struct {
 	stopLife context.CancelFunc
 	wg       sync.WaitGroup
 	slots    chan struct{} // bounds watcher-fired work
-	drivers  chan struct{} // bounds concurrent session drivers
+	drivers  *driverSlots  // bounds concurrent session drivers, handed out in kick order
 	// lost is closed when the node's lease expired: the runtime has given
 	// up every session and drives nothing from then on.
 	lost chan struct{}
@@ -190,7 +192,7 @@ func New(opts Options) (*Runtime, error) {
 		nodeID:   opts.NodeID,
 		hub:      opts.Hub,
 		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
-		drivers:  make(chan struct{}, opts.MaxDrivers),
+		drivers:  newDriverSlots(opts.MaxDrivers),
 		attempts: newAttempts(),
 		sessions: newSessionTable(),
 		waiters:  map[string][]waiter{},

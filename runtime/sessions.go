@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"sync"
@@ -195,19 +196,25 @@ func (rt *Runtime) kick(tenant, session string) {
 		rt.mu.Unlock()
 		return
 	}
+	// The driver gets its slot, or its place in the queue for one, here,
+	// in kick order, not when its goroutine happens to run.
+	ready, place := rt.drivers.take()
 	rt.wg.Add(1)
 	rt.active.Add(1)
 	rt.mu.Unlock()
 	go func() {
 		defer rt.wg.Done()
 		defer rt.active.Add(-1)
-		select {
-		case rt.drivers <- struct{}{}:
-			defer func() { <-rt.drivers }()
-		case <-rt.life.Done():
-			rt.sessions.passDone(s, true)
-			return
+		if ready != nil {
+			select {
+			case <-ready:
+			case <-rt.life.Done():
+				rt.drivers.leave(ready, place)
+				rt.sessions.passDone(s, true)
+				return
+			}
 		}
+		defer rt.drivers.give()
 		for {
 			rt.driveSession(tenant, session)
 			if !rt.sessions.passDone(s, rt.stopping()) {
@@ -271,4 +278,66 @@ func (rt *Runtime) driveSession(tenant, session string) {
 		}
 		backoff = commitRetryMin
 	}
+}
+
+// driverSlots is the one owner of the MaxDrivers driver slots. It hands
+// them out in the order the drivers were kicked: kick takes a free slot
+// for the driver it starts, or queues the driver, and a driver done with
+// its session gives its slot to the first one queued. (A buffered channel
+// would hand them out in the order the Go scheduler happens to run the
+// waiting goroutines, which changes with the load of the machine.)
+type driverSlots struct {
+	mu   sync.Mutex
+	free int
+	// queue holds, in kick order, the ready channel of each driver waiting
+	// for a slot; give closes it when it hands the driver a slot.
+	queue *list.List
+}
+
+func newDriverSlots(n int) *driverSlots { return &driverSlots{free: n, queue: list.New()} }
+
+// take gives the caller a free slot (ready is nil), or queues it: ready is
+// closed once a slot is its, and place is where it waits.
+func (d *driverSlots) take() (ready chan struct{}, place *list.Element) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.free > 0 {
+		d.free--
+		return nil, nil
+	}
+	ready = make(chan struct{})
+	return ready, d.queue.PushBack(ready)
+}
+
+// give returns a slot: to the first driver queued, or to the free ones.
+func (d *driverSlots) give() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if first := d.queue.Front(); first != nil {
+		close(d.queue.Remove(first).(chan struct{}))
+		return
+	}
+	d.free++
+}
+
+// leave takes a queued driver that stops waiting (the runtime stops) out
+// of the queue; if a slot was handed to it meanwhile, it passes it on.
+func (d *driverSlots) leave(ready chan struct{}, place *list.Element) {
+	d.mu.Lock()
+	select {
+	case <-ready:
+		d.mu.Unlock()
+		d.give()
+		return
+	default:
+	}
+	d.queue.Remove(place)
+	d.mu.Unlock()
+}
+
+// waiting is how many drivers are queued for a slot.
+func (d *driverSlots) waiting() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.queue.Len()
 }
