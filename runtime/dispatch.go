@@ -448,10 +448,6 @@ func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect) {
 	rt.commitSettlement(run, e, key, o)
 }
 
-// testHookWatcherFire, when set, runs once onWatcherFire has started its
-// first worker (tests).
-var testHookWatcherFire func()
-
 // onWatcherFire carries out a batch of due items with a bounded number of
 // goroutines, not one per item. The workers take the items in turn from
 // the batch itself: no goroutine hands them out, so a Stop that refuses
@@ -473,8 +469,8 @@ func (rt *Runtime) onWatcherFire(batch []watchItem) {
 		if !rt.goTracked(work) {
 			return
 		}
-		if i == 0 && testHookWatcherFire != nil {
-			testHookWatcherFire()
+		if hook := rt.watcherFireHook.Load(); i == 0 && hook != nil {
+			(*hook)()
 		}
 	}
 }

@@ -44,9 +44,16 @@ func TrackedAttempts(rt *Runtime) int {
 	return rt.attempts.len()
 }
 
-// SetWatcherFireHook sets a function onWatcherFire calls once it has
-// started its first worker, before the rest of the batch is handed out.
-func SetWatcherFireHook(f func()) { testHookWatcherFire = f }
+// SetWatcherFireHook sets a function rt's onWatcherFire calls once it has
+// started its first worker, before the rest of the batch is handed out
+// (nil: none).
+func SetWatcherFireHook(rt *Runtime, f func()) {
+	if f == nil {
+		rt.watcherFireHook.Store(nil)
+		return
+	}
+	rt.watcherFireHook.Store(&f)
+}
 
 // ActiveWork returns how many goroutines of the runtime are doing its
 // work: Idle is ActiveWork() == 0.

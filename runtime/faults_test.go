@@ -95,7 +95,7 @@ func TestStopReturnsWhenItLandsInAWatcherBatch(t *testing.T) {
 		}
 		var once sync.Once
 		stopped := make(chan error, 1)
-		runtime.SetWatcherFireHook(func() {
+		runtime.SetWatcherFireHook(e.Runtime, func() {
 			once.Do(func() {
 				go func() {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -105,7 +105,7 @@ func TestStopReturnsWhenItLandsInAWatcherBatch(t *testing.T) {
 				conformance.Eventually(t, "Stop to begin", func() bool { return runtime.Stopping(e.Runtime) })
 			})
 		})
-		t.Cleanup(func() { runtime.SetWatcherFireHook(nil) })
+		t.Cleanup(func() { runtime.SetWatcherFireHook(e.Runtime, nil) })
 		e.Clock.Advance(time.Second) // the polls fall due
 		select {
 		case err := <-stopped:

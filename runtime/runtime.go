@@ -84,6 +84,11 @@ type Runtime struct {
 	// attempts owns what this process does about each effect attempt.
 	attempts *attempts
 	dog      *watchdog
+	// watcherFireHook, when set (tests, through export_test.go), runs
+	// once onWatcherFire has started its first worker. It is this
+	// runtime's own, so that a runtime another test left running never
+	// calls it, and atomic, since a test sets it while the runtime runs.
+	watcherFireHook atomic.Pointer[func()]
 
 	life     context.Context
 	stopLife context.CancelFunc
