@@ -51,7 +51,10 @@ func TestCrashRecoveryReattaches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	drive := crashCommand(t, dir, "drive")
+	deadline := crashDeadline(t)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	drive := crashCommand(ctx, dir, "drive", deadline)
 	out, err := drive.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -61,18 +64,29 @@ func TestCrashRecoveryReattaches(t *testing.T) {
 		t.Fatal(err)
 	}
 	acked := map[string]bool{}
+	var said strings.Builder // the child's other output: its failure, if it fails
+	allPending := false
 	sc := bufio.NewScanner(out)
-	deadline := time.AfterFunc(60*time.Second, func() { _ = drive.Process.Kill() })
 	for sc.Scan() {
 		line := sc.Text()
 		if id, ok := strings.CutPrefix(line, "ACK "); ok {
 			acked[id] = true
+			continue
 		}
 		if line == "ALL-PENDING" {
+			allPending = true
 			break
 		}
+		said.WriteString(line + "\n")
 	}
-	deadline.Stop()
+	if !allPending {
+		_ = drive.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("the driving child acknowledged %d of %d runs and was killed at the test's deadline (%s):\n%s",
+				len(acked), crashRuns, deadline.Format(time.TimeOnly), said.String())
+		}
+		t.Fatalf("the driving child ended (%v) having acknowledged %d of %d runs:\n%s", drive.ProcessState, len(acked), crashRuns, said.String())
+	}
 	if len(acked) != crashRuns {
 		t.Fatalf("the driving child acknowledged %d runs, want %d", len(acked), crashRuns)
 	}
@@ -82,9 +96,12 @@ func TestCrashRecoveryReattaches(t *testing.T) {
 	_, _ = io.Copy(io.Discard, out)
 	_ = drive.Wait()
 
-	rec := crashCommand(t, dir, "recover")
+	rec := crashCommand(ctx, dir, "recover", deadline)
 	rec.Stderr = os.Stderr
 	raw, err := rec.Output()
+	if err != nil && ctx.Err() != nil {
+		t.Fatalf("the recovering child was killed at the test's deadline (%s):\n%s", deadline.Format(time.TimeOnly), raw)
+	}
 	if err != nil {
 		t.Fatalf("recovering child: %v\n%s", err, raw)
 	}
@@ -121,10 +138,47 @@ type crashReport struct {
 	Reattach int64 `json:"reattach"`
 }
 
-func crashCommand(t *testing.T, dir, mode string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestCrashRecoveryReattaches$", "-test.count=1")
+// crashMargin is the time left, before the test binary's own timeout, for
+// the parent to kill a child and say what it was doing.
+const crashMargin = 10 * time.Second
+
+// crashDeadline is when both children must have finished: a guard against a
+// child that hangs, never a measure of speed. A child under -race on a loaded
+// machine can take minutes just to load its three plugins, so any fixed
+// figure is a flake; the guard is the test's own deadline less crashMargin,
+// or ten minutes under -timeout 0. In a child (whose -test.timeout the parent
+// set) it comes crashMargin before the parent's kill, and bounds the child's
+// waits and plugin calls.
+func crashDeadline(t *testing.T) time.Time {
+	if d, ok := t.Deadline(); ok {
+		return d.Add(-crashMargin)
+	}
+	return time.Now().Add(10 * time.Minute)
+}
+
+// crashCommand runs this test binary as a child in mode, killed when ctx
+// ends. Its own -test.timeout is the time left until deadline, so it bounds
+// its waits by the same deadline (crashWait) and a driving child orphaned by
+// a dead parent still exits.
+func crashCommand(ctx context.Context, dir, mode string, deadline time.Time) *exec.Cmd {
+	left := max(time.Until(deadline), time.Second) // 0 would mean no timeout
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestCrashRecoveryReattaches$", "-test.count=1", "-test.timeout="+left.String())
 	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashModeEnv+"="+mode)
 	return cmd
+}
+
+// crashWait waits in a child until cond holds, up to crashDeadline, so that
+// a wait that never ends fails saying what it waited for before the parent
+// kills the child.
+func crashWait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := crashDeadline(t)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // crashNode is one process's runtime over the shared directory.
@@ -143,6 +197,11 @@ var crashEpoch = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 
 func openCrashNode(t *testing.T, dir string, clock runtime.Clock) *crashNode {
 	ctx := context.Background()
+	// A plugin call's wall-clock bound is not what this test checks, and on
+	// a loaded machine a poll, whose KV write queues behind the others' and
+	// an fsync, passed the 10 s default: plugin_timeout, and the Run failed.
+	// The calls are bounded by the child's deadline instead.
+	callTimeout := max(time.Until(crashDeadline(t)), time.Second)
 	store, err := badgerstore.Open(dir, badgerstore.Options{Logger: quiet, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +215,7 @@ func openCrashNode(t *testing.T, dir string, clock runtime.Clock) *crashNode {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := h.Load(ctx, host.PluginSpec{Name: name, Path: path, Role: role, Limits: host.Limits{PoolSize: 8}})
+		p, err := h.Load(ctx, host.PluginSpec{Name: name, Path: path, Role: role, Limits: host.Limits{PoolSize: 8, CallTimeout: callTimeout}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,9 +258,9 @@ func crashChild(t *testing.T) {
 		clock := conformance.NewFakeClock(crashEpoch.Add(500 * time.Millisecond))
 		n := openCrashNode(t, dir, clock)
 		idle := func() {
-			conformance.Eventually(t, "the recovering runtime to be idle", func() bool { return n.rt.Idle() && clock.Running() == 0 })
+			crashWait(t, "the recovering runtime to be idle", func() bool { return n.rt.Idle() && clock.Running() == 0 })
 		}
-		conformance.Eventually(t, "recovery's first pass", n.rt.Ready)
+		crashWait(t, "recovery's first pass", n.rt.Ready)
 		idle()
 		report := crashReport{Runs: map[string]struct {
 			Status loop.Status `json:"status"`
