@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,14 +42,14 @@ type env struct {
 	srv    *httpapi.Server
 	ts     *httptest.Server
 	ready  atomic.Bool
-	logs   *syncBuffer
+	logs   *conformance.LogBuffer
 }
 
 type envOption func(*httpapi.Config, *runtime.Options)
 
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
-	e := &env{t: t, clock: conformance.NewFakeClock(time.Time{}), ledger: httpapi.NewUsageLedger(), logs: &syncBuffer{},
+	e := &env{t: t, clock: conformance.NewFakeClock(time.Time{}), ledger: httpapi.NewUsageLedger(), logs: &conformance.LogBuffer{},
 		m: metrics.New()}
 	e.ready.Store(true)
 	e.store = conformance.NewMemStore(e.clock, conformance.KVLimits{})
@@ -281,22 +279,4 @@ func seqOf(t *testing.T, ev sseEvent) int64 {
 	n, err := strconv.ParseInt(ev.ID, 10, 64)
 	require.NoError(t, err, "event %+v has no numeric id", ev)
 	return n
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
