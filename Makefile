@@ -10,6 +10,8 @@
 #   make plugins the Go example plugins, into build/plugins/NAME.wasm, and the
 #                conformance plugins (agenthost bench loads some), into build/plugins/conformance/
 #   make plugins-c  the C example plugin (needs clang, lld and wasi-libc)
+#   make plugins-as the AssemblyScript example plugin (needs node and npm; npm ci
+#                fetches the compiler and Extism's AssemblyScript PDK the first time)
 #   make run     the host and the Go plugins, then one Run on config.example.yaml
 
 GO       ?= go
@@ -21,7 +23,7 @@ TESTFLAGS ?=
 PLUGINS  := build/plugins
 QUESTION ?= What is (2+3)*4?
 
-.PHONY: build test deps lint bench clean warm-cache plugins plugins-c run
+.PHONY: build test deps lint bench clean warm-cache plugins plugins-c plugins-as run
 
 build:
 	$(GO) build ./...
@@ -70,6 +72,13 @@ plugins:
 plugins-c:
 	@mkdir -p $(PLUGINS)
 	examples/plugins/calculator-c/build.sh $(PLUGINS)/calculator-c.wasm
+
+# The AssemblyScript example (node and npm; make deps installs them). Its
+# build.sh runs npm ci from package-lock.json when node_modules is missing or
+# stale. `make test` builds and verifies it through the example tests.
+plugins-as:
+	@mkdir -p $(PLUGINS)
+	examples/plugins/calculator-as/build.sh $(PLUGINS)/calculator-as.wasm
 
 # A first Run on the embedded defaults: builder, model, tool call, model,
 # final answer, streamed.

@@ -42,10 +42,18 @@ func ListExamplePlugins() ([]string, error) {
 // BuildExampleWasm builds the example plugin examples/plugins/NAME and
 // returns the path of its .wasm in the test cache, building once per hash
 // of what the build reads. A Go example (it has .go files) builds through
-// BuildPackage. Any other has a build.sh that takes the output path; it is
-// hashed with its sources, the shared C headers (examples/plugins/c) and
-// the compiler's version. The C example needs clang, lld, wasi-libc and
-// libclang-rt-14-dev-wasm32 (.ci/run installs them); without clang the
+// BuildPackage. Any other has a build.sh that takes the output path:
+//
+//   - an AssemblyScript example (it has a package.json) is hashed by its
+//     *.ts sources, package.json, package-lock.json and build.sh, with the
+//     node version; it needs node and npm, and its build.sh installs the
+//     compiler and the PDK with npm ci (from the npm registry, or npm's
+//     cache) when node_modules is missing or stale;
+//   - any other is a C example, hashed with its sources, the shared C
+//     headers (examples/plugins/c) and the compiler's version; it needs
+//     clang, lld, wasi-libc and libclang-rt-14-dev-wasm32.
+//
+// scripts/deps.sh (make deps) installs both toolchains; without one the
 // error says what to install. For tests; not a stable API.
 func BuildExampleWasm(name string) (string, error) {
 	root, err := moduleRoot()
@@ -65,14 +73,29 @@ func BuildExampleWasm(name string) (string, error) {
 	if p, ok := buildDone[key]; ok {
 		return p, nil
 	}
-	if _, err := exec.LookPath("clang"); err != nil {
-		return "", fmt.Errorf("conformance: example %q needs clang: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32", name)
+	var files, toolchain string
+	var version []byte
+	if _, err := os.Stat(filepath.Join(src, "package.json")); err == nil {
+		toolchain = "the AssemblyScript toolchain: apt-get install -y nodejs npm; build.sh runs npm ci, which needs the npm registry (or npm's cache) the first time"
+		for _, tool := range []string{"node", "npm"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				return "", fmt.Errorf("conformance: example %q is AssemblyScript and needs node and npm (%s not found): apt-get install -y nodejs npm", name, tool)
+			}
+		}
+		if files, err = hashASSources(src); err != nil {
+			return "", fmt.Errorf("conformance: example %q: hashing sources: %w", name, err)
+		}
+		version, _ = exec.Command("node", "--version").Output()
+	} else {
+		toolchain = "the C toolchain: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32"
+		if _, err := exec.LookPath("clang"); err != nil {
+			return "", fmt.Errorf("conformance: example %q needs clang: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32", name)
+		}
+		if files, err = HashFiles(filepath.Join(root, "examples", "plugins"), name, "c"); err != nil {
+			return "", fmt.Errorf("conformance: example %q: hashing sources: %w", name, err)
+		}
+		version, _ = exec.Command("clang", "--version").Output()
 	}
-	files, err := HashFiles(filepath.Join(root, "examples", "plugins"), name, "c")
-	if err != nil {
-		return "", fmt.Errorf("conformance: example %q: hashing sources: %w", name, err)
-	}
-	version, _ := exec.Command("clang", "--version").Output()
 	h := sha256.Sum256([]byte(files + "\n" + string(version)))
 	sum := hex.EncodeToString(h[:])
 	dir := filepath.Join(TestCacheDir(), "plugins")
@@ -93,12 +116,40 @@ func BuildExampleWasm(name string) (string, error) {
 	cmd := exec.Command("sh", filepath.Join(src, "build.sh"), tmp.Name())
 	cmd.Dir = src
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("conformance: example %q: %s failed: %w\n%s\n(the C toolchain: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32)",
-			name, strings.Join(cmd.Args, " "), err, b)
+		return "", fmt.Errorf("conformance: example %q: %s failed: %w\n%s\n(%s)",
+			name, strings.Join(cmd.Args, " "), err, b, toolchain)
 	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return "", fmt.Errorf("conformance: example %q: %w", name, err)
 	}
 	buildDone[key] = out
 	return out, nil
+}
+
+// hashASSources hashes what an AssemblyScript example's build reads from
+// its directory: the *.ts sources, package.json, package-lock.json (which
+// pins the compiler and the PDK) and build.sh. node_modules is left out:
+// the lock file stands for it.
+func hashASSources(dir string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.ts"))
+	if err != nil {
+		return "", err
+	}
+	if len(files) == 0 {
+		return "", fmt.Errorf("no .ts sources in %s", dir)
+	}
+	for _, f := range []string{"package.json", "package-lock.json", "build.sh"} {
+		files = append(files, filepath.Join(dir, f))
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err // a missing package-lock.json too: npm ci needs it
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

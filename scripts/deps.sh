@@ -12,7 +12,10 @@
 #
 # What it installs today: clang, lld, wasi-libc and
 # libclang-rt-14-dev-wasm32, which build the C example plugin
-# (examples/plugins/calculator-c) that the tests verify; and postgresql,
+# (examples/plugins/calculator-c) that the tests verify; nodejs and npm,
+# which build the AssemblyScript one (examples/plugins/calculator-as: its
+# build.sh installs the compiler and Extism's PDK from package-lock.json
+# with npm ci, into its node_modules/, the first time it runs); and postgresql,
 # whose server (initdb, pg_ctl) runs the pgstore tests: internal/pgserver
 # starts a throwaway one per test binary, as the postgres user when the
 # tests run as root.
@@ -23,6 +26,8 @@ REQUIRED='
 /usr/bin/wasm-ld lld
 /usr/include/wasm32-wasi/stdio.h wasi-libc
 /usr/lib/llvm-14/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a libclang-rt-14-dev-wasm32
+/usr/bin/node nodejs
+/usr/bin/npm npm
 /usr/lib/postgresql/*/bin/initdb postgresql
 '
 
