@@ -63,8 +63,15 @@ func BenchmarkCallEmpty(b *testing.B) {
 		}
 	})
 
-	b.Run("host", func(b *testing.B) {
-		e := newEnv(b, Config{})
+	for _, path := range []CallPath{CallPathSDK, CallPathNative} {
+		b.Run("host-"+string(path), func(b *testing.B) { benchHostEmpty(b, path) })
+	}
+}
+
+func benchHostEmpty(b *testing.B, path CallPath) {
+	ctx := context.Background()
+	{
+		e := newEnv(b, Config{CallPath: path})
 		p := e.load(b, conformance.PluginExecutor, abi.RoleExecutor, nil)
 		call := func() {
 			s := &callScope{plugin: p, export: "empty", tenant: "acme"}
@@ -78,22 +85,26 @@ func BenchmarkCallEmpty(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			call()
 		}
-	})
+	}
 }
 
 // BenchmarkExecutorStart is a whole Executor.Start of the echo tool: JSON
 // in, one emit, JSON out, one decode and validation.
 func BenchmarkExecutorStart(b *testing.B) {
-	e := newEnv(b, Config{})
-	x := e.executor(b, conformance.PluginExecutor, nil)
-	c := toolCall("acme", "r.t1.0", 1, "echo", map[string]string{"text": "hello"})
-	doneIn(b)(x.Start(context.Background(), c))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := x.Start(context.Background(), c); err != nil {
-			b.Fatal(err)
-		}
+	for _, path := range []CallPath{CallPathSDK, CallPathNative} {
+		b.Run(string(path), func(b *testing.B) {
+			e := newEnv(b, Config{CallPath: path})
+			x := e.executor(b, conformance.PluginExecutor, nil)
+			c := toolCall("acme", "r.t1.0", 1, "echo", map[string]string{"text": "hello"})
+			doneIn(b)(x.Start(context.Background(), c))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := x.Start(context.Background(), c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -54,14 +54,16 @@ func (p *Plugin) call(ctx context.Context, s *callScope, input []byte) ([]byte, 
 // the instance may serve again.
 func (p *Plugin) run(ctx context.Context, in *instance, s *callScope, input []byte) (out []byte, keep bool, err error) {
 	export := s.export
-	callCtx, cancel := context.WithTimeoutCause(ctx, p.spec.Limits.CallTimeout, errCallTimeout)
-	defer cancel()
 	in.scope.Store(s)
 	defer in.scope.Store(nil)
 	in.mem.refused.Store(false)
 	in.stderr.take()
 
-	rc, out, callErr := in.ext.CallWithContext(withScope(callCtx, s), export, input)
+	res := in.g.call(ctx, s, export, input, p.spec.Limits.CallTimeout)
+	rc, out, callErr := res.rc, res.out, res.err
+	if res.spent {
+		defer func() { keep = false }()
+	}
 
 	// 1. A host function ended the call (a store outage in kv_get).
 	if ab := s.aborted(); ab != nil {
@@ -74,7 +76,7 @@ func (p *Plugin) run(ctx context.Context, in *instance, s *callScope, input []by
 		if errors.As(callErr, &exit) {
 			switch exit.ExitCode() {
 			case sys.ExitCodeDeadlineExceeded, sys.ExitCodeContextCanceled:
-				if context.Cause(callCtx) == errCallTimeout || ctx.Err() == nil {
+				if res.timedOut || ctx.Err() == nil {
 					return nil, false, p.pluginErr(export, abi.ClassPluginTimeout, fmt.Errorf(
 						"the call ran past its timeout of %s and was stopped; the instance is discarded: raise call_timeout if the work is legitimate", p.spec.Limits.CallTimeout))
 				}
@@ -85,7 +87,7 @@ func (p *Plugin) run(ctx context.Context, in *instance, s *callScope, input []by
 			}
 			return nil, false, p.pluginErr(export, abi.ClassPluginTrap, fmt.Errorf("the plugin exited with code %d%s", exit.ExitCode(), stderrNote(in)))
 		}
-		if msg := in.ext.GetErrorWithContext(ctx); msg != "" && msg == callErr.Error() {
+		if msg := in.g.errorMessage(ctx); msg != "" && msg == callErr.Error() {
 			// The plugin reported an error with error_set: its own words,
 			// which the failure a tenant reads keeps.
 			if rc != 0 {

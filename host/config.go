@@ -50,7 +50,24 @@ type Config struct {
 	MaxInstanceMemory int64
 	// Logger receives the host's own logs. Default slog.Default().
 	Logger *slog.Logger
+	// CallPath is how plugins are called: CallPathNative (the default,
+	// also for "") or CallPathSDK.
+	CallPath CallPath
 }
+
+// CallPath names one of the host's two implementations of a plugin call.
+type CallPath string
+
+const (
+	// CallPathNative is the host's own implementation of the Extism plugin
+	// ABI on wazero: the kernel in Go, one Wasm entry a call.
+	CallPathNative CallPath = "native"
+	// CallPathSDK is extism go-sdk's, the reference the native path is
+	// tested against (TestCallPathsAgree) and measured against (agenthost
+	// bench plugin). It is several times slower a call; choose it only to
+	// rule the native path out while you diagnose a plugin.
+	CallPathSDK CallPath = "extism-sdk"
+)
 
 // Limits are a plugin's sandbox limits. Zero fields take the defaults.
 type Limits struct {

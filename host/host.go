@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 
-	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero"
 
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -38,6 +37,13 @@ type Host struct {
 
 // New returns a Host. It creates Config.CacheDir if it is missing.
 func New(cfg Config) (*Host, error) {
+	switch cfg.CallPath {
+	case "":
+		cfg.CallPath = CallPathNative
+	case CallPathNative, CallPathSDK:
+	default:
+		return nil, fmt.Errorf("host: call path %q is neither %q nor %q", cfg.CallPath, CallPathNative, CallPathSDK)
+	}
 	h := &Host{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, plugins: map[string]*Plugin{}}
 	if h.clock == nil {
 		h.clock = runtime.SystemClock{}
@@ -63,10 +69,12 @@ func New(cfg Config) (*Host, error) {
 }
 
 // runtimeConfig is the one wazero RuntimeConfig of every plugin runtime
-// and of the inspection at load. It must equal what go-sdk ends with, so
-// that both compile to the same cache entry: the shared cache, and
-// CloseOnContextDone, which go-sdk turns on because Manifest.Timeout > 0
-// (and which changes the module's cache key). No memory limit pages: the
+// and of the inspection at load, on both call paths. It must equal what
+// go-sdk ends with, so that every path compiles to the same cache entry:
+// the shared cache, and CloseOnContextDone, which go-sdk turns on because
+// Manifest.Timeout > 0 (and which changes the module's cache key). Its
+// termination checks are also what lets the native path stop a spinning
+// guest at its timeout. No memory limit pages: the
 // cap is enforced by the instance memory allocator (memory.go).
 func (h *Host) runtimeConfig() wazero.RuntimeConfig {
 	return wazero.NewRuntimeConfig().WithCompilationCache(h.cache).WithCloseOnContextDone(true)
@@ -131,17 +139,13 @@ func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 		return fail(err)
 	}
 
-	timeoutMS := uint64(spec.Limits.CallTimeout.Milliseconds())
-	if timeoutMS == 0 {
-		timeoutMS = 1
-	}
-	compiled, err := h.compileExtism(ctx, wasm, spec.Sandbox, timeoutMS)
+	code, err := h.compile(ctx, wasm, spec)
 	if err != nil {
 		return fail(fmt.Errorf("compiling: %w", err))
 	}
 	p := &Plugin{
 		h: h, name: spec.Name, spec: spec, sha256: got, info: info,
-		compiled: compiled, http: gate, pools: map[string]*pool{},
+		code: code, http: gate, pools: map[string]*pool{},
 	}
 	d, err := p.describe(ctx)
 	if err != nil {
@@ -256,24 +260,18 @@ func (h *Host) evictIdleFor(ctx context.Context, need int64) bool {
 	return h.budget.used.Load()+need <= h.budget.limit
 }
 
-// compileExtism compiles wasm with the extism go-sdk as the host compiles
-// every plugin: under the host's RuntimeConfig and compilation cache, with
-// WASI, the host functions, the sandbox's config and paths, a call timeout
-// of timeoutMS, and no extism http_request.
-func (h *Host) compileExtism(ctx context.Context, wasm []byte, sb Sandbox, timeoutMS uint64) (*extism.CompiledPlugin, error) {
-	manifest := extism.Manifest{
-		Wasm: []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
-		// Set explicitly: built in Go, both default to 0, not to extism's
-		// JSON defaults (docs/DESIGN.md §10). Vars are host memory; extism's own
-		// http_request is never granted, so it may buffer nothing.
-		Memory:       &extism.ManifestMemory{MaxPages: 0, MaxVarBytes: 64 << 10, MaxHttpResponseBytes: 0},
-		Config:       sb.Config,
-		AllowedPaths: sb.AllowedPaths,
-		AllowedHosts: nil, // never: see RATIONALE.md, "Why our own agenthost_http?"
-		Timeout:      timeoutMS,
+// compile compiles a checked module on the host's call path.
+func (h *Host) compile(ctx context.Context, wasm []byte, spec PluginSpec) (pluginCode, error) {
+	if h.cfg.CallPath == CallPathSDK {
+		timeoutMS := uint64(spec.Limits.CallTimeout.Milliseconds())
+		if timeoutMS == 0 {
+			timeoutMS = 1
+		}
+		compiled, err := h.compileExtism(ctx, wasm, spec.Sandbox, timeoutMS)
+		if err != nil {
+			return nil, err
+		}
+		return sdkCode{compiled: compiled}, nil
 	}
-	return extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{
-		RuntimeConfig: h.runtimeConfig(),
-		EnableWasi:    true,
-	}, h.hostFunctions())
+	return h.compileNative(ctx, wasm)
 }

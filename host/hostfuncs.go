@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero/api"
 
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -19,53 +19,78 @@ const maxEmitBytes = 64 << 10
 // after it recorded why in the call scope.
 var errHostAbort = errors.New("host: call aborted by a host function")
 
-// hostFunctions are the extism:host/user functions of ABI v1, with the
-// exact wasm types of abi.HostFuncs. Each finds its tenant, plugin and Run
-// in the call's scope. None traps the plugin for a failure it can report
-// with a status; only kv_get aborts the call when the store fails, so that
-// a store outage never looks like a missing key.
-func (h *Host) hostFunctions() []extism.HostFunction {
-	ptr := []extism.ValueType{extism.ValueTypePTR}
-	i64 := []extism.ValueType{extism.ValueTypeI64}
-	return []extism.HostFunction{
-		extism.NewHostFunctionWithStack(abi.HostKVGet, h.kvGet, ptr, ptr),
-		extism.NewHostFunctionWithStack(abi.HostKVSet, h.kvSet, []extism.ValueType{extism.ValueTypePTR, extism.ValueTypePTR}, i64),
-		extism.NewHostFunctionWithStack(abi.HostKVDel, h.kvDelete, ptr, i64),
-		extism.NewHostFunctionWithStack(abi.HostNowMS, h.nowMS, nil, i64),
-		extism.NewHostFunctionWithStack(abi.HostEmit, h.emit, ptr, i64),
-		extism.NewHostFunctionWithStack(abi.HostHTTP, h.httpCall, ptr, ptr),
+// hostFunc is one extism:host/user function of ABI v1, on either call
+// path: s is the call's scope (nil outside every call) and m the plugin's
+// Extism memory.
+type hostFunc func(ctx context.Context, s *callScope, m guestMemory, stack []uint64)
+
+// abiFunc is a host function with its exact wasm types (abi.HostFuncs)
+// and whether it does I/O, which a native call bounds by the call's
+// deadline.
+type abiFunc struct {
+	name    string
+	fn      hostFunc
+	params  []api.ValueType
+	results []api.ValueType
+	io      bool
+}
+
+// abiFunctions are the extism:host/user functions of ABI v1. Each finds
+// its tenant, plugin and Run in the call's scope. None traps the plugin
+// for a failure it can report with a status; only kv_get aborts the call
+// when the store fails, so that a store outage never looks like a missing
+// key.
+func (h *Host) abiFunctions() []abiFunc {
+	i64 := api.ValueTypeI64
+	return []abiFunc{
+		{abi.HostKVGet, h.kvGet, []api.ValueType{i64}, []api.ValueType{i64}, true},
+		{abi.HostKVSet, h.kvSet, []api.ValueType{i64, i64}, []api.ValueType{i64}, true},
+		{abi.HostKVDel, h.kvDelete, []api.ValueType{i64}, []api.ValueType{i64}, true},
+		{abi.HostNowMS, h.nowMS, nil, []api.ValueType{i64}, false},
+		{abi.HostEmit, h.emit, []api.ValueType{i64}, []api.ValueType{i64}, true},
+		{abi.HostHTTP, h.httpCall, []api.ValueType{i64}, []api.ValueType{i64}, true},
 	}
 }
 
+// guestMemory is the plugin's Extism memory as a host function reaches
+// it: the native kernel, or the go-sdk's kernel module.
+type guestMemory interface {
+	// readBlock copies the block at off, as go-sdk's ReadBytes does: its
+	// length by the allocator's walk, then that many bytes.
+	readBlock(off uint64) ([]byte, bool)
+	// freeBlock is the kernel's free.
+	freeBlock(off uint64)
+	// allocBlock is the kernel's alloc: 0 when there is no room.
+	allocBlock(n uint64) uint64
+	// write copies b to off; false when it does not fit.
+	write(off uint32, b []byte) bool
+}
+
 // readArg reads an Extism memory block the guest passed, and frees it.
-func readArg(ctx context.Context, p *extism.CurrentPlugin, off uint64) ([]byte, bool) {
+func readArg(m guestMemory, off uint64) ([]byte, bool) {
 	if off == 0 {
 		return nil, false
 	}
-	b, err := p.ReadBytes(off)
-	if err != nil {
+	b, ok := m.readBlock(off)
+	if !ok {
 		return nil, false
 	}
-	_ = p.FreeWithContext(ctx, off)
+	m.freeBlock(off)
 	return b, true
 }
 
 // writeResult copies b into the guest's Extism memory and returns its
 // offset; ok is false when the kernel has no room left.
-func writeResult(ctx context.Context, p *extism.CurrentPlugin, b []byte) (uint64, bool) {
-	off, err := p.AllocWithContext(ctx, uint64(len(b)))
-	if err != nil || off == 0 {
-		return 0, false
-	}
-	if !p.Memory().Write(uint32(off), b) {
+func writeResult(m guestMemory, b []byte) (uint64, bool) {
+	off := m.allocBlock(uint64(len(b)))
+	if off == 0 || !m.write(uint32(off), b) {
 		return 0, false
 	}
 	return off, true
 }
 
-func (h *Host) kvGet(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-	s := scopeFrom(ctx)
-	key, ok := readArg(ctx, p, stack[0])
+func (h *Host) kvGet(ctx context.Context, s *callScope, m guestMemory, stack []uint64) {
+	key, ok := readArg(m, stack[0])
 	stack[0] = 0
 	if s == nil || s.tenant == "" || !ok || len(key) == 0 {
 		return // no such key can exist
@@ -82,7 +107,7 @@ func (h *Host) kvGet(ctx context.Context, p *extism.CurrentPlugin, stack []uint6
 	if len(val) == 0 {
 		return
 	}
-	off, ok := writeResult(ctx, p, val)
+	off, ok := writeResult(m, val)
 	if !ok {
 		s.abortCall(abi.ClassPluginOOM, fmt.Errorf("agenthost_kv_get: no room in the plugin's memory for a %d-byte value", len(val)))
 		panic(errHostAbort)
@@ -101,10 +126,9 @@ func kvStatus(err error) abi.Status {
 	}
 }
 
-func (h *Host) kvSet(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-	s := scopeFrom(ctx)
-	key, okKey := readArg(ctx, p, stack[0])
-	val, _ := readArg(ctx, p, stack[1])
+func (h *Host) kvSet(ctx context.Context, s *callScope, m guestMemory, stack []uint64) {
+	key, okKey := readArg(m, stack[0])
+	val, _ := readArg(m, stack[1])
 	switch {
 	case s == nil || s.tenant == "" || !okKey || len(key) == 0:
 		stack[0] = uint64(abi.StatusRefused)
@@ -115,9 +139,8 @@ func (h *Host) kvSet(ctx context.Context, p *extism.CurrentPlugin, stack []uint6
 	}
 }
 
-func (h *Host) kvDelete(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-	s := scopeFrom(ctx)
-	key, ok := readArg(ctx, p, stack[0])
+func (h *Host) kvDelete(ctx context.Context, s *callScope, m guestMemory, stack []uint64) {
+	key, ok := readArg(m, stack[0])
 	switch {
 	case s == nil || s.tenant == "" || !ok || len(key) == 0:
 		stack[0] = uint64(abi.StatusRefused)
@@ -128,13 +151,12 @@ func (h *Host) kvDelete(ctx context.Context, p *extism.CurrentPlugin, stack []ui
 	}
 }
 
-func (h *Host) nowMS(_ context.Context, _ *extism.CurrentPlugin, stack []uint64) {
+func (h *Host) nowMS(_ context.Context, _ *callScope, _ guestMemory, stack []uint64) {
 	stack[0] = uint64(h.clock.Now().UnixMilli())
 }
 
-func (h *Host) emit(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-	s := scopeFrom(ctx)
-	b, ok := readArg(ctx, p, stack[0])
+func (h *Host) emit(ctx context.Context, s *callScope, m guestMemory, stack []uint64) {
+	b, ok := readArg(m, stack[0])
 	var ev abi.EmitEvent
 	switch {
 	case s == nil || s.tenant == "" || !ok:

@@ -22,8 +22,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	extism "github.com/extism/go-sdk"
-
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -509,9 +507,8 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func (h *Host) httpCall(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-	s := scopeFrom(ctx)
-	b, ok := readArg(ctx, p, stack[0])
+func (h *Host) httpCall(ctx context.Context, s *callScope, m guestMemory, stack []uint64) {
+	b, ok := readArg(m, stack[0])
 	var resp abi.HTTPResponse
 	var req abi.HTTPRequest
 	switch {
@@ -525,7 +522,7 @@ func (h *Host) httpCall(ctx context.Context, p *extism.CurrentPlugin, stack []ui
 		resp = s.plugin.http.do(ctx, s, req)
 	}
 	out, _ := json.Marshal(resp)
-	off, ok := writeResult(ctx, p, out)
+	off, ok := writeResult(m, out)
 	if !ok {
 		off = 0
 	}

@@ -25,14 +25,14 @@ import (
 //
 // Plugin is safe for concurrent use.
 type Plugin struct {
-	h        *Host
-	name     string
-	spec     PluginSpec
-	sha256   string
-	info     moduleInfo
-	desc     abi.Describe
-	compiled *extism.CompiledPlugin
-	http     *httpGate
+	h      *Host
+	name   string
+	spec   PluginSpec
+	sha256 string
+	info   moduleInfo
+	desc   abi.Describe
+	code   pluginCode // the compiled module, on the host's call path
+	http   *httpGate
 
 	mu     sync.Mutex
 	pools  map[string]*pool // by tenant
@@ -76,7 +76,7 @@ func (p *Plugin) closeAll(ctx context.Context) error {
 		pl.close(ctx)
 	}
 	p.http.close()
-	return p.compiled.Close(ctx)
+	return p.code.close(ctx)
 }
 
 // pool returns the tenant's pool, creating it on first use.
@@ -125,17 +125,64 @@ func (p *Plugin) Stats(tenant string) PoolStats {
 	return pl.stats()
 }
 
-// instance is one extism plugin instance with its own capped memory. It
-// serves one call at a time, for one tenant only.
+// pluginCode is a compiled plugin on one of the host's call paths: the
+// native one (native.go) or extism go-sdk's (sdkpath.go).
+type pluginCode interface {
+	// instantiate makes an instance for in; ctx carries in's memory
+	// allocator and mc is the sandbox's module config.
+	instantiate(ctx context.Context, p *Plugin, in *instance, mc wazero.ModuleConfig) (guest, error)
+	close(ctx context.Context) error
+}
+
+// guest is one instance of the plugin's module on a call path.
+type guest interface {
+	// call runs an export as extism go-sdk's Plugin.CallWithContext does,
+	// bounded by timeout: the status, output and error it returns.
+	call(ctx context.Context, s *callScope, export string, input []byte, timeout time.Duration) guestResult
+	// errorMessage is what the plugin set with error_set in its last call.
+	errorMessage(ctx context.Context) string
+	close(ctx context.Context)
+}
+
+// guestResult is a call's outcome as go-sdk reports it, and what the host
+// needs to classify it.
+type guestResult struct {
+	rc       uint32
+	out      []byte
+	err      error
+	timedOut bool // the call's own timeout stopped it (not its caller)
+	spent    bool // the instance must not serve again, whatever the outcome
+}
+
+// sdkCode is a plugin compiled by extism go-sdk.
+type sdkCode struct {
+	compiled *extism.CompiledPlugin
+}
+
+func (c sdkCode) close(ctx context.Context) error { return c.compiled.Close(ctx) }
+
+func (c sdkCode) instantiate(ctx context.Context, p *Plugin, _ *instance, mc wazero.ModuleConfig) (guest, error) {
+	ext, err := c.compiled.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: mc})
+	if err != nil {
+		return nil, err
+	}
+	ext.SetLogger(func(level extism.LogLevel, msg string) {
+		p.h.log.Debug("plugin log", "plugin", p.name, "level", level.String(), "message", msg)
+	})
+	return &sdkGuest{ext: ext}, nil
+}
+
+// instance is one plugin instance with its own capped memory. It serves
+// one call at a time, for one tenant only.
 type instance struct {
-	ext      *extism.Plugin
+	g        guest
 	mem      *instanceMemory
 	stderr   *headBuffer
 	scope    atomic.Pointer[callScope] // the call in progress, for the denying FS
 	lastUsed time.Time
 }
 
-func (in *instance) close(ctx context.Context) { _ = in.ext.Close(ctx) }
+func (in *instance) close(ctx context.Context) { in.g.close(ctx) }
 
 // newInstance instantiates the compiled plugin in its sandbox: capped
 // memory, the host clock as the WASI clock, no environment and no files
@@ -162,14 +209,11 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 	if len(p.spec.Sandbox.AllowedPaths) == 0 {
 		mc = mc.WithFSConfig(wazero.NewFSConfig().WithFSMount(deniedFS{in: in}, "/"))
 	}
-	ext, err := p.compiled.Instance(experimental.WithMemoryAllocator(ctx, in.mem), extism.PluginInstanceConfig{ModuleConfig: mc})
+	g, err := p.code.instantiate(experimental.WithMemoryAllocator(ctx, in.mem), p, in, mc)
 	if err != nil {
 		return nil, fmt.Errorf("instantiating: %w: %w", err, runtime.ErrExecutorUnavailable)
 	}
-	in.ext = ext
-	ext.SetLogger(func(level extism.LogLevel, msg string) {
-		p.h.log.Debug("plugin log", "plugin", p.name, "level", level.String(), "message", msg)
-	})
+	in.g = g
 	// Never run an instance whose memory escaped the cap: the kernel's
 	// memory and every exported guest memory must come from our allocator.
 	if want := 1 + p.info.memoryExports; in.mem.allocated() < want {

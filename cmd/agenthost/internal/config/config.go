@@ -69,10 +69,19 @@ type Config struct {
 	// MaxInstanceMemory caps the linear memory of every plugin instance of
 	// the host together, in bytes.
 	MaxInstanceMemory int64
+	// PluginCallPath is how plugins are called: PluginCallNative (the host's
+	// own Extism kernel) or PluginCallSDK (extism go-sdk, the reference).
+	PluginCallPath string
 
 	Plugins map[string]Plugin
 	Tenants map[string]Tenant
 }
+
+// The plugin call paths (host.CallPath).
+const (
+	PluginCallNative = "native"
+	PluginCallSDK    = "extism-sdk"
+)
 
 // The store drivers.
 const (

@@ -37,7 +37,7 @@ func (e *Error) Error() string {
 var (
 	topKeys = []string{
 		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "watchdog_interval", "lease_ttl", "listen",
-		"log.format", "log.level", "max_instance_memory",
+		"log.format", "log.level", "max_instance_memory", "plugin_call_path",
 		"store.driver", "store.dsn", "store.postgres.max_conns", "store.postgres.statement_timeout", "store.postgres.schema",
 		"http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout", "http.max_header_bytes",
 		"http.max_connections", "http.max_connections_per_client",
@@ -216,6 +216,7 @@ func (d *decoder) decode(all map[string]any) *Config {
 	c.Log.Format = d.oneOf(all, "log.format", DefaultLogFormat, "text", "json")
 	c.Log.Level = d.oneOf(all, "log.level", DefaultLogLevel, "debug", "info", "warn", "error")
 	c.MaxInstanceMemory = int64(d.integer(all, "max_instance_memory", 0, 0))
+	c.PluginCallPath = d.oneOf(all, "plugin_call_path", PluginCallNative, PluginCallNative, PluginCallSDK)
 
 	c.Plugins = map[string]Plugin{}
 	for _, id := range d.ids(all, "plugins") {

@@ -97,7 +97,7 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 	hub := runtime.NewHub()
 	s.host, err = host.New(host.Config{
 		CacheDir: cfg.CacheDir, KV: s.store, Events: hub, Logger: log,
-		MaxInstanceMemory: cfg.MaxInstanceMemory,
+		MaxInstanceMemory: cfg.MaxInstanceMemory, CallPath: host.CallPath(cfg.PluginCallPath),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: cache_dir: %w", cfg.File, err)
