@@ -173,4 +173,5 @@ func TestWarmExampleCache(t *testing.T) {
 		}
 	}
 	e.load(t, calculatorC, abi.RoleExecutor, nil)
+	e.load(t, calculatorAS, abi.RoleExecutor, nil)
 }
