@@ -32,12 +32,15 @@ const (
 	ScriptedModel = "scripted-model"
 	Calculator    = "calculator"
 	SlowJobTool   = "slow-job"
+	// CalculatorC is the C calculator (examples/plugins/calculator-c),
+	// which `make plugins-c` builds, not `make plugins`: it needs clang.
+	CalculatorC = "calculator-c"
 )
 
 // Bench lists, as paths relative to the plugins directory without the
 // .wasm suffix, every plugin some `agenthost bench` command loads.
 var Bench = []string{
-	PromptBuilder, ScriptedModel, Calculator, SlowJobTool,
+	PromptBuilder, ScriptedModel, Calculator, SlowJobTool, CalculatorC,
 	ConformanceName(Builder), ConformanceName(Executor), ConformanceName(Scripted), ConformanceName(Hostile),
 }
 
@@ -49,6 +52,6 @@ const ConformanceDir = "conformance/"
 // directory: conformance/NAME.
 func ConformanceName(name string) string { return ConformanceDir + name }
 
-// Path is where `make plugins` puts the plugin named rel (a name of Bench)
-// under the plugins directory dir.
+// Path is where `make plugins` (`make plugins-c` for CalculatorC) puts
+// the plugin named rel (a name of Bench) under the plugins directory dir.
 func Path(dir, rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)+".wasm") }

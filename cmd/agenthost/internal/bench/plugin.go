@@ -3,10 +3,14 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	extism "github.com/extism/go-sdk"
@@ -21,23 +25,52 @@ import (
 
 // The plugins bench plugin loads, under --plugins.
 const (
-	benchCallPlugin  = plugincatalog.ConformanceDir + plugincatalog.Executor // exports "empty", a no-op
-	benchStartPlugin = plugincatalog.Calculator                              // the tool "calculate"
-	benchLoadPlugin  = plugincatalog.Calculator
+	benchCallPlugin = plugincatalog.ConformanceDir + plugincatalog.Executor // exports "empty", a no-op
+	benchLoadPlugin = plugincatalog.Calculator
+)
+
+// benchStartPlugins are the plugins whose tool "calculate" bench plugin
+// starts by default: the Go calculator (`make plugins`) and the C one
+// (`make plugins-c`).
+var benchStartPlugins = []string{plugincatalog.Calculator, plugincatalog.CalculatorC}
+
+// benchCallPaths are the host's call paths bench plugin measures, each
+// under the name its figures carry: "host" is the native path (the
+// default), "host-extism-sdk" the extism go-sdk one.
+var benchCallPaths = []host.CallPath{host.CallPathNative, host.CallPathSDK}
+
+// hostPathName is the name of the figures of a host on call path cp.
+func hostPathName(cp host.CallPath) string {
+	if cp == host.CallPathNative {
+		return "host"
+	}
+	return "host-" + string(cp)
+}
+
+// The targets of the native call path, against the baselines measured in
+// the same rounds; the bench reports whether each is met.
+const (
+	targetEmptyExtismOverHost = 10   // go-sdk bare ÷ native host, the empty call
+	targetEmptyNs             = 3000 // the native host's empty call, ns
+	targetEmptyBytes          = 1024 // the native host's empty call, Go heap B/op
+	targetCStartSDKOverNative = 8    // the C calculator's Executor.Start, extism-sdk ÷ native
 )
 
 // benchPluginParams are the parameters of a bench plugin run.
 type benchPluginParams struct {
-	Calls       int    `json:"calls"`
-	Warmup      int    `json:"warmup"`
-	Starts      int    `json:"starts"`
-	Rounds      int    `json:"rounds"`
-	Loads       int    `json:"loads"`
-	Uncached    bool   `json:"uncached"`
-	CallPlugin  string `json:"call_plugin"`
-	StartPlugin string `json:"start_plugin"`
-	LoadPlugin  string `json:"load_plugin"`
-	CacheDir    string `json:"cache_dir"`
+	Calls      int    `json:"calls"`
+	Warmup     int    `json:"warmup"`
+	Starts     int    `json:"starts"`
+	Rounds     int    `json:"rounds"`
+	Loads      int    `json:"loads"`
+	Uncached   bool   `json:"uncached"`
+	CallPlugin string `json:"call_plugin"`
+	// StartPlugin is the plugin of executor_start: the first of
+	// StartPlugins.
+	StartPlugin  string   `json:"start_plugin"`
+	StartPlugins []string `json:"start_plugins"`
+	LoadPlugin   string   `json:"load_plugin"`
+	CacheDir     string   `json:"cache_dir"`
 }
 
 // callFigure is one call path's cost: the median over the rounds, each
@@ -49,6 +82,15 @@ type callFigure struct {
 	RoundsNs    []float64 `json:"rounds_ns_per_op"`
 	AllocsPerOp float64   `json:"allocs_per_op"`
 	BytesPerOp  float64   `json:"bytes_per_op"`
+}
+
+// startFigure is the cost of an Executor.Start of one plugin's tool on
+// one call path; Path is the host's name as in the calls ("host",
+// "host-extism-sdk"), CallPath the host.Config.CallPath.
+type startFigure struct {
+	Plugin   string `json:"plugin"`
+	CallPath string `json:"call_path"`
+	callFigure
 }
 
 // loadFigure is the cost of host.New plus Load of one plugin: with a fresh,
@@ -66,43 +108,85 @@ type loadFigure struct {
 
 // benchPluginResult is the result of a bench plugin run.
 type benchPluginResult struct {
-	// Calls are the empty export's paths: wazero, extism, host.
-	Calls            []callFigure `json:"calls"`
-	HostOverExtism   float64      `json:"host_over_extism"`
-	HostOverWazero   float64      `json:"host_over_wazero"`
-	ExtismOverWazero float64      `json:"extism_over_wazero"`
-	// Start is a whole Executor.Start of the calculator's tool through the
-	// host (encode, call, decode, validation); nil with --starts 0.
+	// Calls are the empty export's paths, in this order: wazero, extism
+	// (go-sdk bare), host (the native call path), host-extism-sdk (the
+	// host on the go-sdk call path).
+	Calls []callFigure `json:"calls"`
+	// The ratios of the empty call's ns/op; "host" is the native path.
+	HostOverExtism   float64 `json:"host_over_extism"`
+	HostOverWazero   float64 `json:"host_over_wazero"`
+	ExtismOverWazero float64 `json:"extism_over_wazero"`
+	// SDKHostOverNative is host-extism-sdk ÷ host: how many times cheaper
+	// the native call path is than the host's go-sdk one.
+	SDKHostOverNative float64 `json:"sdk_host_over_native"`
+	// ExtismOverHost is go-sdk bare ÷ the native host (1/HostOverExtism).
+	ExtismOverHost float64 `json:"extism_over_host"`
+	// Start is a whole Executor.Start of StartPlugin's tool through the
+	// host on the native call path (encode, call, decode, validation); nil
+	// with --starts 0.
 	Start *callFigure `json:"executor_start,omitempty"`
-	Load  loadFigure  `json:"load"`
+	// Starts is every start plugin on every call path, in the order of
+	// --start-plugins, native first; StartSDKOverNative is, by plugin,
+	// its extism-sdk ns/op ÷ its native one.
+	Starts             []startFigure      `json:"executor_starts,omitempty"`
+	StartSDKOverNative map[string]float64 `json:"executor_start_sdk_over_native,omitempty"`
+	Load               loadFigure         `json:"load"`
 }
 
 func newBenchPluginCmd(bf *benchFlags) *cobra.Command {
-	p := benchPluginParams{CallPlugin: benchCallPlugin, StartPlugin: benchStartPlugin, LoadPlugin: benchLoadPlugin}
+	p := benchPluginParams{CallPlugin: benchCallPlugin, LoadPlugin: benchLoadPlugin}
 	cmd := &cobra.Command{
 		Use:   "plugin",
-		Short: "Per-call overhead of the host against raw wazero and the extism go-sdk, Executor.Start, cold load",
+		Short: "Per-call cost of the host's native and go-sdk call paths against raw wazero and bare go-sdk, Executor.Start on both, cold load",
 		Long: `plugin measures, in one process:
 
-  - one call of the conformance executor's no-op export "empty" three ways:
-    a raw wazero call (the floor), a direct extism go-sdk call, and the
-    host's call path (pool, scope, timeout, classification; Plugin.CallRaw).
-    The three are interleaved in --rounds rounds of --calls calls each,
-    after --warmup calls, and the median round is reported, since a shared
-    machine is noisy. allocs/op and B/op are the Go heap's, from
-    runtime.MemStats around each round;
-  - a whole Executor.Start of the calculator's "calculate" tool through the
-    host, in the same rounds (--starts calls a round);
-  - host.New plus Load of the calculator: with a fresh, empty compilation
-    cache each time (--uncached), and with the warm on-disk --cache-dir;
-    the median of --loads each.`,
-		Example: `  make plugins build
+  - one call of the conformance executor's no-op export "empty" four ways:
+    a raw wazero call (the floor), a bare extism go-sdk call ("extism"),
+    and the host's call path (pool, scope, timeout, classification;
+    Plugin.CallRaw) on each of its two implementations: "host", the native
+    one (host.CallPathNative, the default: the Extism ABI in Go, one Wasm
+    entry a call), and "host-extism-sdk", the host on extism go-sdk
+    (host.CallPathSDK, config plugin_call_path: extism-sdk). The four are
+    interleaved in --rounds rounds of --calls calls each, after --warmup
+    calls, and the median round is reported, since a shared machine is
+    noisy. allocs/op and B/op are the Go heap's, from runtime.MemStats
+    around each round;
+  - a whole Executor.Start of the "calculate" tool of each --start-plugins
+    plugin (default: the Go calculator and the C one) through the host on
+    both call paths, in the same rounds (--starts calls a round);
+  - host.New plus Load of the calculator on the native path: with a fresh,
+    empty compilation cache each time (--uncached), and with the warm
+    on-disk --cache-dir; the median of --loads each.
+
+The ratios report the native path's targets: its empty call at least 10×
+cheaper than a bare go-sdk call, at most 3 µs and 1 KB of Go heap; the C
+calculator's Executor.Start at least 8× cheaper than on the go-sdk path.
+
+The C calculator is built by ` + "`make plugins-c`" + ` (clang, lld, wasi-libc) into
+build/plugins/calculator-c.wasm; without it the bench stops and says so.
+Leave it out with --start-plugins calculator, or skip every Start with
+--starts 0.`,
+		Example: `  make plugins plugins-c build
   bin/agenthost bench plugin
-  bin/agenthost bench plugin --calls 100000 --rounds 9 --json`,
+  bin/agenthost bench plugin --calls 100000 --rounds 9 --json
+  bin/agenthost bench plugin --start-plugins calculator   # no C toolchain`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.Calls < 1 || p.Rounds < 1 || p.Loads < 1 || p.Warmup < 0 || p.Starts < 0 {
 				return fmt.Errorf("bench plugin: --calls, --rounds and --loads must be at least 1, --warmup and --starts at least 0")
+			}
+			if p.Starts > 0 {
+				if len(p.StartPlugins) == 0 {
+					return fmt.Errorf("bench plugin: --start-plugins is empty: name at least one plugin, or skip the Starts with --starts 0")
+				}
+				for i, n := range p.StartPlugins {
+					if n == "" || slices.Contains(p.StartPlugins[:i], n) {
+						return fmt.Errorf("bench plugin: --start-plugins %q: want distinct plugin names", strings.Join(p.StartPlugins, ","))
+					}
+				}
+				p.StartPlugin = p.StartPlugins[0]
+			} else {
+				p.StartPlugins = nil
 			}
 			return benchPlugin(cmd, bf, p)
 		},
@@ -110,7 +194,9 @@ func newBenchPluginCmd(bf *benchFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&p.Calls, "calls", 20000, "timed calls of each path in each round")
 	f.IntVar(&p.Warmup, "warmup", 1000, "untimed calls of each path before each round's timed ones")
-	f.IntVar(&p.Starts, "starts", 2000, "timed Executor.Start calls in each round (0: skip)")
+	f.IntVar(&p.Starts, "starts", 2000, "timed Executor.Start calls of each plugin on each call path in each round (0: skip)")
+	f.StringSliceVar(&p.StartPlugins, "start-plugins", benchStartPlugins,
+		"the plugins under --plugins whose tool \"calculate\" is started (calculator-c: make plugins-c)")
 	f.IntVar(&p.Rounds, "rounds", 5, "rounds; each path reports its median round")
 	f.IntVar(&p.Loads, "loads", 3, "cold loads of each kind; each reports its median")
 	f.BoolVar(&p.Uncached, "uncached", true, "also time loads with an empty compilation cache (a full compile each)")
@@ -120,12 +206,11 @@ func newBenchPluginCmd(bf *benchFlags) *cobra.Command {
 func benchPlugin(cmd *cobra.Command, bf *benchFlags, p benchPluginParams) error {
 	ctx := benchContext(cmd)
 	started := time.Now()
-	names := []string{p.CallPlugin, p.StartPlugin}
-	if p.LoadPlugin != p.StartPlugin {
-		names = append(names, p.LoadPlugin)
-	}
-	paths, err := bf.pluginPaths(names...)
+	paths, err := bf.pluginPaths(p.CallPlugin, p.LoadPlugin)
 	if err != nil {
+		return err
+	}
+	if err := startPluginPaths(bf, p.StartPlugins, paths); err != nil {
 		return err
 	}
 	work, cleanup, err := bf.tempDir("plugin")
@@ -155,11 +240,45 @@ func benchPlugin(cmd *cobra.Command, bf *benchFlags, p benchPluginParams) error 
 		benchPluginTables(p, res)...)
 }
 
+// startPluginPaths adds the start plugins' paths to paths, or says how
+// to build the missing ones (the C calculator has a make target of its
+// own) and how to leave them out.
+func startPluginPaths(bf *benchFlags, names []string, paths map[string]string) error {
+	var missing []string
+	for _, n := range names {
+		p, err := filepath.Abs(plugincatalog.Path(bf.plugins, n))
+		if err == nil {
+			_, err = os.Stat(p)
+		}
+		if err == nil {
+			paths[n] = p
+			continue
+		}
+		build := "build it with `make plugins`, or point --plugins at the directory that holds it"
+		if n == plugincatalog.CalculatorC {
+			build = "build it with `make plugins-c` (clang, lld, wasi-libc)"
+		}
+		leaveOut := "--starts 0"
+		if others := slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s == n }); len(others) > 0 {
+			leaveOut = "--start-plugins " + strings.Join(others, ",")
+		}
+		missing = append(missing, fmt.Sprintf("bench plugin: start plugin %s: %v: %s, or leave it out with %s", n, err, build, leaveOut))
+	}
+	if len(missing) > 0 {
+		return errors.New(strings.Join(missing, "\n"))
+	}
+	return nil
+}
+
 // callPath is one way of calling; call runs it n times.
 type callPath struct {
 	name string
 	call func(n int) error
 }
+
+// startKey is the name of the samples of plugin's Executor.Start on the
+// host named path.
+func startKey(plugin, path string) string { return "start " + plugin + " " + path }
 
 // benchPluginCalls times the call paths, interleaved in rounds.
 func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p benchPluginParams, paths map[string]string, res *benchPluginResult) error {
@@ -167,12 +286,17 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 	if err != nil {
 		return fmt.Errorf("bench plugin: %w", err)
 	}
-	h, err := host.New(host.Config{CacheDir: p.CacheDir})
-	if err != nil {
-		return fmt.Errorf("bench plugin: %w", err)
+	hosts := map[host.CallPath]*host.Host{}
+	for _, cp := range benchCallPaths {
+		h, err := host.New(host.Config{CacheDir: p.CacheDir, CallPath: cp})
+		if err != nil {
+			return fmt.Errorf("bench plugin: %s: %w", hostPathName(cp), err)
+		}
+		defer h.Close(context.WithoutCancel(ctx))
+		hosts[cp] = h
 	}
-	defer h.Close(context.WithoutCancel(ctx))
-	bf.progressf(cmd, "loading %s three ways (raw wazero, extism go-sdk, host)", p.CallPlugin)
+	h := hosts[host.CallPathNative]
+	bf.progressf(cmd, "loading %s four ways (raw wazero, extism go-sdk, host on each call path)", p.CallPlugin)
 
 	mod, closeRT, err := hostlink.WazeroBaseline(ctx, h, wasm)
 	if err != nil {
@@ -195,12 +319,6 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 	}
 	defer inst.Close(context.WithoutCancel(ctx))
 
-	plug, err := h.Load(ctx, host.PluginSpec{Name: "executor", Path: paths[p.CallPlugin], Role: abi.RoleExecutor})
-	if err != nil {
-		return fmt.Errorf("bench plugin: %w", err)
-	}
-
-	var done counter
 	calls := []callPath{
 		{"wazero", func(n int) error {
 			for i := 0; i < n; i++ {
@@ -218,26 +336,36 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 			}
 			return nil
 		}},
-		{"host", func(n int) error {
+	}
+	// The host's paths in the order of res.Calls: native ("host"), then
+	// extism-sdk.
+	for _, cp := range benchCallPaths {
+		plug, err := hosts[cp].Load(ctx, host.PluginSpec{Name: "executor", Path: paths[p.CallPlugin], Role: abi.RoleExecutor})
+		if err != nil {
+			return fmt.Errorf("bench plugin: %s: %w", hostPathName(cp), err)
+		}
+		calls = append(calls, callPath{hostPathName(cp), func(n int) error {
 			for i := 0; i < n; i++ {
 				if _, err := plug.CallRaw(ctx, benchTenant, "empty", nil); err != nil {
 					return err
 				}
 			}
 			return nil
-		}},
+		}})
 	}
 	perRound := map[string]int{}
 	for _, c := range calls {
 		perRound[c.name] = p.Calls
 	}
-	if p.Starts > 0 {
-		start, err := benchStartPath(ctx, h, paths[p.StartPlugin])
-		if err != nil {
-			return err
+	for _, plugin := range p.StartPlugins {
+		for _, cp := range benchCallPaths {
+			start, err := benchStartPath(ctx, hosts[cp], plugin, paths[plugin], startKey(plugin, hostPathName(cp)))
+			if err != nil {
+				return fmt.Errorf("bench plugin: %s on %s: %w", plugin, hostPathName(cp), err)
+			}
+			calls = append(calls, start)
+			perRound[start.name] = p.Starts
 		}
-		calls = append(calls, start)
-		perRound[start.name] = p.Starts
 	}
 	// The first call of each path instantiates and runs the guest's
 	// runtime init; it is not part of any figure.
@@ -247,6 +375,7 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 		}
 	}
 
+	var done counter
 	var total int64
 	for _, c := range calls {
 		total += int64(p.Rounds) * int64(perRound[c.name]+min(p.Warmup, perRound[c.name]))
@@ -283,9 +412,9 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 		bf.progressf(cmd, "round %d/%d: %s", r+1, p.Rounds, roundLine(calls, samples, r))
 	}
 
-	figure := func(name string) callFigure {
+	figure := func(name, path string) callFigure {
 		ss := samples[name]
-		f := callFigure{Path: name, Calls: perRound[name]}
+		f := callFigure{Path: path, Calls: perRound[name]}
 		for _, s := range ss {
 			f.RoundsNs = append(f.RoundsNs, s.ns)
 		}
@@ -297,26 +426,44 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 		f.AllocsPerOp, f.BytesPerOp = med.allocs, med.bytes
 		return f
 	}
-	res.Calls = []callFigure{figure("wazero"), figure("extism"), figure("host")}
-	w, e, ho := res.Calls[0].NsPerOp, res.Calls[1].NsPerOp, res.Calls[2].NsPerOp
+	for _, c := range calls[:2+len(benchCallPaths)] {
+		res.Calls = append(res.Calls, figure(c.name, c.name))
+	}
+	w, e, ho, sdk := res.Calls[0].NsPerOp, res.Calls[1].NsPerOp, res.Calls[2].NsPerOp, res.Calls[3].NsPerOp
 	res.HostOverExtism, res.HostOverWazero, res.ExtismOverWazero = ho/e, ho/w, e/w
-	if p.Starts > 0 {
-		s := figure("executor start")
-		res.Start = &s
+	res.SDKHostOverNative, res.ExtismOverHost = sdk/ho, e/ho
+	for _, plugin := range p.StartPlugins {
+		var ns [2]float64
+		for i, cp := range benchCallPaths {
+			name := hostPathName(cp)
+			f := startFigure{Plugin: plugin, CallPath: string(cp), callFigure: figure(startKey(plugin, name), name)}
+			res.Starts = append(res.Starts, f)
+			ns[i] = f.NsPerOp
+			if plugin == p.StartPlugin && cp == host.CallPathNative {
+				s := f.callFigure
+				s.Path = "executor start"
+				res.Start = &s
+			}
+		}
+		if res.StartSDKOverNative == nil {
+			res.StartSDKOverNative = map[string]float64{}
+		}
+		res.StartSDKOverNative[plugin] = ns[1] / ns[0]
 	}
 	return nil
 }
 
-// benchStartPath loads the calculator as an executor and returns a path
-// that runs a whole Executor.Start of its tool, checking every reply.
-func benchStartPath(ctx context.Context, h *host.Host, path string) (callPath, error) {
-	plug, err := h.Load(ctx, host.PluginSpec{Name: plugincatalog.Calculator, Path: path, Role: abi.RoleExecutor})
+// benchStartPath loads plugin (a calculator) as an executor on h and
+// returns a path named name that runs a whole Executor.Start of its tool
+// "calculate", checking every reply.
+func benchStartPath(ctx context.Context, h *host.Host, plugin, path, name string) (callPath, error) {
+	plug, err := h.Load(ctx, host.PluginSpec{Name: plugin, Path: path, Role: abi.RoleExecutor})
 	if err != nil {
-		return callPath{}, fmt.Errorf("bench plugin: %w", err)
+		return callPath{}, err
 	}
 	x, err := plug.Executor()
 	if err != nil {
-		return callPath{}, fmt.Errorf("bench plugin: %w", err)
+		return callPath{}, err
 	}
 	req, err := json.Marshal(abi.ToolRequest{Arguments: json.RawMessage(`{"expression":"(2+3)*4"}`)})
 	if err != nil {
@@ -325,14 +472,14 @@ func benchStartPath(ctx context.Context, h *host.Host, path string) (callPath, e
 	c := runtime.EffectCall{Tenant: benchTenant, Session: "s1", RunID: "run1", Input: abi.EffectInput{
 		Effect: abi.Effect{ID: "run1.t1.0", AssignmentKey: benchTenant + "/s1/run1.t1.0#1", Attempt: 1, Kind: abi.KindTool, Tool: "calculate", Request: req},
 	}}
-	return callPath{"executor start", func(n int) error {
+	return callPath{name, func(n int) error {
 		for i := 0; i < n; i++ {
 			r, err := x.Start(ctx, c)
 			if err != nil {
 				return err
 			}
 			if r.State != abi.StateDone {
-				return fmt.Errorf("the calculator replied %q, not done: %+v", r.State, r.Error)
+				return fmt.Errorf("%s replied %q, not done: %+v", plugin, r.State, r.Error)
 			}
 		}
 		return nil
@@ -396,52 +543,63 @@ func benchPluginLoads(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 
 // benchPluginTables renders the result.
 func benchPluginTables(p benchPluginParams, res benchPluginResult) []table {
+	roundsOf := func(v []float64) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = fmt.Sprintf("%.0f", x)
+		}
+		return strings.Join(s, " ")
+	}
+	w := res.Calls[0].NsPerOp
+	row := func(f callFigure, lead ...string) []string {
+		return append(lead, f.Path, fmt.Sprintf("%.0f", f.NsPerOp), fmt.Sprintf("%.1f", f.AllocsPerOp), fmt.Sprintf("%.0f", f.BytesPerOp),
+			fmt.Sprintf("%.1f", f.NsPerOp/w), roundsOf(f.RoundsNs))
+	}
 	calls := table{
 		Title:  fmt.Sprintf("One call of %s's no-op export \"empty\" (median of %d rounds of %d calls)", p.CallPlugin, p.Rounds, p.Calls),
 		Header: []string{"path", "ns/op", "allocs/op", "B/op", "× wazero", "rounds ns/op"},
 	}
-	row := func(f callFigure, base float64) []string {
-		rounds := ""
-		for i, v := range f.RoundsNs {
-			if i > 0 {
-				rounds += " "
-			}
-			rounds += fmt.Sprintf("%.0f", v)
-		}
-		return []string{f.Path, fmt.Sprintf("%.0f", f.NsPerOp), fmt.Sprintf("%.1f", f.AllocsPerOp), fmt.Sprintf("%.0f", f.BytesPerOp),
-			fmt.Sprintf("%.1f", f.NsPerOp/base), rounds}
-	}
-	w := res.Calls[0].NsPerOp
-	for _, f := range res.Calls {
-		calls.Rows = append(calls.Rows, row(f, w))
+	// From the floor up: wazero, extism, host-extism-sdk, host.
+	for _, i := range []int{0, 1, 3, 2} {
+		calls.Rows = append(calls.Rows, row(res.Calls[i]))
 	}
 	calls.Notes = []string{
-		fmt.Sprintf("host/extism %.2f, host/wazero %.1f, extism/wazero %.1f", res.HostOverExtism, res.HostOverWazero, res.ExtismOverWazero),
-		"wazero: a raw exported-function call; extism: CompiledPlugin instance .Call; host: Plugin.CallRaw (pool, scope, timeout, classification)",
+		fmt.Sprintf("host/extism %.2f, host/wazero %.1f, extism/wazero %.1f; host-extism-sdk/host %.1f, extism/host %.1f",
+			res.HostOverExtism, res.HostOverWazero, res.ExtismOverWazero, res.SDKHostOverNative, res.ExtismOverHost),
+		"wazero: a raw exported-function call; extism: a bare go-sdk CompiledPlugin instance .Call; host: Plugin.CallRaw (pool, scope,",
+		"timeout, classification) on the native call path (the default); host-extism-sdk: the same on the go-sdk path (plugin_call_path: extism-sdk)",
 	}
 	tables := []table{calls}
-	if res.Start != nil {
-		tables = append(tables, table{
-			Title:  fmt.Sprintf("A whole Executor.Start of %s's tool \"calculate\" (median of %d rounds of %d)", p.StartPlugin, p.Rounds, p.Starts),
-			Header: []string{"path", "ns/op", "allocs/op", "B/op", "× host empty call"},
-			Rows: [][]string{{res.Start.Path, fmt.Sprintf("%.0f", res.Start.NsPerOp), fmt.Sprintf("%.1f", res.Start.AllocsPerOp),
-				fmt.Sprintf("%.0f", res.Start.BytesPerOp), fmt.Sprintf("%.1f", res.Start.NsPerOp/res.Calls[2].NsPerOp)}},
-		})
+	if len(res.Starts) > 0 {
+		starts := table{
+			Title:  fmt.Sprintf("A whole Executor.Start of the tool \"calculate\" (median of %d rounds of %d)", p.Rounds, p.Starts),
+			Header: []string{"plugin", "path", "ns/op", "allocs/op", "B/op", "× wazero", "rounds ns/op"},
+		}
+		var ratios []string
+		for _, f := range res.Starts {
+			starts.Rows = append(starts.Rows, row(f.callFigure, f.Plugin))
+		}
+		for _, plugin := range p.StartPlugins {
+			ratios = append(ratios, fmt.Sprintf("%s %.1f", plugin, res.StartSDKOverNative[plugin]))
+		}
+		starts.Notes = []string{
+			"host-extism-sdk/host: " + strings.Join(ratios, ", "),
+			"× wazero is against the raw wazero call of \"empty\" above",
+		}
+		tables = append(tables, starts)
 	}
+	tables = append(tables, targetsTable(res))
 	l := res.Load
 	loads := table{
-		Title:  fmt.Sprintf("host.New + Load of %s (%.1f MB; median of %d)", l.Plugin, float64(l.WasmBytes)/(1<<20), p.Loads),
+		Title:  fmt.Sprintf("host.New + Load of %s on the native call path (%.1f MB; median of %d)", l.Plugin, float64(l.WasmBytes)/(1<<20), p.Loads),
 		Header: []string{"compilation cache", "ms", "runs ms"},
 	}
 	runs := func(v []float64) string {
-		s := ""
+		s := make([]string, len(v))
 		for i, x := range v {
-			if i > 0 {
-				s += " "
-			}
-			s += fmt.Sprintf("%.1f", x)
+			s[i] = fmt.Sprintf("%.1f", x)
 		}
-		return s
+		return strings.Join(s, " ")
 	}
 	if p.Uncached {
 		loads.Rows = append(loads.Rows, []string{"empty (full compile)", fmt.Sprintf("%.1f", l.UncachedMS), runs(l.UncachedRunsMS)})
@@ -451,6 +609,37 @@ func benchPluginTables(p benchPluginParams, res benchPluginResult) []table {
 		loads.Notes = []string{fmt.Sprintf("uncached/cached %.1f", l.UncachedOverCached)}
 	}
 	return append(tables, loads)
+}
+
+// targetsTable is the native call path's figures against its targets,
+// each against the baseline measured in the same rounds.
+func targetsTable(res benchPluginResult) table {
+	t := table{
+		Title:  "The native call path's targets (same rounds)",
+		Header: []string{"figure", "measured", "target", "met"},
+	}
+	met := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "NO"
+	}
+	native := res.Calls[2]
+	t.Rows = append(t.Rows,
+		[]string{"empty call: extism (go-sdk bare) ÷ host", fmt.Sprintf("%.1f×", res.ExtismOverHost), fmt.Sprintf("≥ %d×", targetEmptyExtismOverHost),
+			met(res.ExtismOverHost >= targetEmptyExtismOverHost)},
+		[]string{"empty call: host ns/op", fmt.Sprintf("%.2f µs", native.NsPerOp/1000), fmt.Sprintf("≤ %d µs", targetEmptyNs/1000),
+			met(native.NsPerOp <= targetEmptyNs)},
+		[]string{"empty call: host B/op", fmt.Sprintf("%.0f B", native.BytesPerOp), fmt.Sprintf("≤ %d B", targetEmptyBytes),
+			met(native.BytesPerOp <= targetEmptyBytes)},
+	)
+	if r, ok := res.StartSDKOverNative[plugincatalog.CalculatorC]; ok {
+		t.Rows = append(t.Rows, []string{"calculator-c Executor.Start: host-extism-sdk ÷ host", fmt.Sprintf("%.1f×", r),
+			fmt.Sprintf("≥ %d×", targetCStartSDKOverNative), met(r >= targetCStartSDKOverNative)})
+	} else {
+		t.Notes = append(t.Notes, "calculator-c was not started (--start-plugins, --starts 0): its target is not measured")
+	}
+	return t
 }
 
 // callSample is one round of one call path, per call.

@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 )
 
 // decodeBenchPlugin decodes the --json output of bench plugin.
@@ -55,37 +59,70 @@ func TestBenchPluginReportsEveryPathAgainstItsBaselines(t *testing.T) {
 			t.Fatalf("%s: negative allocations %+v", path, f)
 		}
 	}
-	if len(r.Calls) != 3 {
-		t.Fatalf("want the wazero, extism and host paths, got %+v", r.Calls)
+	if len(r.Calls) != 4 {
+		t.Fatalf("want the wazero, extism, host and host-extism-sdk paths, got %+v", r.Calls)
 	}
-	for i, path := range []string{"wazero", "extism", "host"} {
+	for i, path := range []string{"wazero", "extism", "host", "host-extism-sdk"} {
 		checkFigure(r.Calls[i], path, 200)
 	}
-	// The extism call allocates (its export lookups, docs/DESIGN.md §10), and the
-	// host's goes through it: a figure of 0 would mean nothing was counted.
+	// Every host call allocates (its scope, its context): a figure of 0
+	// would mean nothing was counted.
 	for _, f := range r.Calls[1:] {
 		if f.AllocsPerOp < 1 || f.BytesPerOp < 1 {
 			t.Fatalf("%s: %v allocs/op, %v B/op: the heap was not measured", f.Path, f.AllocsPerOp, f.BytesPerOp)
 		}
 	}
-	w, e, h := r.Calls[0].NsPerOp, r.Calls[1].NsPerOp, r.Calls[2].NsPerOp
-	for _, c := range []struct {
+	w, e, h, sdk := r.Calls[0].NsPerOp, r.Calls[1].NsPerOp, r.Calls[2].NsPerOp, r.Calls[3].NsPerOp
+	ratios := []struct {
 		name      string
 		got, want float64
 	}{
 		{"host/extism", r.HostOverExtism, h / e},
 		{"host/wazero", r.HostOverWazero, h / w},
 		{"extism/wazero", r.ExtismOverWazero, e / w},
+		{"host-extism-sdk/host", r.SDKHostOverNative, sdk / h},
+		{"extism/host", r.ExtismOverHost, e / h},
+	}
+
+	// Each start plugin on each call path, native first, and the ratio of
+	// the two for each plugin.
+	if len(r.Starts) != 4 {
+		t.Fatalf("want 4 Executor.Start figures (calculator, calculator-c; native, extism-sdk), got %+v", r.Starts)
+	}
+	for i, want := range []struct{ plugin, callPath, path string }{
+		{"calculator", "native", "host"}, {"calculator", "extism-sdk", "host-extism-sdk"},
+		{"calculator-c", "native", "host"}, {"calculator-c", "extism-sdk", "host-extism-sdk"},
 	} {
+		f := r.Starts[i]
+		if f.Plugin != want.plugin || f.CallPath != want.callPath {
+			t.Fatalf("start %d: %s on %s, want %s on %s", i, f.Plugin, f.CallPath, want.plugin, want.callPath)
+		}
+		checkFigure(f.callFigure, want.path, 20)
+	}
+	if len(r.StartSDKOverNative) != 2 {
+		t.Fatalf("start ratios %v: want one for each plugin", r.StartSDKOverNative)
+	}
+	for i, plugin := range []string{"calculator", "calculator-c"} {
+		n, s := r.Starts[2*i].NsPerOp, r.Starts[2*i+1].NsPerOp
+		ratios = append(ratios, struct {
+			name      string
+			got, want float64
+		}{plugin + " start extism-sdk/native", r.StartSDKOverNative[plugin], s / n})
+	}
+	for _, c := range ratios {
 		if c.got <= 0 || math.Abs(c.got-c.want) > 1e-9*c.want {
 			t.Fatalf("%s is %v, but the figures give %v", c.name, c.got, c.want)
 		}
 	}
 
+	// executor_start is still the Go calculator's, on the native path.
 	if r.Start == nil {
 		t.Fatal("no Executor.Start figure")
 	}
 	checkFigure(*r.Start, "executor start", 20)
+	if p.StartPlugin != "calculator" || r.Start.NsPerOp != r.Starts[0].NsPerOp || !slices.Equal(r.Start.RoundsNs, r.Starts[0].RoundsNs) {
+		t.Fatalf("executor_start %+v (of %q) is not the native start of the calculator %+v", r.Start, p.StartPlugin, r.Starts[0])
+	}
 
 	l := r.Load
 	if l.Plugin != "calculator" || l.WasmBytes <= 0 || len(l.CachedRunsMS) != 1 || l.CachedMS <= 0 || l.CachedMS != l.CachedRunsMS[0] {
@@ -108,7 +145,7 @@ func TestBenchPluginTimesALoadWithAnEmptyCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, r := decodeBenchPlugin(t, out)
-	if !p.Uncached || r.Start != nil {
+	if !p.Uncached || r.Start != nil || r.Starts != nil {
 		t.Fatalf("params %+v, start %+v: want uncached loads and no Executor.Start", p, r.Start)
 	}
 	l := r.Load
@@ -127,5 +164,29 @@ func TestBenchPluginWithoutThePluginsSaysHowToBuildThem(t *testing.T) {
 	_, err := runBench(t, t.TempDir(), "plugin", "--quiet")
 	if err == nil || !strings.Contains(err.Error(), "conformance/executor") || !strings.Contains(err.Error(), "make plugins") {
 		t.Fatalf("want an error naming the missing plugin and `make plugins`, got %v", err)
+	}
+}
+
+// TestBenchPluginWithoutTheCCalculatorSaysHowToBuildIt runs the bench
+// against a --plugins directory that `make plugins` filled but `make
+// plugins-c` did not; without the C calculator it starts the Go one alone.
+func TestBenchPluginWithoutTheCCalculatorSaysHowToBuildIt(t *testing.T) {
+	dir := benchPluginsDir(t)
+	if err := os.Remove(plugincatalog.Path(dir, plugincatalog.CalculatorC)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := runBench(t, dir, "plugin", "--quiet", "--calls", "1", "--rounds", "1", "--starts", "1", "--loads", "1", "--uncached=false")
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "calculator-c.wasm")) || !strings.Contains(err.Error(), "make plugins-c") ||
+		!strings.Contains(err.Error(), "--start-plugins calculator") {
+		t.Fatalf("want an error naming the missing calculator-c.wasm, `make plugins-c` and --start-plugins calculator, got %v", err)
+	}
+	out, err := runBench(t, dir, "plugin", "--calls", "1", "--warmup", "0", "--rounds", "1", "--starts", "1", "--loads", "1", "--uncached=false",
+		"--start-plugins", "calculator", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, r := decodeBenchPlugin(t, out)
+	if !slices.Equal(p.StartPlugins, []string{"calculator"}) || len(r.Starts) != 2 || r.Starts[0].Plugin != "calculator" || r.Starts[1].Plugin != "calculator" {
+		t.Fatalf("params %+v, starts %+v: want the Go calculator alone, on both paths", p, r.Starts)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
@@ -50,6 +52,10 @@ type runsParams struct {
 	// InProcess runs the Go twins of the three plugins in process
 	// (inproc.go) instead of the Wasm plugins.
 	InProcess bool `json:"in_process"`
+	// PluginCallPath is the config's plugin_call_path: native or
+	// extism-sdk, or both (bench runs alone): a runtime on each, their
+	// rounds alternating. Empty for bench http, which runs the default.
+	PluginCallPath string `json:"plugin_call_path,omitempty"`
 
 	pg *benchPostgres // with Store postgres
 }
@@ -71,8 +77,27 @@ func (p *runsParams) storeTitle() string {
 	plugins := "Wasm prompt-builder, scripted-model, calculator"
 	if p.InProcess {
 		plugins = "in-process Go twins of prompt-builder, scripted-model, calculator"
+	} else if p.PluginCallPath == pluginCallBoth {
+		plugins += "; plugin_call_path native and extism-sdk, alternating rounds"
+	} else if p.PluginCallPath != "" {
+		plugins += ", plugin_call_path " + p.PluginCallPath
 	}
 	return store + "; " + plugins
+}
+
+// pluginCallBoth is --plugin-call-path both: the Runs on either call
+// path, in alternating rounds.
+const pluginCallBoth = "both"
+
+// callPaths are the plugin_call_path values the Runs run on.
+func (p *runsParams) callPaths() []string {
+	switch p.PluginCallPath {
+	case "":
+		return []string{config.PluginCallNative}
+	case pluginCallBoth:
+		return []string{config.PluginCallNative, config.PluginCallSDK}
+	}
+	return []string{p.PluginCallPath}
 }
 
 func (p *runsParams) flags(cmd *cobra.Command, runs int, conc string) *string {
@@ -105,17 +130,21 @@ func (p *runsParams) check(conc string) error {
 
 // runsLevel is one concurrency level's figures.
 type runsLevel struct {
-	Concurrency   int     `json:"concurrency"`
-	Runs          int     `json:"runs"`
-	Seconds       float64 `json:"seconds"`
-	RunsPerSec    float64 `json:"runs_per_sec"`
-	EffectsPerSec float64 `json:"effects_per_sec"`
-	EffectsPerRun float64 `json:"effects_per_run"`
-	P50ms         float64 `json:"p50_ms"`
-	P95ms         float64 `json:"p95_ms"`
-	P99ms         float64 `json:"p99_ms"`
-	MaxMs         float64 `json:"max_ms"`
-	CommitsPerRun float64 `json:"commits_per_run"`
+	Concurrency int `json:"concurrency"`
+	// PluginCallPath is the plugin_call_path the level ran on (bench runs
+	// with the Wasm plugins); with --plugin-call-path both each
+	// concurrency has a level on native, then one on extism-sdk.
+	PluginCallPath string  `json:"plugin_call_path,omitempty"`
+	Runs           int     `json:"runs"`
+	Seconds        float64 `json:"seconds"`
+	RunsPerSec     float64 `json:"runs_per_sec"`
+	EffectsPerSec  float64 `json:"effects_per_sec"`
+	EffectsPerRun  float64 `json:"effects_per_run"`
+	P50ms          float64 `json:"p50_ms"`
+	P95ms          float64 `json:"p95_ms"`
+	P99ms          float64 `json:"p99_ms"`
+	MaxMs          float64 `json:"max_ms"`
+	CommitsPerRun  float64 `json:"commits_per_run"`
 	// The baseline, measured in the same rounds at the same concurrency.
 	BareCommitsPerSec float64 `json:"bare_commits_per_sec"`
 	// BareRunsPerSec is the Runs/s bare Badger would allow at this many
@@ -136,6 +165,17 @@ type runsLevel struct {
 	// effects a Run. Both are 0 on a healthy machine.
 	PluginErrors  int            `json:"plugin_errors"`
 	FailedEffects map[string]int `json:"failed_effects,omitempty"`
+	// With --plugin-call-path both, on the native level: its Runs/s over
+	// the extism-sdk level's at the same concurrency, and the extism-sdk
+	// level's plugin time per Run (build, model and tools) over its own,
+	// measured in the same rounds.
+	RunsPerSecOverSDK     float64 `json:"runs_per_sec_over_sdk,omitempty"`
+	SDKPluginMsOverNative float64 `json:"sdk_plugin_ms_over_native,omitempty"`
+}
+
+// pluginMsPerRun is the time a Run spent in plugin calls.
+func (l runsLevel) pluginMsPerRun() float64 {
+	return l.BuildMsPerRun + l.ModelMsPerRun + l.ToolMsPerRun
 }
 
 // spent is the time summed in the bench's plugin calls and commits so
@@ -216,10 +256,18 @@ the baseline is then bare PostgreSQL on the same server: one-row INSERT
 transactions (synchronous_commit on, 1.5 KB each) from as many connections.
 
 With --in-process the three plugins are Go twins in this process, which
-answer at once: what is measured is the runtime and the store alone.`,
+answer at once: what is measured is the runtime and the store alone.
+
+--plugin-call-path sets the config's plugin_call_path: native (the default,
+the host's own Extism kernel) or extism-sdk (extism go-sdk). With both, the
+bench opens a runtime on each, on stores of their own, and alternates their
+rounds (each followed by its round of bare commits), so that both paths see
+the same machine; it reports every level for each path, and native's Runs/s
+and plugin time per Run against extism-sdk's.`,
 		Example: `  bin/agenthost bench runs
   bin/agenthost bench runs --runs 4000 --concurrency 64 --json
   bin/agenthost bench runs --store postgres --concurrency 16
+  bin/agenthost bench runs --plugin-call-path both --concurrency 1,16
   bin/agenthost bench runs --store postgres --in-process --concurrency 16
   bin/agenthost bench runs --store postgres --dsn 'postgres://bench@db.internal/bench'`,
 		Args: cobra.NoArgs,
@@ -230,6 +278,15 @@ answer at once: what is measured is the runtime and the store alone.`,
 			if err := sf.check(); err != nil {
 				return err
 			}
+			switch p.PluginCallPath {
+			case config.PluginCallNative, config.PluginCallSDK:
+			case pluginCallBoth:
+				if p.InProcess {
+					return fmt.Errorf("bench runs: --plugin-call-path both: --in-process calls no plugin")
+				}
+			default:
+				return fmt.Errorf("bench runs: --plugin-call-path %q: want %s, %s or %s", p.PluginCallPath, config.PluginCallNative, config.PluginCallSDK, pluginCallBoth)
+			}
 			p.Store = sf.store
 			return benchRuns(cmd, bf, p, sf.dsn)
 		},
@@ -237,6 +294,8 @@ answer at once: what is measured is the runtime and the store alone.`,
 	conc = p.flags(cmd, 1000, "1,16,256")
 	sf.add(cmd)
 	cmd.Flags().BoolVar(&p.InProcess, "in-process", false, "run Go twins of the three plugins in process instead of the Wasm plugins (the runtime and the store alone)")
+	cmd.Flags().StringVar(&p.PluginCallPath, "plugin-call-path", config.PluginCallNative,
+		"the config's plugin_call_path: native, extism-sdk, or both (a runtime on each, in alternating rounds, with their ratio)")
 	return cmd
 }
 
@@ -249,8 +308,19 @@ type benchLoad struct {
 }
 
 // benchRunsConfig is the config of the Run benches: the three plugins, one
-// tenant with a token and no quotas.
+// tenant with a token and no quotas, on p's plugin_call_path (one path:
+// not both).
 func benchRunsConfig(bf *benchFlags, dir string, p *runsParams) (string, error) {
+	store := ""
+	if p.pg != nil {
+		store = p.pg.storeYAML()
+	}
+	return benchRunsConfigOn(bf, dir, p, store, p.PluginCallPath)
+}
+
+// benchRunsConfigOn is benchRunsConfig on the store section store, with
+// plugin_call_path callPath ("": the default).
+func benchRunsConfigOn(bf *benchFlags, dir string, p *runsParams, store, callPath string) (string, error) {
 	var paths map[string]string
 	var cache string
 	var err error
@@ -269,9 +339,8 @@ func benchRunsConfig(bf *benchFlags, dir string, p *runsParams) (string, error) 
 			return "", err
 		}
 	}
-	store := ""
-	if p.pg != nil {
-		store = p.pg.storeYAML()
+	if callPath != "" {
+		store += "plugin_call_path: " + callPath + "\n"
 	}
 	plugin := func(id, role string) string {
 		return fmt.Sprintf("  %s: {path: %q, role: %s, pool_size: %d}\n", id, paths[id], role, p.PoolSize)
@@ -338,27 +407,88 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams, dsn string) er
 	ctx := benchContext(cmd)
 	started := time.Now()
 	maxConc := slices.Max(p.Concurrency)
+	callPaths := p.callPaths()
 	if p.Store == config.DriverPostgres {
-		// The server serves the runtime's pool, the change feed and, at
+		// The server serves each runtime's pool and change feed and, at
 		// the most, maxConc connections of the bare baseline.
-		pg, err := startBenchPostgres(ctx, cmd, bf, dsn, maxConc+pgstore.DefaultMaxConns+2)
+		pg, err := startBenchPostgres(ctx, cmd, bf, dsn, maxConc+len(callPaths)*(pgstore.DefaultMaxConns+2))
 		if err != nil {
 			return err
+		}
+		if len(callPaths) > 1 && !pg.own {
+			// The second runtime's schema (sdkSchema), on a server that
+			// outlives the bench.
+			stop := pg.stop
+			pg.stop = func() { dropBenchSchema(dsn, pg.schema+sdkSchemaSuffix); stop() }
 		}
 		defer pg.stop()
 		p.pg, p.PostgreSQL = pg, pg.version
 	}
-	dir, cfg, cleanup, err := runsSetup(bf, "runs", p)
+	dir, cleanup, err := bf.tempDir("runs")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	m := metrics.New()
-	rt, closeRuntime, err := openRunsRuntime(ctx, cmd, bf, cfg, p, m)
-	if err != nil {
-		return err
+
+	// A runtime on each call path, each on a store of its own: its own
+	// directory (Badger) or schema (PostgreSQL).
+	var session atomic.Int64
+	var targets []levelTarget
+	for i, cp := range callPaths {
+		sub := dir
+		if len(callPaths) > 1 {
+			sub = filepath.Join(dir, cp)
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				return err
+			}
+		}
+		store := ""
+		if p.pg != nil {
+			schema := p.pg.schema
+			if i > 0 {
+				schema += sdkSchemaSuffix
+			}
+			store = "store: {driver: postgres, dsn: " + strconv.Quote(p.pg.dsn) + ", postgres: {schema: " + schema + "}}\n"
+		}
+		yaml, err := benchRunsConfigOn(bf, sub, p, store, cp)
+		if err != nil {
+			return err
+		}
+		cfg, err := writeBenchConfig(sub, yaml)
+		if err != nil {
+			return err
+		}
+		if len(callPaths) > 1 {
+			bf.progressf(cmd, "plugin_call_path %s:", cp)
+		}
+		m := metrics.New()
+		rt, closeRuntime, err := openRunsRuntime(ctx, cmd, bf, cfg, p, m)
+		if err != nil {
+			return err
+		}
+		defer closeRuntime()
+		execute := func() (loop.Run, error) {
+			res, err := rt.Execute(ctx, runtime.Request{Tenant: benchTenant, Session: fmt.Sprintf("s%d", session.Add(1)), Input: p.Question})
+			if err != nil {
+				return loop.Run{}, err
+			}
+			return res.Run, checkBenchRun(res.Run)
+		}
+		// One Run first: it checks the plugins answer as the bench expects
+		// and leaves the instance pools warm.
+		if _, err := execute(); err != nil {
+			return err
+		}
+		path := cp
+		if p.InProcess {
+			path = "" // no plugin is called
+		}
+		targets = append(targets, levelTarget{path: path, rt: rt, m: m, one: func() (time.Duration, error) {
+			t0 := time.Now()
+			_, err := execute()
+			return time.Since(t0), err
+		}})
 	}
-	defer closeRuntime()
 	var bare bareRounds
 	if p.pg != nil {
 		bare, err = openBarePostgres(ctx, p.pg.dsn, p.pg.schema+"_bare", maxConc)
@@ -370,36 +500,43 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams, dsn string) er
 	}
 	defer bare.Close()
 
-	// One Run first: it checks the plugins answer as the bench expects and
-	// leaves the instance pools warm.
-	var session atomic.Int64
-	execute := func() (loop.Run, error) {
-		res, err := rt.Execute(ctx, runtime.Request{Tenant: benchTenant, Session: fmt.Sprintf("s%d", session.Add(1)), Input: p.Question})
-		if err != nil {
-			return loop.Run{}, err
-		}
-		return res.Run, checkBenchRun(res.Run)
-	}
-	if _, err := execute(); err != nil {
-		return err
-	}
-
 	var levels []runsLevel
 	for _, c := range p.Concurrency {
 		bf.progressf(cmd, "concurrency %d: %d Runs in %d rounds, each followed by a round of %s commits", c, p.Runs, p.Rounds, p.baseline())
-		lvl, err := runsLevelOf(cmd, bf, p, c, rt, m, bare, func() (time.Duration, error) {
-			t0 := time.Now()
-			_, err := execute()
-			return time.Since(t0), err
-		})
+		lvls, err := runsLevelsOf(cmd, bf, p, c, targets, bare)
 		if err != nil {
 			return err
 		}
-		levels = append(levels, lvl)
+		if len(lvls) == 2 {
+			native, sdk := &lvls[0], lvls[1]
+			native.RunsPerSecOverSDK = native.RunsPerSec / sdk.RunsPerSec
+			if n := native.pluginMsPerRun(); n > 0 {
+				native.SDKPluginMsOverNative = sdk.pluginMsPerRun() / n
+			}
+		}
+		levels = append(levels, lvls...)
 	}
-	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "runs", Started: started, Machine: bf.thisMachine(), Params: p, Result: levels},
-		runsTableOn("Durable Runs end to end ("+p.storeTitle()+")", p.baseline(), levels),
-		spentTable(levels))
+	tables := []table{runsTableOn("Durable Runs end to end ("+p.storeTitle()+")", p.baseline(), levels), spentTable(levels)}
+	if len(callPaths) > 1 {
+		tables = append(tables, callPathsTable(levels))
+	}
+	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "runs", Started: started, Machine: bf.thisMachine(), Params: p, Result: levels}, tables...)
+}
+
+// sdkSchemaSuffix ends the PostgreSQL schema of the extism-sdk runtime of
+// --plugin-call-path both.
+const sdkSchemaSuffix = "_sdk"
+
+// dropBenchSchema drops a schema the bench made on the server dsn names.
+func dropBenchSchema(dsn, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 }
 
 // openRunsRuntime starts the runtime `bench runs` drives: wired from the
@@ -438,24 +575,55 @@ func openRunsRuntime(ctx context.Context, cmd *cobra.Command, bf *benchFlags, cf
 	}, nil
 }
 
+// levelTarget is a runtime the Run benches drive: one returns a Run's
+// latency; path is its plugin_call_path ("" where it is not reported).
+type levelTarget struct {
+	path string
+	rt   *runtime.Runtime
+	m    *metrics.Metrics
+	one  func() (time.Duration, error)
+}
+
 // runsLevelOf measures one concurrency level: rounds of Runs through one
 // (which returns a Run's latency) interleaved with rounds of bare Badger
 // commits at the same concurrency, as many as the Runs committed.
 func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *runtime.Runtime, m *metrics.Metrics, bare bareRounds,
 	one func() (time.Duration, error)) (runsLevel, error) {
-	lvl := runsLevel{Concurrency: c}
-	var lat []time.Duration
-	var runTime, bareTime time.Duration
-	var bareCommits int
+	lvls, err := runsLevelsOf(cmd, bf, p, c, []levelTarget{{rt: rt, m: m, one: one}}, bare)
+	if err != nil {
+		return runsLevel{}, err
+	}
+	return lvls[0], nil
+}
+
+// levelAcc is what one target's rounds of a level have summed so far.
+type levelAcc struct {
+	t                 levelTarget
+	lat               []time.Duration
+	runTime, bareTime time.Duration
+	bareCommits       int
+	commits0          int64
+	effects0          int64
+	spent0            spent
+}
+
+// runsLevelsOf is runsLevelOf on several targets: each round runs every
+// target's Runs, each followed by its bare commits, in an order that
+// rotates with the round, so that a noisy machine's drift hits them alike.
+// It returns a level for each target, in their order.
+func runsLevelsOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, targets []levelTarget, bare bareRounds) ([]runsLevel, error) {
 	var done counter
 	var firstErr atomic.Pointer[error]
-	progress := bf.startMeter(cmd, fmt.Sprintf("concurrency %d: Runs", c), int64(p.Runs), done.get)
+	progress := bf.startMeter(cmd, fmt.Sprintf("concurrency %d: Runs", c), int64(p.Runs*len(targets)), done.get)
 	defer progress.Stop()
-	commits0 := rt.Stats().Commits
-	effects0 := rt.Stats().EffectsSettled
-	spent0, err := spentSoFar(m)
-	if err != nil {
-		return lvl, err
+	accs := make([]*levelAcc, len(targets))
+	for i, t := range targets {
+		a := &levelAcc{t: t, commits0: t.rt.Stats().Commits, effects0: t.rt.Stats().EffectsSettled}
+		var err error
+		if a.spent0, err = spentSoFar(t.m); err != nil {
+			return nil, err
+		}
+		accs[i] = a
 	}
 	for r := 0; r < p.Rounds; r++ {
 		n := p.Runs / p.Rounds
@@ -465,54 +633,76 @@ func runsLevelOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, rt *r
 		if n == 0 {
 			continue
 		}
-		roundLat := make([]time.Duration, n)
-		c0 := rt.Stats().Commits
-		t0 := time.Now()
-		benchkit.Parallel(c, n, func(i int) {
-			d, err := one()
-			roundLat[i] = d
-			if err != nil { // the first failed Run ends the bench, with its error
-				firstErr.CompareAndSwap(nil, &err)
+		for i := range accs {
+			a := accs[(i+r)%len(accs)]
+			roundLat := make([]time.Duration, n)
+			c0 := a.t.rt.Stats().Commits
+			t0 := time.Now()
+			benchkit.Parallel(c, n, func(i int) {
+				d, err := a.t.one()
+				roundLat[i] = d
+				if err != nil { // the first failed Run ends the bench, with its error
+					firstErr.CompareAndSwap(nil, &err)
+				}
+				done.Add(1)
+			})
+			a.runTime += time.Since(t0)
+			a.lat = append(a.lat, roundLat...)
+			if p := firstErr.Load(); p != nil {
+				if a.t.path != "" {
+					return nil, fmt.Errorf("bench: concurrency %d, plugin_call_path %s: %w", c, a.t.path, *p)
+				}
+				return nil, fmt.Errorf("bench: concurrency %d: %w", c, *p)
 			}
-			done.Add(1)
-		})
-		runTime += time.Since(t0)
-		lat = append(lat, roundLat...)
-		if p := firstErr.Load(); p != nil {
-			return lvl, fmt.Errorf("bench: concurrency %d: %w", c, *p)
+			// As many bare commits as the round's Runs made (CreateRun included).
+			k := int(a.t.rt.Stats().Commits-c0) + n
+			d, err := bare.Round(c, k)
+			if err != nil {
+				return nil, err
+			}
+			a.bareTime += d
+			a.bareCommits += k
 		}
-		// As many bare commits as the round's Runs made (CreateRun included).
-		k := int(rt.Stats().Commits-c0) + n
-		d, err := bare.Round(c, k)
+	}
+	out := make([]runsLevel, len(accs))
+	for i, a := range accs {
+		lvl, err := a.level(c)
 		if err != nil {
-			return lvl, err
+			return nil, err
 		}
-		bareTime += d
-		bareCommits += k
+		out[i] = lvl
 	}
-	lvl.Runs = len(lat)
-	lvl.Seconds = runTime.Seconds()
-	lvl.RunsPerSec = float64(lvl.Runs) / runTime.Seconds()
-	effects := rt.Stats().EffectsSettled - effects0
-	lvl.EffectsPerRun = float64(effects) / float64(lvl.Runs)
-	lvl.EffectsPerSec = float64(effects) / runTime.Seconds()
-	// Stats.Commits counts the commits of advances; each Run's CreateRun
-	// is one more.
-	lvl.CommitsPerRun = float64(rt.Stats().Commits-commits0+int64(lvl.Runs)) / float64(lvl.Runs)
-	s := benchkit.Summarize(lat)
-	lvl.P50ms, lvl.P95ms, lvl.P99ms, lvl.MaxMs = msf(s.P50), msf(s.P95), msf(s.P99), msf(s.Max)
-	if bareTime > 0 {
-		lvl.BareCommitsPerSec = float64(bareCommits) / bareTime.Seconds()
-		lvl.BareRunsPerSec = lvl.BareCommitsPerSec / lvl.CommitsPerRun
-		lvl.Ratio = lvl.RunsPerSec / lvl.BareRunsPerSec
-	}
+	return out, nil
+}
+
+// level is the figures of the target's rounds at concurrency c.
+func (a *levelAcc) level(c int) (runsLevel, error) {
+	rt := a.t.rt
+	lvl := runsLevel{Concurrency: c, PluginCallPath: a.t.path}
+	lvl.Runs = len(a.lat)
 	if lvl.Runs == 0 {
 		return lvl, errors.New("bench: no Run was measured")
 	}
-	spent1, err := spentSoFar(m)
+	lvl.Seconds = a.runTime.Seconds()
+	lvl.RunsPerSec = float64(lvl.Runs) / a.runTime.Seconds()
+	effects := rt.Stats().EffectsSettled - a.effects0
+	lvl.EffectsPerRun = float64(effects) / float64(lvl.Runs)
+	lvl.EffectsPerSec = float64(effects) / a.runTime.Seconds()
+	// Stats.Commits counts the commits of advances; each Run's CreateRun
+	// is one more.
+	lvl.CommitsPerRun = float64(rt.Stats().Commits-a.commits0+int64(lvl.Runs)) / float64(lvl.Runs)
+	s := benchkit.Summarize(a.lat)
+	lvl.P50ms, lvl.P95ms, lvl.P99ms, lvl.MaxMs = msf(s.P50), msf(s.P95), msf(s.P99), msf(s.Max)
+	if a.bareTime > 0 {
+		lvl.BareCommitsPerSec = float64(a.bareCommits) / a.bareTime.Seconds()
+		lvl.BareRunsPerSec = lvl.BareCommitsPerSec / lvl.CommitsPerRun
+		lvl.Ratio = lvl.RunsPerSec / lvl.BareRunsPerSec
+	}
+	spent1, err := spentSoFar(a.t.m)
 	if err != nil {
 		return lvl, err
 	}
+	spent0 := a.spent0
 	perRun := func(a, b float64) float64 { return (b - a) * 1000 / float64(lvl.Runs) }
 	lvl.BuildMsPerRun = perRun(spent0.build, spent1.build)
 	lvl.ModelMsPerRun = perRun(spent0.model, spent1.model)
@@ -537,14 +727,15 @@ func runsTable(title string, levels []runsLevel) table {
 // runsTableOn is runsTable against the baseline named (bare Badger, bare
 // PostgreSQL).
 func runsTableOn(title, baseline string, levels []runsLevel) table {
+	byPath := manyCallPaths(levels)
 	t := table{Title: title,
-		Header: []string{"clients", "Runs", "Runs/s", "effects/s", "p50 ms", "p95 ms", "p99 ms", "commits/Run", "bare commits/s", "bare Runs/s", "ratio"}}
+		Header: pathHeader(byPath, "clients", "Runs", "Runs/s", "effects/s", "p50 ms", "p95 ms", "p99 ms", "commits/Run", "bare commits/s", "bare Runs/s", "ratio")}
 	for _, l := range levels {
-		t.Rows = append(t.Rows, []string{strconv.Itoa(l.Concurrency), strconv.Itoa(l.Runs),
+		t.Rows = append(t.Rows, pathRow(byPath, strconv.Itoa(l.Concurrency), l.PluginCallPath, strconv.Itoa(l.Runs),
 			fmt.Sprintf("%.0f", l.RunsPerSec), fmt.Sprintf("%.0f", l.EffectsPerSec),
 			fmt.Sprintf("%.1f", l.P50ms), fmt.Sprintf("%.1f", l.P95ms), fmt.Sprintf("%.1f", l.P99ms),
 			fmt.Sprintf("%.2f", l.CommitsPerRun), fmt.Sprintf("%.0f", l.BareCommitsPerSec),
-			fmt.Sprintf("%.0f", l.BareRunsPerSec), fmt.Sprintf("%.2f", l.Ratio)})
+			fmt.Sprintf("%.0f", l.BareRunsPerSec), fmt.Sprintf("%.2f", l.Ratio)))
 	}
 	t.Notes = []string{
 		"bare Runs/s = " + baseline + " commits/s at the same concurrency ÷ commits/Run; ratio = Runs/s ÷ bare Runs/s (goal: 0.5).",
@@ -561,14 +752,60 @@ func runsTableOn(title, baseline string, levels []runsLevel) table {
 
 // spentTable is where the Runs' time went, per Run.
 func spentTable(levels []runsLevel) table {
+	byPath := manyCallPaths(levels)
 	t := table{Title: "Where a Run's time goes (ms per Run, summed over concurrent Runs)",
-		Header: []string{"clients", "latency p50", "build", "model", "tools", "commits", "plugins+commits"}}
+		Header: pathHeader(byPath, "clients", "latency p50", "build", "model", "tools", "commits", "plugins+commits")}
 	for _, l := range levels {
-		t.Rows = append(t.Rows, []string{strconv.Itoa(l.Concurrency), fmt.Sprintf("%.1f", l.P50ms),
+		t.Rows = append(t.Rows, pathRow(byPath, strconv.Itoa(l.Concurrency), l.PluginCallPath, fmt.Sprintf("%.1f", l.P50ms),
 			fmt.Sprintf("%.2f", l.BuildMsPerRun), fmt.Sprintf("%.2f", l.ModelMsPerRun),
 			fmt.Sprintf("%.2f", l.ToolMsPerRun), fmt.Sprintf("%.2f", l.CommitMsPerRun),
-			fmt.Sprintf("%.2f", l.BuildMsPerRun+l.ModelMsPerRun+l.ToolMsPerRun+l.CommitMsPerRun)})
+			fmt.Sprintf("%.2f", l.BuildMsPerRun+l.ModelMsPerRun+l.ToolMsPerRun+l.CommitMsPerRun)))
 	}
 	t.Notes = []string{"build: 2 prompt-builder calls; model: 2 scripted-model calls; tools: 2 calculator calls; commits: 5 of the runtime (CreateRun is not timed)."}
+	return t
+}
+
+// manyCallPaths tells whether levels ran on more than one plugin call
+// path, so that the tables need a column for it.
+func manyCallPaths(levels []runsLevel) bool {
+	for _, l := range levels {
+		if l.PluginCallPath != levels[0].PluginCallPath {
+			return true
+		}
+	}
+	return false
+}
+
+// pathHeader is a table's header, with a "path" column after the first
+// one when byPath.
+func pathHeader(byPath bool, first string, rest ...string) []string {
+	if byPath {
+		return append([]string{first, "path"}, rest...)
+	}
+	return append([]string{first}, rest...)
+}
+
+// pathRow is a table's row, with path after the first column when
+// byPath.
+func pathRow(byPath bool, first, path string, rest ...string) []string {
+	if byPath {
+		return append([]string{first, path}, rest...)
+	}
+	return append([]string{first}, rest...)
+}
+
+// callPathsTable is --plugin-call-path both's comparison: at each
+// concurrency, the native level against the extism-sdk one, measured in
+// the same rounds.
+func callPathsTable(levels []runsLevel) table {
+	t := table{Title: "The plugin call paths against each other (same rounds)",
+		Header: []string{"clients", "native Runs/s", "extism-sdk Runs/s", "native/sdk", "native plugin ms/Run", "extism-sdk plugin ms/Run", "sdk/native"}}
+	for i := 0; i+1 < len(levels); i += 2 {
+		n, s := levels[i], levels[i+1]
+		t.Rows = append(t.Rows, []string{strconv.Itoa(n.Concurrency),
+			fmt.Sprintf("%.0f", n.RunsPerSec), fmt.Sprintf("%.0f", s.RunsPerSec), fmt.Sprintf("%.2f", n.RunsPerSecOverSDK),
+			fmt.Sprintf("%.2f", n.pluginMsPerRun()), fmt.Sprintf("%.2f", s.pluginMsPerRun()), fmt.Sprintf("%.2f", n.SDKPluginMsOverNative)})
+	}
+	t.Notes = []string{"plugin ms/Run: the build, model and tool calls of a Run (6 calls), summed over concurrent Runs; native/sdk > 1: native is faster."}
 	return t
 }

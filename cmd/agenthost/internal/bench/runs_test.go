@@ -3,11 +3,13 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/internal/pgserver"
 )
 
@@ -170,4 +172,86 @@ func pgConn(t *testing.T, dsn string) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// TestBenchRunsOnBothCallPaths runs `bench runs --plugin-call-path both`
+// small: each concurrency has a level on native, then one on extism-sdk,
+// every Run of both as the bench expects, and the native level carries
+// the ratios of the two.
+func TestBenchRunsOnBothCallPaths(t *testing.T) {
+	t.Parallel()
+	plugins := benchPluginsDir(t)
+	out, err := runBench(t, plugins, "runs", "--runs", "4", "--concurrency", "1,2", "--rounds", "2", "--plugin-call-path", "both", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got runsOutput
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("--json printed something that is not JSON: %v\n%s", err, out)
+	}
+	if got.Params.PluginCallPath != "both" || len(got.Result) != 4 {
+		t.Fatalf("params %+v, %d levels: want plugin_call_path both and 4 levels", got.Params, len(got.Result))
+	}
+	for i, l := range got.Result {
+		wantC, wantPath := []int{1, 1, 2, 2}[i], []string{"native", "extism-sdk"}[i%2]
+		if l.Concurrency != wantC || l.PluginCallPath != wantPath || l.Runs != 4 || l.EffectsPerRun != 4 {
+			t.Errorf("level %d: concurrency %d on %q, %d Runs, %.2f effects a Run; want %d on %q, 4 Runs, 4 effects",
+				i, l.Concurrency, l.PluginCallPath, l.Runs, l.EffectsPerRun, wantC, wantPath)
+		}
+		if l.RunsPerSec <= 0 || l.BareCommitsPerSec <= 0 || l.pluginMsPerRun() <= 0 {
+			t.Errorf("level %d: figures missing: %+v", i, l)
+		}
+		if i%2 == 1 {
+			if l.RunsPerSecOverSDK != 0 || l.SDKPluginMsOverNative != 0 {
+				t.Errorf("level %d, extism-sdk: ratios %+v, which are the native level's", i, l)
+			}
+			continue
+		}
+		sdk := got.Result[i+1]
+		if want := l.RunsPerSec / sdk.RunsPerSec; math.Abs(l.RunsPerSecOverSDK-want) > 1e-9*want {
+			t.Errorf("level %d: runs_per_sec_over_sdk %v, the figures give %v", i, l.RunsPerSecOverSDK, want)
+		}
+		if want := sdk.pluginMsPerRun() / l.pluginMsPerRun(); math.Abs(l.SDKPluginMsOverNative-want) > 1e-9*want {
+			t.Errorf("level %d: sdk_plugin_ms_over_native %v, the figures give %v", i, l.SDKPluginMsOverNative, want)
+		}
+	}
+	// The table has a path column and the comparison.
+	out, err = runBench(t, plugins, "runs", "--runs", "2", "--concurrency", "1", "--rounds", "1", "--plugin-call-path", "both")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"extism-sdk", "The plugin call paths against each other", "native/sdk"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the tables lack %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestBenchRunsConfigSetsTheCallPath: the config bench runs generates
+// sets plugin_call_path as --plugin-call-path says, and an unknown value
+// is refused.
+func TestBenchRunsConfigSetsTheCallPath(t *testing.T) {
+	bf := &benchFlags{plugins: benchPluginsDir(t)}
+	for _, path := range []string{config.PluginCallNative, config.PluginCallSDK} {
+		dir := t.TempDir()
+		yaml, err := benchRunsConfigOn(bf, dir, &runsParams{PoolSize: 1, PluginCallPath: path}, "", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := writeBenchConfig(dir, yaml)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.PluginCallPath != path {
+			t.Errorf("--plugin-call-path %s: the config's plugin_call_path is %q", path, cfg.PluginCallPath)
+		}
+	}
+	for _, args := range [][]string{
+		{"runs", "--plugin-call-path", "wasmtime"},
+		{"runs", "--plugin-call-path", "both", "--in-process"},
+	} {
+		if _, err := runBench(t, t.TempDir(), args...); err == nil || !strings.Contains(err.Error(), "--plugin-call-path") {
+			t.Errorf("bench %v: err = %v, want one about --plugin-call-path", args, err)
+		}
+	}
 }
