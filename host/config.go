@@ -53,6 +53,11 @@ type Config struct {
 	// CallPath is how plugins are called: CallPathNative (the default,
 	// also for "") or CallPathSDK.
 	CallPath CallPath
+
+	// wazeroChecks compiles native-path plugins with wazero's termination
+	// checks instead of the interrupt rewrite (interrupt.go), as a module
+	// the rewrite does not cover is: for the tests of that fallback.
+	wazeroChecks bool
 }
 
 // CallPath names one of the host's two implementations of a plugin call.

@@ -126,22 +126,9 @@ func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 	}
 	h.mu.Unlock()
 
-	// Inspect under the same RuntimeConfig go-sdk will use, so the compile
-	// here is the cache entry NewCompiledPlugin finds.
-	rt := wazero.NewRuntimeWithConfig(ctx, h.runtimeConfig())
-	defer rt.Close(context.WithoutCancel(ctx))
-	cm, err := rt.CompileModule(ctx, wasm)
-	if err != nil {
-		return fail(fmt.Errorf("not a valid WebAssembly module: %w", err))
-	}
-	info, err := inspectModule(cm, spec.Role)
+	code, info, err := h.compile(ctx, wasm, spec)
 	if err != nil {
 		return fail(err)
-	}
-
-	code, err := h.compile(ctx, wasm, spec)
-	if err != nil {
-		return fail(fmt.Errorf("compiling: %w", err))
 	}
 	p := &Plugin{
 		h: h, name: spec.Name, spec: spec, sha256: got, info: info,
@@ -260,18 +247,40 @@ func (h *Host) evictIdleFor(ctx context.Context, need int64) bool {
 	return h.budget.used.Load()+need <= h.budget.limit
 }
 
-// compile compiles a checked module on the host's call path.
-func (h *Host) compile(ctx context.Context, wasm []byte, spec PluginSpec) (pluginCode, error) {
-	if h.cfg.CallPath == CallPathSDK {
-		timeoutMS := uint64(spec.Limits.CallTimeout.Milliseconds())
-		if timeoutMS == 0 {
-			timeoutMS = 1
-		}
-		compiled, err := h.compileExtism(ctx, wasm, spec.Sandbox, timeoutMS)
+// compile compiles the module on the host's call path and inspects it
+// (inspectModule): nothing is instantiated.
+func (h *Host) compile(ctx context.Context, wasm []byte, spec PluginSpec) (pluginCode, moduleInfo, error) {
+	if h.cfg.CallPath != CallPathSDK {
+		c, err := h.compileNative(ctx, spec.Name, wasm)
 		if err != nil {
-			return nil, err
+			return nil, moduleInfo{}, err
 		}
-		return sdkCode{compiled: compiled}, nil
+		info, err := inspectModule(c.compiled, spec.Role)
+		if err != nil {
+			_ = c.close(context.WithoutCancel(ctx))
+			return nil, moduleInfo{}, err
+		}
+		return c, info, nil
 	}
-	return h.compileNative(ctx, wasm)
+	// Inspect under the same RuntimeConfig go-sdk will use, so the compile
+	// here is the cache entry NewCompiledPlugin finds.
+	rt := wazero.NewRuntimeWithConfig(ctx, h.runtimeConfig())
+	defer rt.Close(context.WithoutCancel(ctx))
+	cm, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, moduleInfo{}, &errInvalidModule{err}
+	}
+	info, err := inspectModule(cm, spec.Role)
+	if err != nil {
+		return nil, moduleInfo{}, err
+	}
+	timeoutMS := uint64(spec.Limits.CallTimeout.Milliseconds())
+	if timeoutMS == 0 {
+		timeoutMS = 1
+	}
+	compiled, err := h.compileExtism(ctx, wasm, spec.Sandbox, timeoutMS)
+	if err != nil {
+		return nil, moduleInfo{}, fmt.Errorf("compiling: %w", err)
+	}
+	return sdkCode{compiled: compiled}, info, nil
 }

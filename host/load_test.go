@@ -18,15 +18,19 @@ import (
 // the on-disk wazero cache. `make warm-cache` runs it without -race before
 // the race-enabled tests (docs/DESIGN.md §9); on its own it is an ordinary test.
 func TestWarmPluginCache(t *testing.T) {
-	e := newEnv(t, Config{})
-	for _, name := range conformance.Plugins {
-		role := abi.RoleExecutor
-		if name == conformance.PluginBuilder {
-			role = abi.RoleBuilder
-		}
-		p := e.load(t, name, role, nil)
-		if p.ABIVersion() != abi.Version {
-			t.Errorf("%s: ABI v%d, want v%d", name, p.ABIVersion(), abi.Version)
+	// Each call path compiles its own module (the native one with its
+	// interrupt checks), and the fallback to wazero's checks a third.
+	for _, cfg := range []Config{{}, {CallPath: CallPathSDK}, {wazeroChecks: true}} {
+		e := newEnv(t, cfg)
+		for _, name := range conformance.Plugins {
+			role := abi.RoleExecutor
+			if name == conformance.PluginBuilder {
+				role = abi.RoleBuilder
+			}
+			p := e.load(t, name, role, nil)
+			if p.ABIVersion() != abi.Version {
+				t.Errorf("%s: ABI v%d, want v%d", name, p.ABIVersion(), abi.Version)
+			}
 		}
 	}
 }

@@ -32,17 +32,48 @@ import (
 const maxVarBytes = 64 << 10
 
 // nativeCode is a plugin compiled for the native path: a wazero runtime
-// of its own (the host's RuntimeConfig and compilation cache) with WASI
-// and the two host modules, and the guest module.
+// of its own (the host's compilation cache) with WASI and the two host
+// modules, and the guest module, with interrupt checks of its own
+// (interrupt.go) or, when the module cannot be rewritten, with wazero's
+// (checked).
 type nativeCode struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
+	checked  bool          // compiled with wazero's termination checks
 	count    atomic.Uint64 // instances so far, for unique module names
 }
 
-// compileNative compiles wasm for the native path.
-func (h *Host) compileNative(ctx context.Context, wasm []byte) (*nativeCode, error) {
-	rt := wazero.NewRuntimeWithConfig(ctx, h.runtimeConfig())
+// errInvalidModule marks a module wazero refuses to compile.
+type errInvalidModule struct{ err error }
+
+func (e *errInvalidModule) Error() string { return "not a valid WebAssembly module: " + e.err.Error() }
+func (e *errInvalidModule) Unwrap() error { return e.err }
+
+// compileNative compiles wasm for the native path: rewritten with
+// interrupt checks when it can be, under wazero's termination checks
+// otherwise (a module the rewrite does not cover, logged).
+func (h *Host) compileNative(ctx context.Context, name string, wasm []byte) (*nativeCode, error) {
+	if h.cfg.wazeroChecks {
+		// as a module the rewrite does not cover
+	} else if rewritten, err := instrumentLoops(wasm); err == nil {
+		c, err := h.compileNativeWith(ctx, rewritten, h.runtimeConfig().WithCloseOnContextDone(false))
+		if err == nil {
+			return c, nil
+		}
+		h.log.Debug("plugin: the module with interrupt checks does not compile; using wazero's checks", "plugin", name, "error", err)
+	} else {
+		h.log.Debug("plugin: interrupt checks cannot be added; using wazero's", "plugin", name, "error", err)
+	}
+	c, err := h.compileNativeWith(ctx, wasm, h.runtimeConfig())
+	if err != nil {
+		return nil, err
+	}
+	c.checked = true
+	return c, nil
+}
+
+func (h *Host) compileNativeWith(ctx context.Context, wasm []byte, cfg wazero.RuntimeConfig) (*nativeCode, error) {
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	fail := func(err error) (*nativeCode, error) {
 		_ = rt.Close(context.WithoutCancel(ctx))
 		return nil, err
@@ -72,7 +103,7 @@ func (h *Host) compileNative(ctx context.Context, wasm []byte) (*nativeCode, err
 	}
 	cm, err := rt.CompileModule(ctx, wasm)
 	if err != nil {
-		return fail(err)
+		return fail(&errInvalidModule{err})
 	}
 	return &nativeCode{rt: rt, compiled: cm}, nil
 }
@@ -112,6 +143,15 @@ func (c *nativeCode) instantiate(ctx context.Context, p *Plugin, in *instance, m
 		return nil, err
 	}
 	g.mod = mod
+	if !c.checked {
+		ig, ok := mod.ExportedGlobal(interruptExport).(api.MutableGlobal)
+		if !ok {
+			_ = mod.Close(ctx)
+			g.kmem.Free()
+			return nil, errors.New("the module's interrupt global is missing")
+		}
+		g.interrupt = ig
+	}
 	g.config = p.spec.Sandbox.Config
 	g.exports = map[string]api.Function{}
 	g.init = detectGuestInit(mod)
@@ -172,8 +212,11 @@ type nativeGuest struct {
 	kmem    experimental.LinearMemory // the kernel's, charged to the instance
 	log     *slog.Logger
 	plugin  string
-	config  map[string]string
-	vars    map[string][]byte
+	// interrupt is the module's interrupt global (interrupt.go); nil when
+	// the module has wazero's termination checks, which watch ctx instead.
+	interrupt api.MutableGlobal
+	config    map[string]string
+	vars      map[string][]byte
 
 	// ctx is what wazero and the host functions get: it finds this guest,
 	// and its Done channel closes when the call must stop (halt), which
@@ -232,16 +275,20 @@ func nativeFrom(ctx context.Context) *nativeGuest {
 	return g
 }
 
-// halt stops the call in progress, once in the instance's life: wazero's
-// watcher sees Done and closes the module with the code (ExitCodeDeadline
-// Exceeded maps to context.DeadlineExceeded in Err), and a kernel walk
-// sees stop.
+// halt stops the call in progress, once in the instance's life: the
+// guest traps at its next loop header (the interrupt global), or, in a
+// module with wazero's checks, wazero's watcher sees Done and closes the
+// module with the code (ExitCodeDeadlineExceeded maps to
+// context.DeadlineExceeded in Err); a kernel walk sees stop either way.
 func (g *nativeGuest) halt(code uint32, byTimeout bool) {
 	v := uint64(code)
 	if byTimeout {
 		v |= haltedByTimeout
 	}
 	if g.stop.CompareAndSwap(0, v) {
+		if g.interrupt != nil {
+			g.interrupt.Set(1)
+		}
 		close(g.done)
 	}
 }
@@ -327,6 +374,12 @@ func (g *nativeGuest) call(ctx context.Context, s *callScope, export string, inp
 	}
 	g.stack[0] = 0
 	err := fn.CallWithStack(g.ctx, g.stack[:])
+	if code := g.stopCode(); code != 0 && err != nil {
+		// Halted: the trap at a loop header (or wherever the guest was)
+		// is the exit of the timeout or of the caller, as wazero's own
+		// check reports it.
+		err = sys.NewExitError(code)
+	}
 
 	hasResult := len(results) == 1 && err == nil
 	rc := uint32(0)

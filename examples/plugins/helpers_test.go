@@ -174,4 +174,22 @@ func TestWarmExampleCache(t *testing.T) {
 	}
 	e.load(t, calculatorC, abi.RoleExecutor, nil)
 	e.load(t, calculatorAS, abi.RoleExecutor, nil)
+	// The reference call path compiles the modules as they are (the
+	// native one adds interrupt checks): the differential tests load both.
+	sdk, err := host.New(host.Config{CacheDir: conformance.WazeroCacheDir(), KV: e.kv, Clock: e.clock, CallPath: host.CallPathSDK})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdk.Close(context.Background())
+	for _, x := range append(goExamples, struct {
+		dir  string
+		role abi.Role
+	}{calculatorC, abi.RoleExecutor}, struct {
+		dir  string
+		role abi.Role
+	}{calculatorAS, abi.RoleExecutor}) {
+		if _, err := sdk.Load(context.Background(), host.PluginSpec{Name: x.dir, Path: wasmPath(t, x.dir), Role: x.role}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
