@@ -176,7 +176,15 @@ func (k *kernel) memset(dst, n uint32) {
 		end := wordsAt + words
 		if int32(words) >= 1 {
 			if end > wordsAt {
-				ea := k.check(wordsAt, 0, uint64(words))
+				ea, size := uint64(wordsAt), uint64(len(k.mem))
+				if ea+uint64(words) > size {
+					// The loop stores every whole word that fits, then
+					// traps on the first that does not.
+					if ea < size {
+						clear(k.mem[ea : ea+(size-ea)/4*4])
+					}
+					k.check(wordsAt, 0, uint64(words))
+				}
 				clear(k.mem[ea : ea+uint64(words)])
 			} else { // the loop stores once, then its bound has wrapped
 				k.st32(wordsAt, 0, 0)
