@@ -37,6 +37,9 @@ const (
 	// PluginBroken loads, but breaks the ABI in the ways the plugin ABI
 	// check must catch (see conformance/plugins/broken).
 	PluginBroken = plugincatalog.Broken
+	// PluginKernelProbe is an executor that also exports probe, which runs
+	// a program of raw Extism kernel calls (see conformance/plugins/kernelprobe).
+	PluginKernelProbe = plugincatalog.KernelProbe
 )
 
 // Plugins lists every conformance plugin.

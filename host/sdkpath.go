@@ -2,9 +2,11 @@ package host
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero/sys"
 )
 
 // The reference call path: extism go-sdk. The host ran every call through
@@ -55,19 +57,45 @@ type sdkMemory struct {
 	p   *extism.CurrentPlugin
 }
 
+// The kernel calls below take the call's context, so that a walk over
+// blocks a guest corrupted into a cycle ends at the call's timeout
+// (go-sdk's ReadBytes would walk under context.Background(), for ever).
+// A call that ended so (a *sys.ExitError) ends the host function too,
+// with that exit, so that the call is classified by its timeout and not
+// as a failed read or a full memory; a kernel trap fails the operation,
+// as on the native path.
+
 func (m sdkMemory) readBlock(off uint64) ([]byte, bool) {
-	b, err := m.p.ReadBytes(off)
-	return b, err == nil
+	n, err := m.p.LengthWithContext(m.ctx, off)
+	if err != nil {
+		exitOnly(err)
+		return nil, false
+	}
+	b, ok := m.p.Memory().Read(uint32(off), uint32(n))
+	if !ok {
+		return nil, false
+	}
+	return append([]byte{}, b...), true
 }
 
-func (m sdkMemory) freeBlock(off uint64) { _ = m.p.FreeWithContext(m.ctx, off) }
+func (m sdkMemory) freeBlock(off uint64) { exitOnly(m.p.FreeWithContext(m.ctx, off)) }
 
 func (m sdkMemory) allocBlock(n uint64) uint64 {
 	off, err := m.p.AllocWithContext(m.ctx, n)
 	if err != nil {
+		exitOnly(err)
 		return 0
 	}
 	return off
+}
+
+// exitOnly panics with err when it is the exit of the call (its timeout
+// or its caller), which unwinds the guest as that exit.
+func exitOnly(err error) {
+	var exit *sys.ExitError
+	if errors.As(err, &exit) {
+		panic(exit)
+	}
 }
 
 func (m sdkMemory) write(off uint32, b []byte) bool { return m.p.Memory().Write(off, b) }

@@ -20,10 +20,14 @@ const (
 	// Broken loads, but breaks the ABI in the ways the plugin ABI check
 	// must catch.
 	Broken = "broken"
+	// KernelProbe is a well-behaved executor that also exports probe, an
+	// interpreter of raw Extism kernel calls, for the differential test of
+	// the host's call paths.
+	KernelProbe = "kernelprobe"
 )
 
 // Conformance lists every conformance plugin.
-var Conformance = []string{Builder, Executor, SlowJob, Hostile, Scripted, Broken}
+var Conformance = []string{Builder, Executor, SlowJob, Hostile, Scripted, Broken, KernelProbe}
 
 // The example plugins `agenthost bench` loads, by the name of their
 // directory under examples/plugins (and of their file under DIR/).
