@@ -54,6 +54,8 @@ type recoveryParams struct {
 	// LeaseTTL is both processes' lease_ttl, which a restart on
 	// PostgreSQL waits out.
 	LeaseTTL time.Duration `json:"lease_ttl"`
+	// PluginCallPath is both processes' plugin_call_path.
+	PluginCallPath string `json:"plugin_call_path"`
 }
 
 // recoveryResult is what the recovery bench measured. The times run from
@@ -151,6 +153,9 @@ at once): that wait is reported apart, and the times start after it.`,
 			if err := sf.check(); err != nil {
 				return err
 			}
+			if p.PluginCallPath != config.PluginCallNative && p.PluginCallPath != config.PluginCallSDK {
+				return fmt.Errorf("bench recovery: --plugin-call-path %q: want %s or %s", p.PluginCallPath, config.PluginCallNative, config.PluginCallSDK)
+			}
 			p.Store = sf.store
 			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile)
 		},
@@ -163,6 +168,7 @@ at once): that wait is reported apart, and the times start after it.`,
 	f.DurationVar(&p.LeaseTTL, "lease-ttl", config.DefaultLeaseTTL, "both processes' lease_ttl; with --store postgres the restart waits it out first")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up when the child or the recovery takes longer than this")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process from the open until every Run is terminal to `FILE` (go tool pprof)")
+	f.StringVar(&p.PluginCallPath, "plugin-call-path", config.PluginCallNative, "both processes' plugin_call_path: native or extism-sdk")
 	sf.add(cmd)
 	return cmd
 }
@@ -196,7 +202,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		return err
 	}
 	defer cleanup()
-	cfg, err := writeBenchConfig(dir, store+recoveryConfig(dir, cache, paths, p.SyncWrites, p.LeaseTTL))
+	cfg, err := writeBenchConfig(dir, store+"plugin_call_path: "+p.PluginCallPath+"\n"+recoveryConfig(dir, cache, paths, p.SyncWrites, p.LeaseTTL))
 	if err != nil {
 		return fmt.Errorf("bench: recovery: config: %w", err)
 	}
@@ -251,7 +257,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		storeName = "pgstore on PostgreSQL " + p.PostgreSQL
 	}
 	tbl := table{
-		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 on %s (from the start of the restart)", p.Runs, storeName),
+		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 on %s, plugin_call_path %s (from the start of the restart)", p.Runs, storeName, p.PluginCallPath),
 		Header: []string{"phase", "ms", "Runs/s"},
 		Rows: [][]string{
 			{"open (store, plugins, runtime)", fmt.Sprintf("%.1f", res.OpenMS), ""},

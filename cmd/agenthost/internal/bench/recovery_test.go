@@ -18,9 +18,10 @@ func TestBenchRecovery(t *testing.T) {
 
 // TestBenchRecoveryOnPostgres is TestBenchRecovery on a database of the
 // shared test server: the child and this process share it, and recovery
-// starts once the child's lease has run out.
+// starts once the child's lease has run out. It runs the plugins on the
+// reference call path, so that both paths recover Runs.
 func TestBenchRecoveryOnPostgres(t *testing.T) {
-	r := checkBenchRecovery(t, "postgres", "--dsn", pgserver.NewDatabase(t), "--lease-ttl", "3s")
+	r := checkBenchRecovery(t, "postgres", "--dsn", pgserver.NewDatabase(t), "--lease-ttl", "3s", "--plugin-call-path", "extism-sdk")
 	if r.LeaseWaitMS < 3000 {
 		t.Errorf("the bench waited %.0f ms for the child's lease, want lease_ttl (3s) or more", r.LeaseWaitMS)
 	}
@@ -45,6 +46,15 @@ func checkBenchRecovery(t *testing.T, store string, args ...string) recoveryResu
 	r := got.Result
 	if got.Bench != "recovery" || got.Params.Runs != runs || got.Params.Store != store {
 		t.Errorf("bench %q with %d runs on %s, want recovery with %d on %s", got.Bench, got.Params.Runs, got.Params.Store, runs, store)
+	}
+	wantPath := "native"
+	for i, a := range args {
+		if a == "--plugin-call-path" && i+1 < len(args) {
+			wantPath = args[i+1]
+		}
+	}
+	if got.Params.PluginCallPath != wantPath {
+		t.Errorf("plugin_call_path %q, want %q", got.Params.PluginCallPath, wantPath)
 	}
 	if !r.OK || len(r.Problems) > 0 {
 		t.Errorf("the bench's checks failed: %v", r.Problems)

@@ -249,6 +249,7 @@ func TestBenchRunsConfigSetsTheCallPath(t *testing.T) {
 	for _, args := range [][]string{
 		{"runs", "--plugin-call-path", "wasmtime"},
 		{"runs", "--plugin-call-path", "both", "--in-process"},
+		{"recovery", "--plugin-call-path", "both"},
 	} {
 		if _, err := runBench(t, t.TempDir(), args...); err == nil || !strings.Contains(err.Error(), "--plugin-call-path") {
 			t.Errorf("bench %v: err = %v, want one about --plugin-call-path", args, err)
