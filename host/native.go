@@ -220,7 +220,8 @@ type nativeGuest struct {
 
 	// ctx is what wazero and the host functions get: it finds this guest,
 	// and its Done channel closes when the call must stop (halt), which
-	// wazero's termination check turns into the call's exit.
+	// wazero's termination check, in a module that has it, turns into the
+	// call's exit.
 	ctx      nativeContext
 	done     chan struct{} // closed by halt
 	stop     atomic.Uint64 // set once by halt: the exit code, and haltedByTimeout
@@ -276,8 +277,8 @@ func nativeFrom(ctx context.Context) *nativeGuest {
 }
 
 // halt stops the call in progress, once in the instance's life: the
-// guest traps at its next loop header (the interrupt global), or, in a
-// module with wazero's checks, wazero's watcher sees Done and closes the
+// guest traps at its next safepoint (interrupt.go), or, in a module with
+// wazero's checks, wazero's watcher sees Done and closes the
 // module with the code (ExitCodeDeadlineExceeded maps to
 // context.DeadlineExceeded in Err); a kernel walk sees stop either way.
 func (g *nativeGuest) halt(code uint32, byTimeout bool) {
