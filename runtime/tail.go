@@ -145,12 +145,19 @@ func (f *Follower) readBacklog(ctx context.Context, from int64) ([]StreamItem, b
 			return nil, false, err
 		}
 		if run.Status.Terminal() {
-			// Its terminal event was delivered, or pruned with the log:
-			// nothing more will come.
-			t.mu.Lock()
-			f.done = true
-			t.mu.Unlock()
-			return nil, true, nil
+			// The Run may have ended between the two reads: its last
+			// events and its terminal snapshot commit together, so the
+			// log read again has them, unless they were delivered or
+			// pruned with the log.
+			if evs, err = t.rt.store.Events(ctx, t.tenant, t.runID, from, followPage); err != nil {
+				return nil, false, err
+			}
+			if len(evs) == 0 {
+				t.mu.Lock()
+				f.done = true
+				t.mu.Unlock()
+				return nil, true, nil
+			}
 		}
 	}
 	items := make([]StreamItem, len(evs))
@@ -338,10 +345,17 @@ func (t *tail) readFrom(from int64, check bool) ([]loop.Event, bool, error) {
 	}
 	t.hub.counters.tailReads.Add(1)
 	run, err := t.rt.store.LoadRun(ctx, t.tenant, t.runID)
-	if err != nil {
+	if err != nil || !run.Status.Terminal() {
 		return nil, false, err
 	}
-	return nil, run.Status.Terminal(), nil
+	// The Run may have ended between the two reads: read the log again
+	// (its last events commit with the terminal snapshot), and end only
+	// if it is still empty (delivered, or pruned with the log).
+	t.hub.counters.tailReads.Add(1)
+	if evs, err = t.rt.store.Events(ctx, t.tenant, t.runID, from, followPage); err != nil || len(evs) > 0 {
+		return evs, false, err
+	}
+	return nil, true, nil
 }
 
 // handOut gives the events of one read to the joined followers, each from

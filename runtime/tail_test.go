@@ -312,3 +312,80 @@ func TestNewFollowerCapsTheFollowersOfATenant(t *testing.T) {
 		t.Fatalf("stats %+v, want 1 refused, 1 dropped, nothing open", st)
 	}
 }
+
+// endingStore makes a Run end at one chosen moment: between a read of its
+// log that found nothing and the look at its snapshot that follows.
+type endingStore struct {
+	runtime.Store
+	mu    sync.Mutex
+	runID string
+	empty bool   // the last read of runID's log found nothing
+	hook  func() // run once, in that LoadRun, before it reads
+}
+
+func (s *endingStore) Events(ctx context.Context, tenant, runID string, fromSeq int64, limit int) ([]loop.Event, error) {
+	evs, err := s.Store.Events(ctx, tenant, runID, fromSeq, limit)
+	s.mu.Lock()
+	if runID == s.runID {
+		s.empty = err == nil && len(evs) == 0
+	}
+	s.mu.Unlock()
+	return evs, err
+}
+
+func (s *endingStore) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
+	s.mu.Lock()
+	var hook func()
+	if runID == s.runID && s.empty && s.hook != nil {
+		hook, s.hook = s.hook, nil
+	}
+	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return s.Store.LoadRun(ctx, tenant, runID)
+}
+
+// TestAFollowerGetsTheEndOfARunThatEndsWhileItLooks: a follower that
+// finds the log empty and then the Run terminal reads the log again
+// before it ends: the Run may have ended in between, and its last events
+// (the terminal one among them) are then in the log, not delivered. The
+// stream used to end without them (seen in TestThreeNodesSurviveAKill: a
+// stream "ended after event 10 without the Run's end").
+func TestAFollowerGetsTheEndOfARunThatEndsWhileItLooks(t *testing.T) {
+	var s *endingStore
+	e := conformance.NewRuntimeEnv(t, conformance.RuntimeHarness{NewStore: func(t *testing.T, clock runtime.Clock) runtime.Store {
+		m := conformance.NewMemStore(clock, conformance.KVLimits{})
+		t.Cleanup(func() { _ = m.Close() })
+		s = &endingStore{Store: m}
+		return s
+	}}, nil)
+	res := e.Execute("s1", `call:wire({"text":"w"})|answer:done`)
+	if res.Kind != runtime.ResultWaiting {
+		t.Fatalf("result %s", res.Kind)
+	}
+	approved, ended := make(chan struct{}), make(chan struct{})
+	s.mu.Lock()
+	s.runID = res.Run.ID
+	s.hook = func() {
+		if _, err := e.Runtime.Approve(context.Background(), "acme", res.Run.ID,
+			[]abi.ApprovalDecision{{ToolCallID: "call_1_1", Approved: true}}); err != nil {
+			t.Error(err)
+		}
+		close(approved)
+		<-ended
+	}
+	s.mu.Unlock()
+	// From past the last event: the follower's first read of the log
+	// finds nothing, and the Run ends before it looks at the snapshot.
+	f := follow(e.Runtime, res.Run.ID, res.Run.Seq+1)
+	select {
+	case <-approved:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower never looked at the snapshot after an empty read")
+	}
+	run := e.UntilTerminal(e.Runtime, res.Run.ID, time.Second)
+	close(ended)
+	f.wait(t)
+	f.wantWhole(t, res.Run.Seq+1, run)
+}
