@@ -1,9 +1,6 @@
 package host
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Interrupting a guest without wazero's termination checks.
 //
@@ -51,7 +48,6 @@ func uninstrumentable(format string, args ...any) error {
 
 // Section ids.
 const (
-	secCustom    = 0
 	secType      = 1
 	secImport    = 2
 	secFunction  = 3
@@ -614,27 +610,12 @@ func skipImmediates(r *reader, op byte) {
 }
 
 func skipFC(r *reader, sub uint32) {
-	switch {
-	case sub <= 7: // saturating truncations
-	case sub == 8: // memory.init
+	switch sub {
+	case 0, 1, 2, 3, 4, 5, 6, 7: // saturating truncations
+	case 8, 10, 12, 14: // memory.init, memory.copy, table.init, table.copy: two indices
 		r.u32()
 		r.u32()
-	case sub == 9: // data.drop
-		r.u32()
-	case sub == 10: // memory.copy
-		r.u32()
-		r.u32()
-	case sub == 11: // memory.fill
-		r.u32()
-	case sub == 12: // table.init
-		r.u32()
-		r.u32()
-	case sub == 13: // elem.drop
-		r.u32()
-	case sub == 14: // table.copy
-		r.u32()
-		r.u32()
-	case sub >= 15 && sub <= 17: // table.grow, table.size, table.fill
+	case 9, 11, 13, 15, 16, 17: // data.drop, memory.fill, elem.drop, table.grow, table.size, table.fill
 		r.u32()
 	default:
 		r.fail("opcode 0xfc %d", sub)
@@ -667,10 +648,4 @@ func skipAtomic(r *reader, sub uint32) {
 	default:
 		r.fail("opcode 0xfe %d", sub)
 	}
-}
-
-// isUninstrumentable reports an error of instrumentLoops.
-func isUninstrumentable(err error) bool {
-	var u *errUninstrumentable
-	return errors.As(err, &u)
 }

@@ -195,3 +195,9 @@ func FuzzInstrumentLoops(f *testing.F) {
 		}
 	})
 }
+
+// isUninstrumentable reports an error of instrumentLoops.
+func isUninstrumentable(err error) bool {
+	var u *errUninstrumentable
+	return errors.As(err, &u)
+}

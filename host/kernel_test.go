@@ -847,33 +847,23 @@ func (d *kdBytes) le(n int) uint64 {
 // kdKinds maps a kind byte to a value kind, weighted so that a random
 // sequence mostly runs on (an out-of-range address traps, which ends the
 // sequence) yet often reaches every kind.
-var kdKinds = func() (t [256]uint8) {
-	w := [vKinds]int{
-		vOffset: 120, vSmall: 20, vMemEnd: 4, vZero: 6, v64: 4, v65: 4, vHuge: 3, vNear64: 3,
-		vLow: 16, vRegister: 16, vU16: 18, vU32: 2, vU64: 2, vMiB: 2, vSplit: 16, vWide: 6, vRootField: 14,
-	}
-	i := 0
-	for k, n := range w {
-		for ; n > 0; n-- {
-			t[i] = uint8(k)
-			i++
-		}
-	}
-	if i != 256 {
-		panic(fmt.Sprintf("kdKinds: weights add up to %d", i))
-	}
-	return t
-}()
+var kdKinds = kdWeighted("kdKinds", [vKinds]int{
+	vOffset: 120, vSmall: 20, vMemEnd: 4, vZero: 6, v64: 4, v65: 4, vHuge: 3, vNear64: 3,
+	vLow: 16, vRegister: 16, vU16: 18, vU32: 2, vU64: 2, vMiB: 2, vSplit: 16, vWide: 6, vRootField: 14,
+})
 
 // kdLenKinds is kdKinds for alloc's length: mostly small, so that the
 // heap and the memory stay small (the memory is compared after every op,
 // and the reference's reset costs about 3 ns a byte of heap) and rarely
 // grow by MiBs; and no offsets, which would grow them in a feedback loop.
-var kdLenKinds = func() (t [256]uint8) {
-	w := [vKinds]int{
-		vSmall: 154, vU16: 12, vSplit: 30, vZero: 4, vMiB: 2, vHuge: 8, vNear64: 8, vWide: 8,
-		vMemEnd: 2, vU32: 6, vU64: 6, vRegister: 6, v64: 4, v65: 4, vLow: 2,
-	}
+var kdLenKinds = kdWeighted("kdLenKinds", [vKinds]int{
+	vSmall: 154, vU16: 12, vSplit: 30, vZero: 4, vMiB: 2, vHuge: 8, vNear64: 8, vWide: 8,
+	vMemEnd: 2, vU32: 6, vU64: 6, vRegister: 6, v64: 4, v65: 4, vLow: 2,
+})
+
+// kdWeighted is a table of 256 value kinds, each as many times as its
+// weight says; the weights must add up to 256.
+func kdWeighted(name string, w [vKinds]int) (t [256]uint8) {
 	i := 0
 	for k, n := range w {
 		for ; n > 0; n-- {
@@ -882,10 +872,10 @@ var kdLenKinds = func() (t [256]uint8) {
 		}
 	}
 	if i != 256 {
-		panic(fmt.Sprintf("kdLenKinds: weights add up to %d", i))
+		panic(fmt.Sprintf("%s: weights add up to %d", name, i))
 	}
 	return t
-}()
+}
 
 func (d *kdBytes) value(st *kdState) uint64 { return d.valueOf(st, kdKinds[d.byte()]) }
 

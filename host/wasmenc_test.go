@@ -20,18 +20,7 @@ type wExport struct {
 	typ  wFuncType // () -> () or () -> i32 bodies are generated
 }
 
-func uleb(n int) []byte {
-	var b []byte
-	for {
-		c := byte(n & 0x7f)
-		n >>= 7
-		if n != 0 {
-			b = append(b, c|0x80)
-			continue
-		}
-		return append(b, c)
-	}
-}
+func uleb(n int) []byte { return appendULEB(nil, uint64(n)) }
 
 func wName(s string) []byte { return append(uleb(len(s)), s...) }
 
