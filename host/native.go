@@ -90,12 +90,12 @@ func (h *Host) compileNativeWith(ctx context.Context, wasm []byte, cfg wazero.Ru
 		user.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
 			g := nativeFrom(ctx)
 			if !io {
-				fn(ctx, g.scope, g.memory(), stack)
+				fn(ctx, g.scope.Load(), g.memory(), stack)
 				return
 			}
 			c, cancel := context.WithDeadline(g.callerCtx(), g.deadline)
 			defer cancel()
-			fn(c, g.scope, g.memory(), stack)
+			fn(c, g.scope.Load(), g.memory(), stack)
 		}), f.params, f.results).Export(f.name)
 	}
 	if _, err := user.Instantiate(ctx); err != nil {
@@ -113,7 +113,7 @@ func (c *nativeCode) close(ctx context.Context) error { return c.rt.Close(ctx) }
 // instantiate makes a native instance of the plugin for in. ctx carries
 // in's memory allocator; mc is the sandbox's module config.
 func (c *nativeCode) instantiate(ctx context.Context, p *Plugin, in *instance, mc wazero.ModuleConfig) (guest, error) {
-	g := &nativeGuest{log: p.h.log, plugin: p.name, vars: map[string][]byte{}, done: make(chan struct{})}
+	g := &nativeGuest{log: p.h.log, plugin: p.name, vars: map[string][]byte{}, done: make(chan struct{}), scope: &in.scope}
 	g.ctx = nativeContext{g: g}
 	g.kmem = in.mem.Allocate(kernelMinPages*kernelPage, kernelMaxPages*kernelPage)
 	k, ok := newKernel(g.kmem.Reallocate, g.stopCode)
@@ -228,9 +228,12 @@ type nativeGuest struct {
 	timer    *time.Timer   // the call timeout, reset for each call
 	onCancel func()        // halts the call when its caller's context ends
 
-	// The call in progress. scope, deadline and inputOffset belong to the
+	// scope is the call in progress's: the instance's own (instance.scope),
+	// which (*Plugin).run sets around every call.
+	scope *atomic.Pointer[callScope]
+
+	// The call in progress. deadline and inputOffset belong to the
 	// goroutine of the call; caller is also read by onCancel, under mu.
-	scope       *callScope
 	deadline    time.Time
 	inputOffset uint64
 	mu          sync.Mutex
@@ -321,8 +324,9 @@ func (g *nativeGuest) export(name string) api.Function {
 }
 
 // call is go-sdk's Plugin.CallWithContext on the native kernel: the same
-// steps, the same return values.
-func (g *nativeGuest) call(ctx context.Context, s *callScope, export string, input []byte, timeout time.Duration) (res guestResult) {
+// steps, the same return values. The host functions find the call's scope
+// in the instance (g.scope), where (*Plugin).run put it.
+func (g *nativeGuest) call(ctx context.Context, _ *callScope, export string, input []byte, timeout time.Duration) (res guestResult) {
 	if g.mod.IsClosed() || g.stop.Load() != 0 {
 		return guestResult{err: errors.New("module is closed"), spent: true}
 	}
@@ -333,7 +337,7 @@ func (g *nativeGuest) call(ctx context.Context, s *callScope, export string, inp
 		}
 		return guestResult{rc: code, err: sys.NewExitError(code), spent: true}
 	}
-	g.scope, g.deadline = s, time.Now().Add(timeout)
+	g.deadline = time.Now().Add(timeout)
 	g.mu.Lock()
 	g.caller = ctx
 	g.mu.Unlock()
@@ -347,7 +351,6 @@ func (g *nativeGuest) call(ctx context.Context, s *callScope, export string, inp
 			res.spent = true // halted, or about to be: never reused
 		}
 		res.timedOut = g.stop.Load()&haltedByTimeout != 0
-		g.scope = nil
 		g.mu.Lock()
 		g.caller = nil
 		g.mu.Unlock()
