@@ -40,7 +40,7 @@
 //
 //	0x00 lp("format")                          format version ("1"), written at the first open, checked at every open
 //	0x00 lp("open_generation")                 be64: the number of this open, +1 at every open
-//	'r' lp(tenant) lp(run)                     run record: uvarint(len(header)) header-JSON snapshot-JSON
+//	'r' lp(tenant) lp(run)                     run record: uvarint(len(header)) header snapshot (binary, internal/runcodec; JSON in format 1)
 //	'e' lp(tenant) lp(run) be64(seq)           event JSON, Seq 1…
 //	'c' lp(tenant) lp(run) lp(command)         be64: the Seq the command produced (its first result)
 //	'C' lp(tenant) lp(command)                 run ID a CreateRun command created
@@ -61,7 +61,7 @@
 // so a Commit moves the indexes from the old header to the new one in the
 // same transaction that writes the events and the snapshot, without
 // decoding the old snapshot. It also holds the Run's stored bytes (its
-// snapshot's JSON, its events' and its command IDs, for the tenant's
+// snapshot as stored, its events' JSON and its command IDs, for the tenant's
 // storage quota), which every write of the Run sets in the same
 // transaction; no key is shared by two Runs' writes, so counting adds no
 // conflict between them. Since one process owns the directory, each

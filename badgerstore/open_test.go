@@ -112,11 +112,11 @@ func TestOpenRefusesAnUnknownFormatVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(metaFormat), []byte("2")) }); err != nil {
+	if err := db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(metaFormat), []byte("3")) }); err != nil {
 		t.Fatal(err)
 	}
 	_ = db.Close()
-	wantOpenError(t, dir, `format "2"`, "reads format 1")
+	wantOpenError(t, dir, `format "3"`, "reads formats 1 to 2")
 }
 
 // Reopening the directory proves every earlier incarnation is gone: their

@@ -151,6 +151,71 @@ func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string
 	return epoch, nil
 }
 
+// ClaimSessions implements runtime.Ownership: one transaction, and so one
+// synced write, for the whole batch. A Badger conflict with a concurrent
+// writer (a claim, a Run created in one of the sessions) runs it again
+// from its first read, as every update does.
+func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, sessions []runtime.SessionRef) ([]runtime.SessionClaim, error) {
+	if err := runtime.CheckClaimBatch(nodeID, sessions); err != nil {
+		return nil, fmt.Errorf("badgerstore: claim sessions: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []runtime.SessionClaim
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		out = make([]runtime.SessionClaim, len(sessions))
+		self, err := s.alive(txn, nodeID, nowMS)
+		if err != nil {
+			return err
+		}
+		if !self {
+			return fmt.Errorf("badgerstore: claim %d sessions by %s: %w", len(sessions), nodeID, runtime.ErrNodeExpired)
+		}
+		liveOwners := map[string]bool{}
+		for i, ref := range sessions {
+			var o ownerRecord
+			if _, err := readJSON(txn, ownerKey(ref.Tenant, ref.Session), &o); err != nil {
+				return err
+			}
+			if o.Owner != "" && o.Owner != nodeID {
+				live, seen := liveOwners[o.Owner]
+				if !seen {
+					if live, err = s.alive(txn, o.Owner, nowMS); err != nil {
+						return err
+					}
+					liveOwners[o.Owner] = live
+				}
+				if live {
+					out[i].Err = fmt.Errorf("badgerstore: claim session %s/%s by %s: %w", ref.Tenant, ref.Session, nodeID,
+						&runtime.SessionOwnedError{Tenant: ref.Tenant, Session: ref.Session, Owner: o.Owner, Epoch: o.Epoch})
+					continue
+				}
+			}
+			out[i].Epoch = o.Epoch
+			if o.Owner != nodeID {
+				out[i].Epoch = o.Epoch + 1
+				if err := writeJSON(txn, ownerKey(ref.Tenant, ref.Session), ownerRecord{Owner: nodeID, Epoch: out[i].Epoch}); err != nil {
+					return err
+				}
+			}
+			runs, err := runsAt(txn, ref.Tenant, activePrefix(ref.Tenant, ref.Session), 0, 0)
+			if err != nil {
+				return err
+			}
+			for _, sr := range runs {
+				out[i].Active = append(out[i].Active, sr.Run)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr(fmt.Sprintf("claim %d sessions", len(sessions)), err)
+	}
+	return out, nil
+}
+
 // ReleaseSession implements runtime.Ownership.
 func (s *Store) ReleaseSession(ctx context.Context, tenant, session, nodeID string) error {
 	if err := checkIDs("tenant", tenant, "session", session); err != nil {

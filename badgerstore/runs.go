@@ -10,6 +10,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -37,15 +38,38 @@ func headerOf(r loop.Run, ordinal int64, createCmd string, storedBytes int64) ru
 		CreateCmd: createCmd, Executing: runtime.ExecutingRecords(r), StoredBytes: &storedBytes}
 }
 
-// encodeRecord frames a run record: uvarint(len(header)), the header JSON,
-// then the snapshot JSON.
+// encodeRecord frames a run record: uvarint(len(header)), the header,
+// then the snapshot, both in the binary form (internal/runcodec: a
+// version byte, then the fields). Records written before it hold JSON
+// for both, which starts with '{': decodeHeader and decodeRecord read
+// either, and the next write of the Run rewrites it in the binary form.
 func encodeRecord(h runHeader, snapshot []byte) ([]byte, error) {
-	hb, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
+	w := runcodec.Writer{B: make([]byte, 0, 64+len(snapshot))}
+	w.B = append(w.B, 0) // room for the header's length, patched below
+	w.B = append(w.B, runcodec.Version1)
+	w.Int(h.Ordinal)
+	w.String(h.Session)
+	w.String(string(h.Status))
+	w.Int(h.Seq)
+	w.Int(h.UpdatedAt)
+	w.String(h.CreateCmd)
+	w.Count(len(h.Executing), h.Executing == nil)
+	for _, e := range h.Executing {
+		w.String(e.Tenant)
+		w.String(e.Session)
+		w.String(e.RunID)
+		w.String(e.EffectID)
+		w.Int(int64(e.Attempt))
+		w.String(e.Handle)
+		w.Uint(e.Epoch)
 	}
-	out := binary.AppendUvarint(make([]byte, 0, len(hb)+len(snapshot)+binary.MaxVarintLen64), uint64(len(hb)))
-	out = append(out, hb...)
+	w.Bool(h.StoredBytes != nil)
+	if h.StoredBytes != nil {
+		w.Int(*h.StoredBytes)
+	}
+	hlen := len(w.B) - 1
+	out := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+hlen+len(snapshot)), uint64(hlen))
+	out = append(out, w.B[1:]...)
 	return append(out, snapshot...), nil
 }
 
@@ -63,8 +87,35 @@ func decodeHeader(b []byte) (runHeader, error) {
 		return runHeader{}, err
 	}
 	var h runHeader
-	if err := json.Unmarshal(hb, &h); err != nil {
-		return runHeader{}, fmt.Errorf("badgerstore: run record header: %w", err)
+	if !runcodec.IsBinary(hb) {
+		if err := json.Unmarshal(hb, &h); err != nil {
+			return runHeader{}, fmt.Errorf("badgerstore: run record header: %w", err)
+		}
+		return h, nil
+	}
+	rd := runcodec.Reader{B: hb[1:]}
+	h.Ordinal = rd.Int()
+	h.Session = rd.String()
+	h.Status = loop.Status(rd.String())
+	h.Seq = rd.Int()
+	h.UpdatedAt = rd.Int()
+	h.CreateCmd = rd.String()
+	if n, isNil := rd.Count(7); !isNil {
+		h.Executing = make([]runtime.EffectRecord, n)
+		for i := range h.Executing {
+			h.Executing[i] = runtime.EffectRecord{Tenant: rd.String(), Session: rd.String(), RunID: rd.String(),
+				EffectID: rd.String(), Attempt: int(rd.Int()), Handle: rd.String(), Epoch: rd.Uint()}
+		}
+	}
+	if rd.Bool() {
+		n := rd.Int()
+		h.StoredBytes = &n
+	}
+	if rd.Err == nil && len(rd.B) != 0 {
+		rd.Err = fmt.Errorf("%d bytes after its end", len(rd.B))
+	}
+	if rd.Err != nil {
+		return runHeader{}, fmt.Errorf("badgerstore: run record header: %w", rd.Err)
 	}
 	return h, nil
 }
@@ -75,12 +126,15 @@ func decodeRecord(b []byte) (runHeader, loop.Run, error) {
 		return h, loop.Run{}, err
 	}
 	_, rb, _ := splitRecord(b)
-	var r loop.Run
-	if err := json.Unmarshal(rb, &r); err != nil {
+	r, err := runcodec.Unmarshal(rb)
+	if err != nil {
 		return h, r, fmt.Errorf("badgerstore: run snapshot: %w", err)
 	}
 	return h, r, nil
 }
+
+// encodeSnapshot is a snapshot as a run record keeps it.
+func encodeSnapshot(r *loop.Run) []byte { return runcodec.Append(nil, r) }
 
 // getRecord reads the raw record of a run; ok is false when there is none.
 func getRecord(txn *badger.Txn, tenant, runID string) (b []byte, ok bool, err error) {
@@ -202,10 +256,7 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	if err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: encode event: %w", c.Run.ID, err)
 	}
-	snap, err := json.Marshal(c.Run)
-	if err != nil {
-		return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: encode snapshot: %w", c.Run.ID, err)
-	}
+	snap := encodeSnapshot(&c.Run)
 	if err := s.enter(); err != nil {
 		return runtime.CreateResult{}, err
 	}
@@ -291,8 +342,8 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	if !res.Duplicate {
 		// Hand back a copy decoded from the stored bytes, which shares
 		// nothing with the caller's argument.
-		var r loop.Run
-		if err := json.Unmarshal(snap, &r); err != nil {
+		r, err := runcodec.Decode(snap)
+		if err != nil {
 			return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: %w", id, err)
 		}
 		res.Run = r
@@ -389,7 +440,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 				}
 			}
 			if payloadOK == nil {
-				snap, payloadOK = json.Marshal(c.Run)
+				snap = encodeSnapshot(&c.Run)
 			}
 		}
 		if payloadOK != nil {
@@ -412,12 +463,24 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if epoch != c.Epoch {
 			return fmt.Errorf("badgerstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
 		}
+		for _, also := range c.AlsoCommandIDs {
+			seq, err := getU64(txn, commandKey(t, id, also))
+			if err != nil {
+				return err
+			}
+			if seq > 0 {
+				return fmt.Errorf("badgerstore: commit to run %s/%s: %w: command %s, which it also applies, was applied at Seq %d", t, id, runtime.ErrVersionConflict, also, seq)
+			}
+		}
 		_, oldSnap, _ := splitRecord(b)
 		held, err := storedBytesOf(txn, t, id, old, len(oldSnap))
 		if err != nil {
 			return err
 		}
 		added := int64(len(snap)-len(oldSnap)) + int64(len(c.CommandID))
+		for _, also := range c.AlsoCommandIDs {
+			added += int64(len(also))
+		}
 		for _, evb := range evbs {
 			added += int64(len(evb))
 		}
@@ -437,8 +500,11 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if err := writeIndexes(txn, t, id, &old, newHeader); err != nil {
 			return err
 		}
-		if c.CommandID != "" {
-			if err := txn.Set(commandKey(t, id, c.CommandID), be64(uint64(c.Run.Seq))); err != nil {
+		for _, cmd := range append([]string{c.CommandID}, c.AlsoCommandIDs...) {
+			if cmd == "" {
+				continue
+			}
+			if err := txn.Set(commandKey(t, id, cmd), be64(uint64(c.Run.Seq))); err != nil {
 				return err
 			}
 		}

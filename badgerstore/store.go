@@ -17,9 +17,17 @@ import (
 	"github.com/agenthost/agenthost/runtime"
 )
 
-// formatVersion is the key layout this package reads and writes. Open
-// refuses any other, so a future layout is migrated, never misread.
-const formatVersion = 1
+// formatVersion is the key layout this package writes. Open refuses a
+// format it does not know, so a future layout is migrated, never misread.
+// Format 2 is format 1's key layout with run records in the binary form
+// (encodeRecord); it reads format 1's JSON records as well, so Open moves
+// a format-1 store to 2 (after which an older agenthost refuses it
+// instead of misreading a binary record), and each Run's next commit
+// rewrites its record.
+const formatVersion = 2
+
+// oldestFormat is the oldest format Open takes, and moves to formatVersion.
+const oldestFormat = 1
 
 // Defaults of Options.
 const (
@@ -236,9 +244,15 @@ func (s *Store) initMeta() error {
 			if err != nil {
 				return fmt.Errorf("badgerstore: read the format version of %s: %w", s.dir, err)
 			}
-			if string(v) != strconv.Itoa(formatVersion) {
-				return fmt.Errorf("badgerstore: %s holds store format %q, and this agenthost reads format %d only; "+
-					"run the agenthost version that wrote it, or migrate the store", s.dir, v, formatVersion)
+			n, err := strconv.Atoi(string(v))
+			if err != nil || n < oldestFormat || n > formatVersion {
+				return fmt.Errorf("badgerstore: %s holds store format %q, and this agenthost reads formats %d to %d only; "+
+					"run the agenthost version that wrote it, or migrate the store", s.dir, v, oldestFormat, formatVersion)
+			}
+			if n < formatVersion {
+				if err := txn.Set(metaKey(metaFormat), []byte(strconv.Itoa(formatVersion))); err != nil {
+					return fmt.Errorf("badgerstore: move %s to store format %d: %w", s.dir, formatVersion, err)
+				}
 			}
 		}
 		var gen uint64

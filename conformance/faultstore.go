@@ -57,7 +57,7 @@ func (k FaultKind) valid() bool { return k >= FaultError && k <= FaultLostReply 
 var faultMethods = map[string]bool{
 	"CreateRun": true, "Commit": true, "LoadRun": false, "Events": false,
 	"SessionRuns": false, "ActiveRuns": false, "RunsByStatus": false, "TenantStoredBytes": false,
-	"RegisterNode": true, "RenewNode": true, "ClaimSession": true, "ReleaseSession": true,
+	"RegisterNode": true, "RenewNode": true, "ClaimSession": true, "ClaimSessions": true, "ReleaseSession": true,
 	"OrphanedSessions": false, "ActiveSessions": false, "ExecutingEffects": false,
 	"KVGet": false, "KVSet": true, "KVDelete": true,
 	"Prune": true, "Close": false,
@@ -406,6 +406,14 @@ func (f *FaultStore) RenewNode(ctx context.Context, nodeID string, expiresMS int
 func (f *FaultStore) ClaimSession(ctx context.Context, tenant, session, nodeID string, nowMS int64) (uint64, error) {
 	return call(f, "ClaimSession", FaultArgs{Tenant: tenant, Session: session, Node: nodeID, AtMS: nowMS}, func() (uint64, error) {
 		return f.inner.ClaimSession(ctx, tenant, session, nodeID, nowMS)
+	})
+}
+
+// ClaimSessions implements runtime.Ownership. A lost reply claims the
+// whole batch and answers with an error.
+func (f *FaultStore) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, sessions []runtime.SessionRef) ([]runtime.SessionClaim, error) {
+	return call(f, "ClaimSessions", FaultArgs{Node: nodeID, AtMS: nowMS}, func() ([]runtime.SessionClaim, error) {
+		return f.inner.ClaimSessions(ctx, nodeID, nowMS, sessions)
 	})
 }
 

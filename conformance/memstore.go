@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -77,7 +78,7 @@ type memKVScope struct{ tenant, plugin string }
 
 type memRun struct {
 	ordinal   int64
-	snapshot  []byte   // JSON of the current loop.Run
+	snapshot  []byte   // the current loop.Run, in the stores' binary form (internal/runcodec)
 	run       loop.Run // decoded from snapshot, never handed out
 	events    [][]byte // JSON events; events[i] has Seq firstSeq+i
 	firstSeq  int64
@@ -183,8 +184,10 @@ func (s *MemStore) Close() error {
 }
 
 func decodeRun(b []byte) loop.Run {
-	var r loop.Run
-	if err := json.Unmarshal(b, &r); err != nil {
+	// A copy of the bytes: the decoded Run's raw JSON fields share them,
+	// and it is handed out.
+	r, err := runcodec.Decode(append([]byte(nil), b...))
+	if err != nil {
 		// Only MemStore encodes these bytes; a failure is a bug here.
 		panic(fmt.Sprintf("memstore: snapshot does not decode: %v", err))
 	}
@@ -196,10 +199,7 @@ func (s *MemStore) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.
 	if err := c.Check(); err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("memstore: create run: %w", err)
 	}
-	snap, err := json.Marshal(c.Run)
-	if err != nil {
-		return runtime.CreateResult{}, fmt.Errorf("memstore: create run %s: encode snapshot: %w", c.Run.ID, err)
-	}
+	snap := runcodec.Append(nil, &c.Run)
 	ev := c.Event
 	ev.Seq = 1
 	evb, err := json.Marshal(ev)
@@ -295,11 +295,15 @@ func (s *MemStore) Commit(ctx context.Context, c runtime.Commit) (runtime.Commit
 		return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)",
 			c.Tenant, c.RunID, c.Epoch, runtime.ErrFenced, sess.epoch)
 	}
-	snap, err := json.Marshal(c.Run)
-	if err != nil {
-		return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s: encode snapshot: %w", c.RunID, err)
+	for _, also := range c.AlsoCommandIDs {
+		if seq, ok := r.commands[also]; ok {
+			return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s/%s: %w: command %s, which it also applies, was applied at Seq %d",
+				c.Tenant, c.RunID, runtime.ErrVersionConflict, also, seq)
+		}
 	}
+	snap := runcodec.Append(nil, &c.Run)
 	evs := make([][]byte, len(c.Events))
+	var err error
 	for i, ev := range c.Events {
 		if evs[i], err = json.Marshal(ev); err != nil {
 			return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s: encode event %d: %w", c.RunID, ev.Seq, err)
@@ -314,6 +318,9 @@ func (s *MemStore) Commit(ctx context.Context, c runtime.Commit) (runtime.Commit
 	}
 	if c.CommandID != "" {
 		r.commands[c.CommandID] = r.run.Seq
+	}
+	for _, also := range c.AlsoCommandIDs {
+		r.commands[also] = r.run.Seq
 	}
 	return runtime.CommitResult{Seq: r.run.Seq}, nil
 }
@@ -398,13 +405,18 @@ func (s *MemStore) ActiveRuns(ctx context.Context, tenant, session string) ([]lo
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	return s.activeRunsLocked(tenant, session), nil
+}
+
+// activeRunsLocked is ActiveRuns under the store's lock.
+func (s *MemStore) activeRunsLocked(tenant, session string) []loop.Run {
 	var out []loop.Run
 	for _, r := range s.sessionRunsLocked(tenant, session) {
 		if !r.run.Status.Terminal() {
 			out = append(out, decodeRun(r.snapshot))
 		}
 	}
-	return out, nil
+	return out
 }
 
 // RunsByStatus implements runtime.Store.
@@ -527,6 +539,43 @@ func (s *MemStore) ClaimSession(ctx context.Context, tenant, session, nodeID str
 	sess.owner = nodeID
 	sess.epoch++
 	return sess.epoch, nil
+}
+
+// ClaimSessions implements runtime.Ownership, as one step under the
+// store's lock.
+func (s *MemStore) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, sessions []runtime.SessionRef) ([]runtime.SessionClaim, error) {
+	if err := runtime.CheckClaimBatch(nodeID, sessions); err != nil {
+		return nil, fmt.Errorf("memstore: claim sessions: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if !s.alive(nodeID, nowMS) {
+		return nil, fmt.Errorf("memstore: claim %d sessions by %s: %w", len(sessions), nodeID, runtime.ErrNodeExpired)
+	}
+	out := make([]runtime.SessionClaim, len(sessions))
+	for i, ref := range sessions {
+		sk := memSessionKey{ref.Tenant, ref.Session}
+		sess := s.sessions[sk]
+		if sess == nil {
+			sess = &memSession{}
+			s.sessions[sk] = sess
+		}
+		switch {
+		case sess.owner == nodeID:
+		case sess.owner != "" && s.alive(sess.owner, nowMS):
+			out[i].Err = fmt.Errorf("memstore: claim session %s/%s by %s: %w", ref.Tenant, ref.Session, nodeID,
+				&runtime.SessionOwnedError{Tenant: ref.Tenant, Session: ref.Session, Owner: sess.owner, Epoch: sess.epoch})
+			continue
+		default:
+			sess.owner = nodeID
+			sess.epoch++
+		}
+		out[i].Epoch = sess.epoch
+		out[i].Active = s.activeRunsLocked(ref.Tenant, ref.Session)
+	}
+	return out, nil
 }
 
 // ReleaseSession implements runtime.Ownership.

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -50,6 +53,8 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"CreateRun with a repeated command ID returns the first Run and writes nothing", testCreateIdempotent},
 		{"a commit that expects a stale Seq is a version conflict and writes nothing", testVersionConflict},
 		{"a commit from an old epoch is fenced after a takeover", testFencing},
+		{"a commit records the further command IDs it applies, and is refused if one was applied", testAlsoCommandIDs},
+		{"ClaimSessions claims a batch as ClaimSession would each, and reads each claimed session's active Runs", testClaimSessions},
 		{"a retried commit whose ack was lost returns the first result and writes nothing", testCommitIdempotent},
 		{"command IDs of commits are scoped to their Run", testCommandScope},
 		{"malformed commits are refused", testMalformedCommit},
@@ -221,11 +226,13 @@ func (h *harness) events(tenant, id string, from int64, limit int) []loop.Event 
 }
 
 // held is what a Run holds in the store as TenantStoredBytes counts it,
-// read back through the port: its snapshot's JSON, its events' JSON, and
-// the command IDs cmds, which the caller knows are recorded for it.
+// read back through the port: its snapshot in the stores' binary form
+// (internal/runcodec), its events' JSON, and the command IDs cmds, which
+// the caller knows are recorded for it.
 func (h *harness) held(tenant, id string, cmds ...string) int64 {
 	h.t.Helper()
-	n := len(mustJSON(h.t, h.load(tenant, id)))
+	r := h.load(tenant, id)
+	n := len(runcodec.Append(nil, &r))
 	for _, ev := range h.events(tenant, id, 0, 0) {
 		n += len(mustJSON(h.t, ev))
 	}
@@ -476,6 +483,145 @@ func testFencing(t *testing.T, h *harness) {
 	o := h.create("t", "other", "o", "")
 	h.commit(o, 0, "", started())
 	h.checkIndexes("t", "s", "other")
+}
+
+func testAlsoCommandIDs(t *testing.T, h *harness) {
+	r := h.toExecuting(h.create("t", "s", "r", ""), 0)
+	eff := loop.ModelEffectID("r", 1)
+	n := 0
+	next := func(cmd string, also ...string) runtime.Commit {
+		n++
+		c := h.step(h.load("t", "r"), 0, cmd, pending(eff, 1, fmt.Sprintf("h%d", n)))
+		c.AlsoCommandIDs = also
+		return c
+	}
+	// One commit applies three commands: each is recorded, and counted in
+	// the tenant's stored bytes.
+	res, err := h.s.Commit(h.ctx, next("first", "second", "third"))
+	if err != nil || res.Duplicate {
+		t.Fatalf("commit with further command IDs: %+v, %v", res, err)
+	}
+	r = h.load("t", "r")
+	h.wantStored("t", h.held("t", "r", "first", "second", "third"), "after a commit of three commands")
+	for _, cmd := range []string{"first", "second", "third"} {
+		res, err := h.s.Commit(h.ctx, next(cmd))
+		if err != nil || !res.Duplicate || res.Seq != r.Seq {
+			t.Fatalf("commit under %q after it was applied: %+v, %v; want a duplicate at Seq %d", cmd, res, err, r.Seq)
+		}
+	}
+	// A commit that also applies a command applied before writes nothing.
+	_, err = h.s.Commit(h.ctx, next("fourth", "fifth", "second"))
+	h.wantErr(err, runtime.ErrVersionConflict, "a commit that also applies an applied command")
+	if got := h.load("t", "r"); got.Seq != r.Seq {
+		t.Fatalf("the refused commit wrote: Seq %d, want %d", got.Seq, r.Seq)
+	}
+	if res, err := h.s.Commit(h.ctx, next("fifth")); err != nil || res.Duplicate {
+		t.Fatalf("the refused commit recorded its further command: %+v, %v", res, err)
+	}
+	// Malformed lists are refused.
+	for name, c := range map[string]runtime.Commit{
+		"empty": next("sixth", ""), "twice": next("sixth", "x", "x"), "the command itself": next("sixth", "sixth"), "without a command ID": next("", "x"),
+	} {
+		_, err := h.s.Commit(h.ctx, c)
+		h.wantErr(err, runtime.ErrInvalidRequest, "further command IDs "+name)
+	}
+	h.checkIndexes("t", "s")
+}
+
+func testClaimSessions(t *testing.T, h *harness) {
+	h.register("node-a", 10*time.Second)
+	h.register("node-b", 10*time.Second)
+	// free: never claimed, two active Runs and one ended before them.
+	done := h.toCompleted(h.toExecuting(h.create("t", "free", "f0", ""), 0), 0)
+	f1 := h.toExecuting(h.create("t", "free", "f1", ""), 0)
+	f2 := h.create("t", "free", "f2", "")
+	// mine: node-a owns it already. theirs: node-b, alive, owns it.
+	// dead: node-c owned it and its lease ran out.
+	ea := h.claim("t", "mine", "node-a")
+	m1 := h.create("t", "mine", "m1", "")
+	eb := h.claim("t", "theirs", "node-b")
+	h.create("t", "theirs", "x1", "")
+	h.register("node-c", time.Second)
+	ec := h.claim("u", "dead", "node-c")
+	d1 := h.create("u", "dead", "d1", "")
+	h.clock.Advance(2 * time.Second)
+
+	batch := []runtime.SessionRef{{Tenant: "t", Session: "theirs"}, {Tenant: "t", Session: "free"}, {Tenant: "u", Session: "dead"},
+		{Tenant: "t", Session: "mine"}, {Tenant: "t", Session: "empty"}}
+	got, err := h.s.ClaimSessions(h.ctx, "node-a", h.nowMS(), batch)
+	if err != nil {
+		t.Fatalf("ClaimSessions: %v", err)
+	}
+	if len(got) != len(batch) {
+		t.Fatalf("ClaimSessions answered %d claims for %d sessions", len(got), len(batch))
+	}
+	ids := func(runs []loop.Run) []string {
+		var out []string
+		for _, r := range runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	var owned *runtime.SessionOwnedError
+	if !errors.As(got[0].Err, &owned) || !errors.Is(got[0].Err, runtime.ErrSessionOwned) || owned.Owner != "node-b" || owned.Epoch != eb || got[0].Active != nil {
+		t.Fatalf("a session a live node owns: %+v; want a SessionOwnedError naming node-b at epoch %d, and no Runs", got[0], eb)
+	}
+	want := []struct {
+		epoch uint64
+		runs  []loop.Run
+	}{{}, {1, []loop.Run{f1, f2}}, {ec + 1, []loop.Run{d1}}, {ea, []loop.Run{m1}}, {1, nil}}
+	for i := 1; i < len(batch); i++ {
+		c := got[i]
+		if c.Err != nil || c.Epoch != want[i].epoch {
+			t.Fatalf("claim of %s: epoch %d, %v; want epoch %d", batch[i].Session, c.Epoch, c.Err, want[i].epoch)
+		}
+		if !slices.Equal(ids(c.Active), ids(want[i].runs)) {
+			t.Fatalf("claim of %s read Runs %v, want the active ones %v (not %s, which ended)", batch[i].Session, ids(c.Active), ids(want[i].runs), done.ID)
+		}
+		for j, r := range c.Active {
+			if !reflect.DeepEqual(r, want[i].runs[j]) {
+				t.Fatalf("claim of %s read Run %s as %+v, want %+v", batch[i].Session, r.ID, r, want[i].runs[j])
+			}
+		}
+	}
+	// The claims are those ClaimSession would have made: node-a now holds
+	// each at the epoch given, with no further write.
+	for i := 1; i < len(batch); i++ {
+		if e := h.claim(batch[i].Tenant, batch[i].Session, "node-a"); e != want[i].epoch {
+			t.Fatalf("ClaimSession of %s after the batch: epoch %d, want %d", batch[i].Session, e, want[i].epoch)
+		}
+	}
+	if _, err := h.s.Commit(h.ctx, h.step(h.load("u", "d1"), ec, "", started())); !errors.Is(err, runtime.ErrFenced) {
+		t.Fatalf("a commit under the dead owner's epoch after the batch claim: %v, want ErrFenced", err)
+	}
+	h.commit(d1, ec+1, "", started())
+
+	// A node whose lease ran out claims nothing at all.
+	h.register("node-d", time.Second)
+	h.clock.Advance(2 * time.Second)
+	_, err = h.s.ClaimSessions(h.ctx, "node-d", h.nowMS(), []runtime.SessionRef{{Tenant: "t", Session: "fresh"}})
+	h.wantErr(err, runtime.ErrNodeExpired, "ClaimSessions by an expired node")
+	h.register("node-e", 10*time.Second)
+	if e := h.claim("t", "fresh", "node-e"); e != 1 {
+		t.Fatalf("the expired node's batch wrote: the next claim of its session has epoch %d, want 1", e)
+	}
+
+	// Malformed batches are refused whole.
+	_, err = h.s.ClaimSessions(h.ctx, "node-a", h.nowMS(), []runtime.SessionRef{{Tenant: "t", Session: "a"}, {Tenant: "t", Session: "a"}})
+	h.wantErr(err, runtime.ErrInvalidRequest, "a batch naming a session twice")
+	_, err = h.s.ClaimSessions(h.ctx, "node-a", h.nowMS(), []runtime.SessionRef{{Tenant: "t", Session: "a/b"}})
+	h.wantErr(err, runtime.ErrInvalidRequest, "a batch with a bad session ID")
+	big := make([]runtime.SessionRef, runtime.MaxClaimBatch+1)
+	for i := range big {
+		big[i] = runtime.SessionRef{Tenant: "t", Session: fmt.Sprintf("b%d", i)}
+	}
+	_, err = h.s.ClaimSessions(h.ctx, "node-a", h.nowMS(), big)
+	h.wantErr(err, runtime.ErrInvalidRequest, "a batch over MaxClaimBatch")
+	if got, err := h.s.ClaimSessions(h.ctx, "node-a", h.nowMS(), big[:runtime.MaxClaimBatch]); err != nil || len(got) != runtime.MaxClaimBatch {
+		t.Fatalf("a batch of MaxClaimBatch sessions: %d claims, %v", len(got), err)
+	}
+	h.checkIndexes("t", "free", "mine", "theirs", "empty")
+	h.checkIndexes("u", "dead")
 }
 
 func testCommitIdempotent(t *testing.T, h *harness) {
@@ -1402,7 +1548,7 @@ func testStoredBytes(t *testing.T, h *harness) {
 	if _, err := h.s.Prune(h.ctx, h.nowMS()); err != nil {
 		t.Fatal(err)
 	}
-	want = int64(len(mustJSON(t, r1)) + len(mustJSON(t, r2)))
+	want = int64(len(runcodec.Append(nil, &r1)) + len(runcodec.Append(nil, &r2)))
 	if evs := h.events("a", "r1", 0, 0); len(evs) != 0 {
 		t.Fatalf("Prune left %d events of r1", len(evs))
 	}
@@ -1434,6 +1580,7 @@ func testClose(t *testing.T, h *harness) {
 	calls["RegisterNode"] = h.s.RegisterNode(h.ctx, "n", h.nowMS()+1000)
 	calls["RenewNode"] = h.s.RenewNode(h.ctx, "n", h.nowMS()+1000)
 	_, calls["ClaimSession"] = h.s.ClaimSession(h.ctx, "t", "s", "n", h.nowMS())
+	_, calls["ClaimSessions"] = h.s.ClaimSessions(h.ctx, "n", h.nowMS(), []runtime.SessionRef{{Tenant: "t", Session: "s"}})
 	calls["ReleaseSession"] = h.s.ReleaseSession(h.ctx, "t", "s", "n")
 	_, calls["OrphanedSessions"] = h.s.OrphanedSessions(h.ctx, h.nowMS())
 	_, calls["ActiveSessions"] = h.s.ActiveSessions(h.ctx, "", "", 0)

@@ -28,8 +28,11 @@
 // knows is refused and left alone.
 //
 // Every ID is text COLLATE "C", so that order and paging compare bytes, as
-// Badger's keys do. Snapshots and events are bytea holding the bytes
-// json.Marshal gave (jsonb would rewrite them). The tables are logged.
+// Badger's keys do. Snapshots are bytea in the binary form of
+// internal/runcodec (from schema version 3; a row written before holds
+// the snapshot's JSON, which is read as well, and the Run's next commit
+// rewrites it); events are bytea holding the bytes json.Marshal gave
+// (jsonb would rewrite them). The tables are logged.
 // Schema version 2:
 //
 //	sessions (tenant, session) PK          last_ordinal, owner ('' when none), epoch, live_count (non-terminal Runs)

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -187,6 +189,131 @@ func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string
 		return 0, fail(what, err)
 	}
 	return result, nil
+}
+
+// sqlClaimedActiveRuns reads, in a batch claim's transaction, the active
+// Runs of the sessions ($1 tenants, $2 sessions) that node $3 owns, in
+// session order.
+const sqlClaimedActiveRuns = `SELECT r.tenant, r.session, r.snapshot
+	FROM unnest($1::text[], $2::text[]) AS b(tenant, session)
+	JOIN sessions s ON s.tenant = b.tenant AND s.session = b.session AND s.owner = $3
+	JOIN runs r ON r.tenant = b.tenant AND r.session = b.session AND r.live
+	ORDER BY r.tenant, r.session, r.ordinal`
+
+// ClaimSessions implements runtime.Ownership: one transaction of one round
+// trip for the whole batch: BEGIN; for each session, in (tenant, session)
+// order so that two nodes' batches lock their rows in the same order and
+// cannot deadlock, what ClaimSession's transaction does (create the row if
+// missing, lock it, take it if the claim goes ahead); then the active Runs
+// of the sessions the node now owns; COMMIT.
+func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, sessions []runtime.SessionRef) ([]runtime.SessionClaim, error) {
+	if err := runtime.CheckClaimBatch(nodeID, sessions); err != nil {
+		return nil, fmt.Errorf("pgstore: claim sessions: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	order := make([]int, len(sessions))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool {
+		x, y := sessions[order[a]], sessions[order[b]]
+		return x.Tenant < y.Tenant || (x.Tenant == y.Tenant && x.Session < y.Session)
+	})
+	tenants, names := make([]string, len(sessions)), make([]string, len(sessions))
+	for i, ref := range sessions {
+		tenants[i], names[i] = ref.Tenant, ref.Session
+	}
+	what := fmt.Sprintf("claim %d sessions", len(sessions))
+	now := s.nowParam()
+	var out []runtime.SessionClaim
+	err := s.inTx(ctx, false, func(ctx context.Context, conn *pgx.Conn) error {
+		out = make([]runtime.SessionClaim, len(sessions))
+		b := &pgx.Batch{}
+		b.Queue(sqlBegin)
+		for _, i := range order {
+			b.Queue(sqlEnsureSession, sessions[i].Tenant, sessions[i].Session)
+			b.Queue(sqlLockSessionEpoch, sessions[i].Tenant, sessions[i].Session)
+			b.Queue(sqlClaimTake, sessions[i].Tenant, sessions[i].Session, nodeID, now)
+		}
+		b.Queue(sqlClaimedActiveRuns, tenants, names, nodeID)
+		b.Queue(sqlCommit)
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		if err := execAll(br, 1); err != nil {
+			return err
+		}
+		for _, i := range order {
+			ref := sessions[i]
+			var (
+				owner              string
+				epoch              int64
+				self, alive, wrote bool
+			)
+			err := execAll(br, 1)
+			if err == nil {
+				_, err = queryOne(br, &owner, &epoch)
+			}
+			if err == nil {
+				_, err = queryOne(br, &owner, &epoch, &self, &alive, &wrote)
+			}
+			if err != nil {
+				return err
+			}
+			e, done, refused := claimDecision(ref.Tenant, ref.Session, nodeID, owner, uint64(epoch), self, alive)
+			if !done {
+				e = uint64(epoch) + 1
+			}
+			if wrote == done {
+				return fmt.Errorf("pgstore: claim session %s/%s by %s: the write's checks (wrote: %v) and the rows read disagree: %w",
+					ref.Tenant, ref.Session, nodeID, wrote, runtime.ErrStoreUnavailable)
+			}
+			if errors.Is(refused, runtime.ErrNodeExpired) {
+				return refused
+			}
+			out[i] = runtime.SessionClaim{Epoch: e, Err: refused}
+			if refused != nil {
+				out[i].Epoch = 0
+			}
+		}
+		at := make(map[runtime.SessionRef]int, len(sessions))
+		for i, ref := range sessions {
+			at[ref] = i
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var (
+				ref  runtime.SessionRef
+				snap []byte
+			)
+			if err := rows.Scan(&ref.Tenant, &ref.Session, &snap); err != nil {
+				rows.Close()
+				return err
+			}
+			r, err := runcodec.Unmarshal(snap)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("pgstore: claim sessions: decode the snapshot of a Run of %s/%s: %w", ref.Tenant, ref.Session, err)
+			}
+			if i, ok := at[ref]; ok && out[i].Err == nil {
+				out[i].Active = append(out[i].Active, r)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return execAll(br, 1)
+	})
+	if err != nil {
+		return nil, fail(what, err)
+	}
+	return out, nil
 }
 
 // claimDecision decides a claim that writes nothing; done is false when

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -65,8 +66,10 @@ const (
 // status. Parameters: $1 tenant, $2 run, $6 the command ID (NULL for
 // none), $7 the events' Seqs, $8 their JSON, $9 the new Seq, $10 status,
 // $11 live, $12 has_executing, $13 updated_at, $14 executing, $15
-// snapshot, $16 what the commit adds to the Run's stored_bytes: the
-// lengths of $15, of the events and of the command ID (the old snapshot's
+// snapshot, $17 the further command IDs (Commit.AlsoCommandIDs: the
+// commit is refused when one was applied before, and each is recorded), $16
+// what the commit adds to the Run's stored_bytes: the
+// lengths of $15, of the events and of the command IDs (the old snapshot's
 // length is taken off in SQL, where octet_length reads a TOASTed value's
 // size without fetching it). It returns the Run's row as read (no row: no
 // such Run) and whether it wrote. When ending is set, a Run that ends
@@ -74,14 +77,16 @@ const (
 func commitSQL(ending bool) string {
 	q := `WITH r AS (
 			SELECT r.session, r.seq, r.live,
-				(SELECT c.seq FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = $6) AS cmd_seq
+				(SELECT c.seq FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = $6) AS cmd_seq,
+				(SELECT min(c.seq) FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = ANY($17::text[])) AS also_seq
 			FROM runs r WHERE r.tenant = $1 AND r.run_id = $2 FOR UPDATE OF r),
 		ok AS (
-			SELECT r.live FROM r WHERE r.cmd_seq IS NULL AND r.session = $3 AND r.seq = $4 AND (r.live OR NOT $11::boolean)
+			SELECT r.live FROM r WHERE r.cmd_seq IS NULL AND r.also_seq IS NULL AND r.session = $3 AND r.seq = $4 AND (r.live OR NOT $11::boolean)
 				AND coalesce((SELECT s.epoch FROM sessions s WHERE s.tenant = $1 AND s.session = $3), 0) = $5),
 		e AS (INSERT INTO events (tenant, run_id, seq, body)
 			SELECT $1, $2, u.seq, u.body FROM ok, unnest($7::bigint[], $8::bytea[]) AS u(seq, body)),
-		c AS (INSERT INTO commands (tenant, run_id, command_id, seq) SELECT $1, $2, $6, $9 FROM ok WHERE $6::text IS NOT NULL),`
+		c AS (INSERT INTO commands (tenant, run_id, command_id, seq)
+			SELECT $1, $2, x.id, $9 FROM ok, unnest(array_remove(ARRAY[$6::text] || $17::text[], NULL)) AS x(id)),`
 	if ending {
 		q += `
 		l AS (UPDATE sessions SET live_count = live_count - 1 FROM ok WHERE ok.live AND sessions.tenant = $1 AND sessions.session = $3),
@@ -91,7 +96,7 @@ func commitSQL(ending bool) string {
 		w AS (UPDATE runs SET seq = $9, status = $10, live = $11, has_executing = $12, updated_at = $13, executing = $14, snapshot = $15,
 				stored_bytes = runs.stored_bytes - octet_length(runs.snapshot) + $16::bigint
 			FROM ok WHERE runs.tenant = $1 AND runs.run_id = $2 RETURNING 1)
-		SELECT r.session, r.seq, r.live, r.cmd_seq, EXISTS (SELECT 1 FROM w) FROM r`
+		SELECT r.session, r.seq, r.live, r.cmd_seq, r.also_seq, EXISTS (SELECT 1 FROM w) FROM r`
 }
 
 var (
@@ -107,17 +112,23 @@ type encoded struct {
 }
 
 func encodeRun(r loop.Run) (encoded, error) {
-	snap, err := json.Marshal(r)
-	if err != nil {
-		return encoded{}, err
-	}
-	e := encoded{snapshot: snap}
+	e := encoded{snapshot: runcodec.Append(nil, &r)}
+	var err error
 	if recs := runtime.ExecutingRecords(r); len(recs) > 0 {
 		if e.executing, err = json.Marshal(recs); err != nil {
 			return encoded{}, err
 		}
 	}
 	return e, nil
+}
+
+// alsoIDs is the text[] parameter of a commit's further command IDs: never
+// NULL, so that ANY and || see an empty array.
+func alsoIDs(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
 }
 
 // optional is a text parameter: NULL for "".
@@ -214,7 +225,7 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	if res.Duplicate {
 		stored = dup
 	}
-	if err := json.Unmarshal(stored, &res.Run); err != nil {
+	if res.Run, err = runcodec.Unmarshal(stored); err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s/%s: decode snapshot: %w", t, id, err)
 	}
 	if !res.Duplicate {
@@ -247,8 +258,8 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 	if err != nil {
 		return loop.Run{}, fail("load run "+tenant+"/"+runID, err)
 	}
-	var r loop.Run
-	if err := json.Unmarshal(snap, &r); err != nil {
+	r, err := runcodec.Unmarshal(snap)
+	if err != nil {
 		return loop.Run{}, fmt.Errorf("pgstore: load run %s/%s: decode snapshot: %w", tenant, runID, err)
 	}
 	return r, nil
@@ -283,6 +294,9 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 	if payloadErr == nil {
 		seqs, bodies = make([]int64, len(c.Events)), make([][]byte, len(c.Events))
 		added = int64(len(c.CommandID))
+		for _, also := range c.AlsoCommandIDs {
+			added += int64(len(also))
+		}
 		for i, ev := range c.Events {
 			seqs[i] = ev.Seq
 			if bodies[i], payloadErr = json.Marshal(ev); payloadErr != nil {
@@ -321,18 +335,18 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if payloadErr == nil {
 			b.Queue(write, t, id, c.Session, c.ExpectedSeq, int64(c.Epoch), optional(c.CommandID),
 				seqs, bodies, c.Run.Seq, string(c.Run.Status), nowLive, enc.executing != nil,
-				c.Run.UpdatedAt, enc.executing, enc.snapshot, added)
+				c.Run.UpdatedAt, enc.executing, enc.snapshot, added, alsoIDs(c.AlsoCommandIDs))
 		} else { // nothing to write: look the command up all the same
 			b.Queue(sqlLockRun, t, id, optional(c.CommandID))
 		}
 		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
 		var (
-			epoch, seq     int64
-			cmdSeq         *int64
-			runSession     string
-			live, runFound bool
-			written        bool
+			epoch, seq      int64
+			cmdSeq, alsoSeq *int64
+			runSession      string
+			live, runFound  bool
+			written         bool
 		)
 		err := execAll(br, 1)
 		if err == nil {
@@ -341,7 +355,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if err == nil {
 			dest := []any{&runSession, &seq, &live, &cmdSeq}
 			if payloadErr == nil {
-				dest = append(dest, &written)
+				dest = append(dest, &alsoSeq, &written)
 			}
 			runFound, err = queryOne(br, dest...)
 		}
@@ -368,6 +382,8 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 			refused = fmt.Errorf("pgstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)", t, id, c.ExpectedSeq, runtime.ErrVersionConflict, seq)
 		case uint64(epoch) != c.Epoch:
 			refused = fmt.Errorf("pgstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
+		case alsoSeq != nil:
+			refused = fmt.Errorf("pgstore: commit to run %s/%s: %w: a command it also applies was applied at Seq %d", t, id, runtime.ErrVersionConflict, *alsoSeq)
 		case !live && nowLive:
 			refused = fmt.Errorf("pgstore: commit to run %s/%s: %w: it has ended, and the snapshot is %s", t, id, runtime.ErrInvalidRequest, c.Run.Status)
 		default:
@@ -500,7 +516,7 @@ func (s *Store) scanRuns(ctx context.Context, fn func(int64, loop.Run), q string
 		if err := rows.Scan(&ord, &snap); err != nil {
 			return err
 		}
-		if err := json.Unmarshal(snap, &r); err != nil {
+		if r, err = runcodec.Unmarshal(snap); err != nil {
 			return fmt.Errorf("pgstore: decode the snapshot at ordinal %d: %w", ord, err)
 		}
 		fn(ord, r)

@@ -48,7 +48,15 @@ type Store interface {
 	//     epoch (ErrFenced);
 	//  3. it appends c.Events (whose Seq run ExpectedSeq+1 …), writes c.Run
 	//     as the new snapshot, updates the indexes and records the command
-	//     ID, in one transaction.
+	//     ID, and each of c.AlsoCommandIDs, in one transaction.
+	//
+	// c.AlsoCommandIDs are the commands the commit applies besides
+	// c.CommandID (the runtime folds the settlements of several attempts
+	// of a Run that arrive together into one commit, each under its own
+	// settlement command ID). They do not decide a duplicate, since only
+	// the first command is retried under its ID; a commit one of which was
+	// applied before is refused with ErrVersionConflict and writes
+	// nothing (its events were applied with it, so the Run has moved on).
 	//
 	// A retried commit whose acknowledgement was lost therefore succeeds.
 	// c.Run.Seq must equal ExpectedSeq+len(Events). When the Run is not
@@ -75,7 +83,9 @@ type Store interface {
 
 	// TenantStoredBytes returns the bytes the tenant's Runs hold in the
 	// store, for its storage quota: over every Run, the length of its
-	// snapshot's JSON, of each event's JSON in its log, and of each
+	// snapshot as the store keeps it (the binary form of
+	// internal/runcodec, or the JSON a store wrote before it), of each
+	// event's JSON in its log, and of each
 	// command ID recorded for it (the creation command's included). A
 	// CreateRun or Commit that writes changes the figure in the same
 	// transaction, by what it wrote less the snapshot it replaced; one
@@ -121,6 +131,19 @@ type Ownership interface {
 	// a live incarnation owns it: ErrSessionOwned. A node whose own lease
 	// has expired gets ErrNodeExpired.
 	ClaimSession(ctx context.Context, tenant, session, nodeID string, nowMS int64) (uint64, error)
+
+	// ClaimSessions claims several sessions for nodeID in one transaction,
+	// each as ClaimSession would, and reads in the same transaction the
+	// active Runs of every session it claims. Claims[i] answers
+	// sessions[i]. A session that a live incarnation owns gets a
+	// *SessionOwnedError (ErrSessionOwned) in its Err and nothing else;
+	// the others are claimed all the same. Any other failure fails the
+	// whole call and writes nothing, and so does ErrNodeExpired (nodeID's
+	// own lease has run out). At most MaxClaimBatch sessions a call, each
+	// named once. Recovery claims the orphans it finds this way, one
+	// transaction (one synced write) for a few hundred sessions, and
+	// drives each from the Runs the claim read.
+	ClaimSessions(ctx context.Context, nodeID string, nowMS int64, sessions []SessionRef) ([]SessionClaim, error)
 
 	// ReleaseSession gives up ownership of a session held by nodeID, so
 	// that another incarnation may claim it at once. Releasing a session
@@ -176,14 +199,17 @@ type CreateResult struct {
 
 // Commit is the input of Store.Commit.
 type Commit struct {
-	Tenant      string
-	Session     string
-	RunID       string
-	CommandID   string
-	ExpectedSeq int64
-	Epoch       uint64
-	Events      []loop.Event
-	Run         loop.Run
+	Tenant    string
+	Session   string
+	RunID     string
+	CommandID string
+	// AlsoCommandIDs are further commands the commit applies, each
+	// recorded like CommandID (Store.Commit).
+	AlsoCommandIDs []string
+	ExpectedSeq    int64
+	Epoch          uint64
+	Events         []loop.Event
+	Run            loop.Run
 }
 
 // CommitResult is what Store.Commit returns.
@@ -204,6 +230,29 @@ type SessionOwner struct {
 	Session string
 	Owner   string // the owner incarnation, "" when none
 	Epoch   uint64
+}
+
+// SessionRef names one session of a tenant.
+type SessionRef struct {
+	Tenant  string
+	Session string
+}
+
+// MaxClaimBatch is the most sessions one ClaimSessions call takes.
+const MaxClaimBatch = 512
+
+// SessionClaim is ClaimSessions' answer for one session.
+type SessionClaim struct {
+	// Epoch fences the claimant's commits to the session, as
+	// ClaimSession's does; 0 when Err is set.
+	Epoch uint64
+	// Err is a *SessionOwnedError when a live incarnation owns the
+	// session; nil when the session is claimed.
+	Err error
+	// Active holds the session's non-terminal Runs, in session order (the
+	// head first), as the claim's transaction read them, as ActiveRuns
+	// would return them.
+	Active []loop.Run
 }
 
 // EffectRecord is an executing effect as the index holds it.

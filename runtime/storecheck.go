@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/agenthost/agenthost/loop"
 )
@@ -66,6 +67,17 @@ func (c Commit) CheckIDs() error {
 	if len(c.CommandID) > MaxCommandIDLen {
 		return fmt.Errorf("%w: command id of run %s is %d bytes; the limit is %d", ErrInvalidRequest, c.RunID, len(c.CommandID), MaxCommandIDLen)
 	}
+	if len(c.AlsoCommandIDs) > 0 && c.CommandID == "" {
+		return fmt.Errorf("%w: commit to run %s names further command ids but no command id", ErrInvalidRequest, c.RunID)
+	}
+	for i, id := range c.AlsoCommandIDs {
+		if id == "" || len(id) > MaxCommandIDLen {
+			return fmt.Errorf("%w: further command id %d of run %s is %d bytes; it must be 1 to %d", ErrInvalidRequest, i, c.RunID, len(id), MaxCommandIDLen)
+		}
+		if id == c.CommandID || slices.Contains(c.AlsoCommandIDs[:i], id) {
+			return fmt.Errorf("%w: commit to run %s names command id %q twice", ErrInvalidRequest, c.RunID, id)
+		}
+	}
 	return nil
 }
 
@@ -113,4 +125,30 @@ func ExecutingRecords(r loop.Run) []EffectRecord {
 			EffectID: e.ID, Attempt: e.Attempt, Handle: e.Handle, Epoch: e.Epoch})
 	}
 	return out
+}
+
+// CheckClaimBatch checks a ClaimSessions call's arguments, for the
+// stores: the node's name, every ID, at most MaxClaimBatch sessions, none
+// twice.
+func CheckClaimBatch(nodeID string, sessions []SessionRef) error {
+	if err := CheckName("node id", nodeID); err != nil {
+		return err
+	}
+	if len(sessions) > MaxClaimBatch {
+		return fmt.Errorf("%w: %d sessions in one claim, over the %d a batch may hold", ErrInvalidRequest, len(sessions), MaxClaimBatch)
+	}
+	seen := make(map[SessionRef]bool, len(sessions))
+	for _, r := range sessions {
+		if err := loop.CheckID("tenant", r.Tenant); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		if err := loop.CheckID("session", r.Session); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		if seen[r] {
+			return fmt.Errorf("%w: session %s/%s is named twice in one claim", ErrInvalidRequest, r.Tenant, r.Session)
+		}
+		seen[r] = true
+	}
+	return nil
 }

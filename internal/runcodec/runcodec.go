@@ -1,0 +1,453 @@
+// Package runcodec is the stores' binary encoding of a Run's snapshot
+// (loop.Run): a version byte, then every field in a fixed order, with
+// length-prefixed strings and varint numbers. A store reloads and decodes
+// the snapshot on every advance (docs/DESIGN.md §5.1), so its decoding is
+// on the hot path of every Run; this form decodes without reflection and
+// several times faster than the snapshot's JSON. The JSON form stays the
+// one the API serves and the one to read when debugging (json.Marshal of
+// the decoded Run).
+//
+// The encoding is exact: Decode(Append(nil, r)) is deeply equal to r, nil
+// slices and empty ones apart, so a snapshot decides the same Actions
+// whichever form it was stored in. A field added to loop.Run (or to a type
+// it holds) must be added here too, in a new version if any store may hold
+// the old one; TestEveryFieldRoundTrips fails until it is.
+//
+// Decode never panics on malformed input: it returns an error, and a count
+// is checked against the bytes left before anything is allocated for it.
+package runcodec
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// Version1 is the first byte of a snapshot in this encoding. A JSON
+// snapshot starts with '{' (or white space), never with it, so a reader
+// tells the two forms apart (IsBinary).
+const Version1 byte = 0x01
+
+// IsBinary reports whether b is a snapshot in this encoding rather than
+// JSON.
+func IsBinary(b []byte) bool { return len(b) > 0 && b[0] == Version1 }
+
+// Append appends r's encoding to dst.
+func Append(dst []byte, r *loop.Run) []byte {
+	w := Writer{B: append(dst, Version1)}
+	// Spec.
+	w.String(r.Tenant)
+	w.String(r.Session)
+	w.String(r.ID)
+	w.String(r.Input)
+	w.Raw(r.Metadata)
+	w.Int(int64(r.Limits.MaxSteps))
+	w.Int(int64(r.Limits.MaxToolCallsPerStep))
+	w.Int(int64(r.Limits.MaxParallelToolCalls))
+	w.Int(r.Limits.DeadlineMS)
+	w.Int(r.Limits.EffectTimeoutMS)
+	w.policy(r.ModelPolicy)
+	w.Count(len(r.Tools), r.Tools == nil)
+	for _, t := range r.Tools {
+		w.String(t.Name)
+		w.Bool(t.Approval)
+		w.policy(t.Policy)
+	}
+	// The Run's state.
+	w.String(string(r.Status))
+	w.Int(r.Seq)
+	w.Int(r.CreatedAt)
+	w.Int(r.UpdatedAt)
+	w.Int(int64(r.Step))
+	w.Count(len(r.Transcript), r.Transcript == nil)
+	for i := range r.Transcript {
+		w.message(&r.Transcript[i])
+	}
+	w.Count(len(r.Effects), r.Effects == nil)
+	for i := range r.Effects {
+		w.effect(&r.Effects[i])
+	}
+	w.usage(r.Usage)
+	w.Bool(r.Awaiting != nil)
+	if r.Awaiting != nil {
+		w.String(r.Awaiting.Prompt)
+	}
+	w.Bool(r.Verdict != nil)
+	if v := r.Verdict; v != nil {
+		w.String(string(v.Status))
+		w.String(v.Result)
+		w.failure(v.Failure)
+	}
+	w.String(r.Result)
+	w.failure(r.Failure)
+	return w.B
+}
+
+// Decode decodes a snapshot Append wrote. The strings it returns are
+// copies; the raw JSON fields (metadata, arguments) share b's memory, so
+// b must not be changed while the Run is in use.
+func Decode(b []byte) (loop.Run, error) {
+	if !IsBinary(b) {
+		return loop.Run{}, errors.New("runcodec: not a binary snapshot (no version byte)")
+	}
+	rd := Reader{B: b[1:]}
+	var r loop.Run
+	r.Tenant = rd.String()
+	r.Session = rd.String()
+	r.ID = rd.String()
+	r.Input = rd.String()
+	r.Metadata = rd.Raw()
+	r.Limits.MaxSteps = rd.int()
+	r.Limits.MaxToolCallsPerStep = rd.int()
+	r.Limits.MaxParallelToolCalls = rd.int()
+	r.Limits.DeadlineMS = rd.Int()
+	r.Limits.EffectTimeoutMS = rd.Int()
+	r.ModelPolicy = rd.policy()
+	if n, isNil := rd.Count(3); !isNil {
+		r.Tools = make([]loop.ToolSpec, n)
+		for i := range r.Tools {
+			r.Tools[i] = loop.ToolSpec{Name: rd.String(), Approval: rd.Bool(), Policy: rd.policy()}
+		}
+	}
+	r.Status = loop.Status(rd.String())
+	r.Seq = rd.Int()
+	r.CreatedAt = rd.Int()
+	r.UpdatedAt = rd.Int()
+	r.Step = rd.int()
+	if n, isNil := rd.Count(5); !isNil {
+		r.Transcript = make([]abi.Message, n)
+		for i := range r.Transcript {
+			rd.message(&r.Transcript[i])
+		}
+	}
+	if n, isNil := rd.Count(17); !isNil {
+		r.Effects = make([]loop.Effect, n)
+		for i := range r.Effects {
+			rd.effect(&r.Effects[i])
+		}
+	}
+	r.Usage = rd.usage()
+	if rd.Bool() {
+		r.Awaiting = &abi.AwaitInput{Prompt: rd.String()}
+	}
+	if rd.Bool() {
+		r.Verdict = &loop.Verdict{Status: loop.Status(rd.String()), Result: rd.String(), Failure: rd.failure()}
+	}
+	r.Result = rd.String()
+	r.Failure = rd.failure()
+	if rd.Err != nil {
+		return loop.Run{}, fmt.Errorf("runcodec: snapshot: %w", rd.Err)
+	}
+	if len(rd.B) != 0 {
+		return loop.Run{}, fmt.Errorf("runcodec: snapshot: %d bytes after its end", len(rd.B))
+	}
+	return r, nil
+}
+
+func (w *Writer) policy(p loop.Policy) {
+	w.String(string(p.Mode))
+	w.Int(int64(p.MaxAttempts))
+	w.Int(p.BackoffMS)
+	w.Int(p.MaxBackoffMS)
+}
+
+func (rd *Reader) policy() loop.Policy {
+	return loop.Policy{Mode: loop.PolicyMode(rd.String()), MaxAttempts: rd.int(), BackoffMS: rd.Int(), MaxBackoffMS: rd.Int()}
+}
+
+func (w *Writer) usage(u abi.Usage) {
+	w.Int(u.InputTokens)
+	w.Int(u.OutputTokens)
+}
+
+func (rd *Reader) usage() abi.Usage { return abi.Usage{InputTokens: rd.Int(), OutputTokens: rd.Int()} }
+
+func (w *Writer) failure(f *loop.Failure) {
+	w.Bool(f != nil)
+	if f != nil {
+		w.String(string(f.Class))
+		w.String(f.Message)
+		w.Bool(f.Retriable)
+	}
+}
+
+func (rd *Reader) failure() *loop.Failure {
+	if !rd.Bool() {
+		return nil
+	}
+	return &loop.Failure{Class: abi.ErrorClass(rd.String()), Message: rd.String(), Retriable: rd.Bool()}
+}
+
+func (w *Writer) message(m *abi.Message) {
+	w.String(m.Role)
+	w.String(m.Content)
+	w.Count(len(m.ToolCalls), m.ToolCalls == nil)
+	for _, c := range m.ToolCalls {
+		w.String(c.ID)
+		w.String(c.Name)
+		w.Raw(c.Arguments)
+	}
+	w.String(m.ToolCallID)
+	w.Bool(m.IsError)
+}
+
+func (rd *Reader) message(m *abi.Message) {
+	m.Role = rd.String()
+	m.Content = rd.String()
+	if n, isNil := rd.Count(3); !isNil {
+		m.ToolCalls = make([]abi.ToolCall, n)
+		for i := range m.ToolCalls {
+			m.ToolCalls[i] = abi.ToolCall{ID: rd.String(), Name: rd.String(), Arguments: rd.Raw()}
+		}
+	}
+	m.ToolCallID = rd.String()
+	m.IsError = rd.Bool()
+}
+
+func (w *Writer) effect(e *loop.Effect) {
+	w.String(e.ID)
+	w.String(string(e.Kind))
+	w.Int(int64(e.Step))
+	w.Int(int64(e.Index))
+	w.String(e.ToolCallID)
+	w.String(e.Tool)
+	w.Raw(e.Arguments)
+	w.Int(e.RequestSeq)
+	w.String(string(e.State))
+	w.Int(int64(e.Attempt))
+	w.Uint(e.Epoch)
+	w.String(e.Handle)
+	w.Int(e.DispatchedAt)
+	w.Int(e.NotBefore)
+	w.Bool(e.Outcome != nil)
+	if o := e.Outcome; o != nil {
+		w.String(string(o.State))
+		w.Bool(o.Model != nil)
+		if m := o.Model; m != nil {
+			w.message(&m.Message)
+			w.usage(m.Usage)
+			w.Bool(m.AwaitInput != nil)
+			if m.AwaitInput != nil {
+				w.String(m.AwaitInput.Prompt)
+			}
+		}
+		w.Bool(o.Tool != nil)
+		if t := o.Tool; t != nil {
+			w.String(t.Content)
+			w.Bool(t.IsError)
+		}
+		w.failure(o.Error)
+	}
+	w.Int(int64(e.Failures))
+	w.Int(e.DeferredSince)
+}
+
+func (rd *Reader) effect(e *loop.Effect) {
+	e.ID = rd.String()
+	e.Kind = abi.EffectKind(rd.String())
+	e.Step = rd.int()
+	e.Index = rd.int()
+	e.ToolCallID = rd.String()
+	e.Tool = rd.String()
+	e.Arguments = rd.Raw()
+	e.RequestSeq = rd.Int()
+	e.State = loop.EffectState(rd.String())
+	e.Attempt = rd.int()
+	e.Epoch = rd.Uint()
+	e.Handle = rd.String()
+	e.DispatchedAt = rd.Int()
+	e.NotBefore = rd.Int()
+	if rd.Bool() {
+		o := &loop.Outcome{State: loop.OutcomeState(rd.String())}
+		if rd.Bool() {
+			m := &abi.ModelOutcome{}
+			rd.message(&m.Message)
+			m.Usage = rd.usage()
+			if rd.Bool() {
+				m.AwaitInput = &abi.AwaitInput{Prompt: rd.String()}
+			}
+			o.Model = m
+		}
+		if rd.Bool() {
+			o.Tool = &abi.ToolOutcome{Content: rd.String(), IsError: rd.Bool()}
+		}
+		o.Error = rd.failure()
+		e.Outcome = o
+	}
+	e.Failures = rd.int()
+	e.DeferredSince = rd.Int()
+}
+
+// Writer appends the encoding's primitives to B. Stores use it for the
+// records they frame around a snapshot (badgerstore's run header).
+type Writer struct{ B []byte }
+
+// String appends a length-prefixed string.
+func (w *Writer) String(s string) {
+	w.B = binary.AppendUvarint(w.B, uint64(len(s)))
+	w.B = append(w.B, s...)
+}
+
+// Raw appends raw JSON bytes, keeping nil apart from empty.
+func (w *Writer) Raw(b json.RawMessage) {
+	w.Count(len(b), b == nil)
+	w.B = append(w.B, b...)
+}
+
+// Count appends a slice's length, keeping a nil slice apart from an
+// empty one.
+func (w *Writer) Count(n int, isNil bool) {
+	if isNil {
+		w.B = append(w.B, 0)
+		return
+	}
+	w.B = binary.AppendUvarint(w.B, uint64(n)+1)
+}
+
+// Int appends a signed varint.
+func (w *Writer) Int(v int64) { w.B = binary.AppendVarint(w.B, v) }
+
+// Uint appends an unsigned varint.
+func (w *Writer) Uint(v uint64) { w.B = binary.AppendUvarint(w.B, v) }
+
+// Bool appends one byte, 0 or 1.
+func (w *Writer) Bool(v bool) {
+	if v {
+		w.B = append(w.B, 1)
+	} else {
+		w.B = append(w.B, 0)
+	}
+}
+
+// Reader reads what Writer wrote from B. The first malformed read sets
+// Err; every read after it returns a zero value.
+type Reader struct {
+	B   []byte
+	Err error
+}
+
+var errTruncated = errors.New("truncated")
+
+func (rd *Reader) fail(err error) {
+	if rd.Err == nil {
+		rd.Err = err
+	}
+	rd.B = nil
+}
+
+// Uint reads an unsigned varint.
+func (rd *Reader) Uint() uint64 {
+	if rd.Err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(rd.B)
+	if n <= 0 {
+		rd.fail(errTruncated)
+		return 0
+	}
+	rd.B = rd.B[n:]
+	return v
+}
+
+// Int reads a signed varint.
+func (rd *Reader) Int() int64 {
+	if rd.Err != nil {
+		return 0
+	}
+	v, n := binary.Varint(rd.B)
+	if n <= 0 {
+		rd.fail(errTruncated)
+		return 0
+	}
+	rd.B = rd.B[n:]
+	return v
+}
+
+// int reads a signed varint into an int.
+func (rd *Reader) int() int { return int(rd.Int()) }
+
+// Bool reads one byte, which must be 0 or 1.
+func (rd *Reader) Bool() bool {
+	if rd.Err != nil {
+		return false
+	}
+	if len(rd.B) == 0 {
+		rd.fail(errTruncated)
+		return false
+	}
+	v := rd.B[0]
+	rd.B = rd.B[1:]
+	if v > 1 {
+		rd.fail(fmt.Errorf("a boolean byte is %d", v))
+		return false
+	}
+	return v == 1
+}
+
+// bytes reads n bytes, sharing B's memory.
+func (rd *Reader) bytes(n uint64) []byte {
+	if rd.Err != nil {
+		return nil
+	}
+	if n > uint64(len(rd.B)) {
+		rd.fail(errTruncated)
+		return nil
+	}
+	b := rd.B[:n:n]
+	rd.B = rd.B[n:]
+	return b
+}
+
+// String reads a length-prefixed string (a copy).
+func (rd *Reader) String() string { return string(rd.bytes(rd.Uint())) }
+
+// Raw reads raw JSON bytes (sharing B's memory); nil stays nil.
+func (rd *Reader) Raw() json.RawMessage {
+	n, isNil := rd.Count(1)
+	if isNil {
+		return nil
+	}
+	return json.RawMessage(rd.bytes(uint64(n)))
+}
+
+// Count reads a length Writer.Count wrote; isNil reports a nil slice.
+// Each element takes at least minBytes, so a length the bytes left cannot
+// hold is refused before the caller allocates for it.
+func (rd *Reader) Count(minBytes int) (n int, isNil bool) {
+	v := rd.Uint()
+	if rd.Err != nil {
+		return 0, true
+	}
+	if v == 0 {
+		return 0, true
+	}
+	v--
+	if minBytes < 1 {
+		minBytes = 1
+	}
+	if v > uint64(len(rd.B))/uint64(minBytes) {
+		rd.fail(fmt.Errorf("a length of %d is more than the %d bytes left can hold", v, len(rd.B)))
+		return 0, true
+	}
+	return int(v), false
+}
+
+// Unmarshal decodes a stored snapshot in either form: this encoding, or
+// the JSON that stores wrote before it (and that a store copied from an
+// older one may still hold). A store reads every snapshot through it, so
+// a directory or database written before the binary form stays readable;
+// its next commit rewrites the snapshot in the binary form.
+func Unmarshal(b []byte) (loop.Run, error) {
+	if IsBinary(b) {
+		return Decode(b)
+	}
+	var r loop.Run
+	if err := json.Unmarshal(b, &r); err != nil {
+		return loop.Run{}, fmt.Errorf("runcodec: JSON snapshot: %w", err)
+	}
+	return r, nil
+}
