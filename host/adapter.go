@@ -47,6 +47,14 @@ func (e *Executor) Plugin() *Plugin { return e.p }
 // Plugin is the plugin behind the adapter.
 func (b *Builder) Plugin() *Plugin { return b.p }
 
+// WaitsForCapacity implements runtime.CapacityWaiter: a call may wait for
+// one of the tenant's pool instances, and its timeout starts once it has
+// one (Plugin.call).
+func (e *Executor) WaitsForCapacity() {}
+
+// WaitsForCapacity implements runtime.CapacityWaiter, as Executor's.
+func (b *Builder) WaitsForCapacity() {}
+
 // Start implements runtime.Executor.
 func (e *Executor) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
 	return e.effect(ctx, abi.ExportStart, c)

@@ -45,6 +45,10 @@ func (p *Plugin) call(ctx context.Context, s *callScope, input []byte) ([]byte, 
 	if err != nil {
 		return nil, fmt.Errorf("host: plugin[%s] export[%s]: no instance: %w", p.name, export, err)
 	}
+	// The runtime's call timeout, when it hands one over, runs from here:
+	// the wait for the instance does not count against it.
+	ctx, cancel := runtime.BeginCall(ctx)
+	defer cancel()
 	out, keep, err := p.run(ctx, in, s, input)
 	pl.release(context.WithoutCancel(ctx), in, keep)
 	return out, err

@@ -188,3 +188,56 @@ func TestKVGetStoreFailureAborts(t *testing.T) {
 		t.Fatalf("attach after the store is back: %+v %v", r, err)
 	}
 }
+
+// The runtime's call timeout runs from when a call has an instance, not
+// while it waits for one (runtime.CapacityWaiter): with one instance held
+// by an attach blocked in kv_get past the timeout, a second attach waits,
+// and once the first is done, answers. Before, the wait counted against
+// the timeout, and the second call failed with "no instance: context
+// deadline exceeded" (which the runtime takes for an unreachable executor,
+// and defers). The timeout still bounds the call itself.
+func TestTheCallTimeoutStartsOnceTheCallHasAnInstance(t *testing.T) {
+	e := newEnv(t, Config{})
+	x := e.executor(t, conformance.PluginSlowJob, func(s *PluginSpec) { s.Limits.PoolSize = 1 })
+	if _, ok := any(x).(runtime.CapacityWaiter); !ok {
+		t.Fatal("host.Executor is not a runtime.CapacityWaiter")
+	}
+	c := toolCall("acme", "r.t1.0", 1, "slow", nil)
+	if _, err := x.Start(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 50 * time.Millisecond
+	release := e.kv.hold()
+	first := make(chan error, 1)
+	go func() {
+		_, err := x.Attach(context.Background(), c)
+		first <- err
+	}()
+	conformance.Eventually(t, "the first attach to hold the instance in kv_get", func() bool { return e.kv.gated.Load() == 1 })
+	began := time.Now()
+	second := make(chan error, 1)
+	var reply abi.EffectReply
+	go func() {
+		var err error
+		reply, err = x.Attach(runtime.WithCallTimeout(context.Background(), timeout), c)
+		second <- err
+	}()
+	conformance.Eventually(t, "the second attach to wait for the instance past its call timeout", func() bool {
+		return x.Plugin().Stats("acme").Waiting == 1 && time.Since(began) > 3*timeout
+	})
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("first attach: %v", err)
+	}
+	if err := <-second; err != nil || reply.State != abi.StatePending {
+		t.Fatalf("the attach that waited for the instance: %+v, %v; want pending", reply, err)
+	}
+
+	// The timeout bounds the call once it runs: blocked in kv_get, it ends.
+	release = e.kv.hold()
+	defer release()
+	_, err := x.Attach(runtime.WithCallTimeout(context.Background(), timeout), c)
+	if err == nil {
+		t.Fatal("a call blocked past its timeout returned no error")
+	}
+}

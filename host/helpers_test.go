@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,24 @@ type memKV struct {
 	data    map[string][]byte
 	failing bool
 	max     int
+	// gate, when set, holds every KVGet until it is closed (or the
+	// call's context ends); gated counts the KVGets it holds.
+	gate  chan struct{}
+	gated atomic.Int64
+}
+
+// hold makes every KVGet wait until the returned release is called.
+func (m *memKV) hold() (release func()) {
+	g := make(chan struct{})
+	m.mu.Lock()
+	m.gate = g
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		m.gate = nil
+		m.mu.Unlock()
+		close(g)
+	}
 }
 
 func newMemKV() *memKV { return &memKV{data: map[string][]byte{}, max: 1 << 16} }
@@ -33,8 +52,21 @@ func kvKey(tenant, plugin string, key []byte) string {
 
 func (m *memKV) setFailing(f bool) { m.mu.Lock(); m.failing = f; m.mu.Unlock() }
 
-func (m *memKV) KVGet(_ context.Context, tenant, plugin string, key []byte) ([]byte, error) {
+func (m *memKV) KVGet(ctx context.Context, tenant, plugin string, key []byte) ([]byte, error) {
 	m.mu.Lock()
+	if g := m.gate; g != nil {
+		m.mu.Unlock()
+		m.gated.Add(1)
+		select {
+		case <-g:
+		case <-ctx.Done():
+		}
+		m.gated.Add(-1)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		m.mu.Lock()
+	}
 	defer m.mu.Unlock()
 	if m.failing {
 		return nil, fmt.Errorf("memkv: disk on fire: %w", runtime.ErrStoreUnavailable)

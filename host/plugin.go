@@ -112,6 +112,7 @@ type PoolStats struct {
 	Created int // instances created since the pool was
 	Evicted int // idle instances closed for idleness or memory
 	Failed  int // instances discarded after a trap, timeout or limit
+	Waiting int // calls waiting for an instance, now
 }
 
 // Stats returns the pool counters of one tenant (zero when it has none).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -17,6 +18,8 @@ type pool struct {
 	p      *Plugin
 	tenant string
 	slots  chan struct{} // one token per live instance (idle or in use)
+	// waiting counts the callers waiting for a token.
+	waiting atomic.Int64
 
 	mu     sync.Mutex
 	idle   []*instance
@@ -34,8 +37,15 @@ func newPool(p *Plugin, tenant string) *pool {
 func (pl *pool) acquire(ctx context.Context) (*instance, error) {
 	select {
 	case pl.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for one of %d instances of tenant %q: %w", cap(pl.slots), pl.tenant, ctx.Err())
+	default:
+		pl.waiting.Add(1)
+		select {
+		case pl.slots <- struct{}{}:
+			pl.waiting.Add(-1)
+		case <-ctx.Done():
+			pl.waiting.Add(-1)
+			return nil, fmt.Errorf("waiting for one of %d instances of tenant %q: %w", cap(pl.slots), pl.tenant, ctx.Err())
+		}
 	}
 	pl.mu.Lock()
 	if pl.closed {
@@ -150,7 +160,7 @@ func (pl *pool) stats() PoolStats {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	s := pl.st
-	s.Idle, s.InUse = len(pl.idle), pl.inUse
+	s.Idle, s.InUse, s.Waiting = len(pl.idle), pl.inUse, int(pl.waiting.Load())
 	return s
 }
 

@@ -32,6 +32,11 @@ type advanceReq struct {
 	// was settled before, the Run has ended), with the Run as it then
 	// stands: before the Run's lock is released and its waiters are told.
 	onDurable func(cur loop.Run)
+	// queued is pre's entry in the settlement queue when pre is a
+	// settlement: another advance of the Run may commit it with its own
+	// (settleQueue), and this one then advances without it; and this one
+	// takes the other settlements queued for the Run along.
+	queued *queuedSettle
 	// input qualifies an input from outside (IfSeq); what names it.
 	input inputOptions
 	what  string
@@ -87,6 +92,10 @@ type sideEffects struct {
 	dispatched []dispatchedEffect
 	cancels    []loop.Action
 	wakes      []loop.Action
+	// merged are the other settlements of the Run (from the settlement
+	// queue) folded into the batch; the commit applies them under their
+	// own command IDs (Commit.AlsoCommandIDs).
+	merged []*queuedSettle
 }
 
 type dispatchedEffect struct {
@@ -162,6 +171,11 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		if attempt >= 64 {
 			return loop.Run{}, fmt.Errorf("%w: run %s", errAdvanceGaveUp, req.runID)
 		}
+		if req.queued != nil && rt.settles.isCommitted(req.queued) {
+			// Another advance of the Run committed this settlement with
+			// its own: advance the Run as it stands, as after a duplicate.
+			req.pre, req.commandID, req.queued = nil, nil, nil
+		}
 		run, err := rt.store.LoadRun(ctx, req.tenant, req.runID)
 		if errors.Is(err, ErrRunNotFound) {
 			return loop.Run{}, err
@@ -221,7 +235,14 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		} else {
 			batch, next, fx, err = rt.foldActions(ctx, tenant, run, req, epoch)
 		}
+		committed := false
+		merged := fx.merged
+		settleMerged := func() {
+			rt.settles.done(merged, committed)
+			merged = nil
+		}
 		if err != nil {
+			settleMerged()
 			if req.fromExecutor() && (errors.Is(err, loop.ErrStaleAttempt) || errors.Is(err, loop.ErrAlreadySettled) || errors.Is(err, loop.ErrTerminal)) {
 				// The news is stale (often: its own commit, applied before
 				// a lost acknowledgement). Drop it, and advance the Run as
@@ -245,22 +266,32 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			cmd = req.commandID(run)
 		}
 		if rt.halted.Load() {
+			settleMerged()
 			return run, fmt.Errorf("runtime: advance of %s: halted: %w", run.ID, ErrClosed)
 		}
 		if err := rt.reserveDispatches(next, fx); err != nil {
+			settleMerged()
 			return run, err
+		}
+		var also []string
+		for _, m := range merged {
+			also = append(also, m.cmd)
 		}
 		cctx, cancel := rt.commitCtx()
 		began := rt.clock.Now()
 		res, err := rt.store.Commit(cctx, Commit{
-			Tenant: req.tenant, Session: req.session, RunID: req.runID, CommandID: cmd,
+			Tenant: req.tenant, Session: req.session, RunID: req.runID, CommandID: cmd, AlsoCommandIDs: also,
 			ExpectedSeq: run.Seq, Epoch: epoch, Events: batch, Run: next,
 		})
 		rt.opts.Observer.Committed(rt.clock.Now().Sub(began), err)
 		cancel()
 		if err != nil || res.Duplicate {
 			rt.unreserveDispatches(next, fx)
+		} else {
+			committed = true
+			rt.stats.MergedSettlements.Add(int64(len(merged)))
 		}
+		settleMerged()
 		switch {
 		case errors.Is(err, ErrVersionConflict):
 			rt.stats.Conflicts.Add(1)
@@ -327,6 +358,18 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 	if req.pre != nil {
 		if err := apply(*req.pre); err != nil && !errors.Is(err, loop.ErrNoChange) {
 			return nil, run, fx, err
+		}
+		if req.queued != nil {
+			// The other settlements of the Run waiting for their commit
+			// go into this one. One the Loop refuses (stale, settled
+			// before) goes back to its owner, who drops it.
+			for _, s := range rt.settles.take(runKey(req.tenant, req.runID), req.queued) {
+				if err := apply(s.ev); err != nil {
+					rt.settles.done([]*queuedSettle{s}, false)
+					continue
+				}
+				fx.merged = append(fx.merged, s)
+			}
 		}
 	}
 	requests := map[string]json.RawMessage{}
@@ -410,7 +453,16 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 	for _, tl := range t.Tools {
 		in.Tools = append(in.Tools, tl.Descriptor)
 	}
-	cctx, cancel := context.WithTimeout(ctx, rt.opts.CallTimeout)
+	var (
+		cctx   context.Context
+		cancel context.CancelFunc
+	)
+	if _, ok := t.Builder.(CapacityWaiter); ok {
+		cctx, cancel = context.WithCancel(ctx)
+		cctx = WithCallTimeout(cctx, rt.opts.CallTimeout)
+	} else {
+		cctx, cancel = context.WithTimeout(ctx, rt.opts.CallTimeout)
+	}
 	defer cancel()
 	out, err := t.Builder.Build(cctx, t.ID, in)
 	if err != nil {

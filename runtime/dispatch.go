@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +26,7 @@ func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects
 		key := assignment(run, d.effect.ID, d.effect.Attempt)
 		fresh[d.effect.ID] = true
 		e, req := d.effect, d.request
-		rt.launch(key, func() { rt.callExecutor(t, run, e, req, abi.ExportStart) })
+		rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, req, abi.ExportStart, slot) })
 	}
 	cancelling := map[string]bool{}
 	for _, a := range fx.cancels {
@@ -40,7 +41,7 @@ func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects
 			rt.watcher.Cancel("attach/" + key)
 		}
 		e := *run.Effect(a.EffectID)
-		rt.launch(key, func() { rt.callCancel(t, run, e) })
+		rt.launch(key, func(slot *callSlot) { rt.callCancel(t, run, e, slot) })
 	}
 	for _, e := range run.Executing() {
 		if fresh[e.ID] || cancelling[e.ID] {
@@ -57,11 +58,11 @@ func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects
 		e := e
 		switch {
 		case e.Epoch != epoch:
-			rt.launch(key, func() { rt.recoverEffect(t, run, e, key) })
+			rt.launch(key, func(slot *callSlot) { rt.recoverEffect(t, run, e, key, slot) })
 		case e.Handle != "":
-			rt.launch(key, func() { rt.callExecutor(t, run, e, nil, abi.ExportPoll) })
+			rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, nil, abi.ExportPoll, slot) })
 		default:
-			rt.launch(key, func() { rt.callExecutor(t, run, e, nil, abi.ExportStart) })
+			rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, nil, abi.ExportStart, slot) })
 		}
 	}
 	for _, a := range fx.wakes {
@@ -101,9 +102,45 @@ func (rt *Runtime) unreserveDispatches(run loop.Run, fx sideEffects) {
 // launch runs a call on an attempt the caller holds as tracked work; if
 // the runtime is stopping, the call is abandoned: the record stays
 // executing for recovery.
-func (rt *Runtime) launch(key string, f func()) {
-	if !rt.goTracked(f) {
+//
+// The executor calls in flight are bounded (Options.MaxCallsInFlight):
+// launch waits for a free call slot before it starts the goroutine, so
+// the caller (an advance, holding its Run's lock, on a driver's slot or an
+// executor call's goroutine) waits too, and a restart that finds 50,000
+// effects in flight starts the calls as slots free up instead of 50,000
+// goroutines queueing in the plugins' pools. The call gives its slot
+// back as soon as the executor answers (callSlot.free), before it commits
+// the answer: a goroutine holding a slot never waits for a Run's lock, so
+// a launcher waiting for a slot under its Run's lock cannot deadlock with
+// it.
+func (rt *Runtime) launch(key string, f func(slot *callSlot)) {
+	select {
+	case rt.calls <- struct{}{}:
+	case <-rt.life.Done():
 		rt.abandon(key)
+		return
+	}
+	slot := &callSlot{calls: rt.calls}
+	if !rt.goTracked(func() {
+		defer slot.free()
+		f(slot)
+	}) {
+		slot.free()
+		rt.abandon(key)
+	}
+}
+
+// callSlot is one launched call's slot among Options.MaxCallsInFlight.
+type callSlot struct {
+	once  sync.Once
+	calls chan struct{}
+}
+
+// free gives the slot back, once; a nil slot (a call the Watcher's
+// bounded workers make) has none.
+func (s *callSlot) free() {
+	if s != nil {
+		s.once.Do(func() { <-s.calls })
 	}
 }
 
@@ -174,18 +211,20 @@ func (rt *Runtime) effectCall(ctx context.Context, run loop.Run, e loop.Effect, 
 
 // callExecutor calls the executor's start, poll or attach export (export)
 // for an effect attempt the caller holds, and acts on the reply.
-func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request json.RawMessage, export string) {
+func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request json.RawMessage, export string, slot *callSlot) {
 	key := assignment(run, e.ID, e.Attempt)
-	ctx, cancel := rt.callCtx()
-	defer cancel()
 	exec := t.executorFor(e.Kind, e.Tool)
+	ctx, cancel := rt.callCtx(exec)
+	defer cancel()
 	if exec == nil {
+		slot.free()
 		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "no executor is configured for "+effectTarget(e), true),
 			fmt.Errorf("runtime: the tenant has no executor for %s %q", e.Kind, e.Tool))
 		return
 	}
 	call, err := rt.effectCall(ctx, run, e, request)
 	if err != nil {
+		slot.free()
 		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "the request for "+effectSubject(e)+" could not be prepared", true), err)
 		return
 	}
@@ -199,6 +238,7 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 	default:
 		reply, err = exec.Start(ctx, call)
 	}
+	slot.free()
 	rt.onReply(run, e, key, export, reply, err)
 }
 
@@ -313,8 +353,14 @@ func (rt *Runtime) commitSettlement(run loop.Run, e loop.Effect, key string, o l
 	}
 	ev := loop.Settled(e.ID, e.Attempt, o, 0)
 	cmd := loop.SettleCommandID(e.ID, e.Attempt)
+	// Queued, so that an advance of the Run that commits another
+	// settlement meanwhile takes this one along (settleQueue).
+	qs := &queuedSettle{ev: ev, cmd: cmd, key: key}
+	rk := runKey(run.Tenant, run.ID)
+	rt.settles.add(rk, qs)
+	defer rt.settles.remove(rk, qs)
 	rt.commitOutcome(key, "settlement", advanceReq{
-		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, outcomeOf: key,
+		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, outcomeOf: key, queued: qs,
 		commandID: func(loop.Run) string { return cmd },
 		onDurable: func(cur loop.Run) { rt.check(rt.attempts.settledDurably(key, cur.Status.Terminal())) },
 	})
@@ -421,15 +467,17 @@ func (rt *Runtime) schedulePoll(run loop.Run, e loop.Effect, key, handle string,
 
 // callCancel asks the executor to stop an attempt and settles it with the
 // reply: done settles with its outcome, anything else as cancelled.
-func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect) {
+func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect, slot *callSlot) {
 	key := assignment(run, e.ID, e.Attempt)
-	ctx, cancel := rt.callCtx()
+	exec := t.executorFor(e.Kind, e.Tool)
+	ctx, cancel := rt.callCtx(exec)
 	defer cancel()
 	o := loop.Outcome{State: loop.OutcomeCancelled}
-	if exec := t.executorFor(e.Kind, e.Tool); exec != nil {
+	if exec != nil {
 		if call, err := rt.effectCall(ctx, run, e, nil); err == nil {
 			rt.stats.ExecutorCalls.Add(1)
 			reply, err := exec.Cancel(ctx, call)
+			slot.free()
 			switch {
 			case err != nil && rt.life.Err() != nil:
 				rt.abandon(key)
@@ -445,6 +493,7 @@ func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect) {
 			}
 		}
 	}
+	slot.free()
 	rt.commitSettlement(run, e, key, o)
 }
 
@@ -527,7 +576,7 @@ func (rt *Runtime) runWatchItem(it watchItem) {
 		rt.kick(it.Tenant, it.Session)
 	case watchAttach:
 		if t, run, e, key, ok := rt.takeWatched(it); ok {
-			rt.recoverEffect(t, run, e, key)
+			rt.recoverEffect(t, run, e, key, nil)
 		}
 	case watchPoll:
 		t, run, e, key, ok := rt.takeWatched(it)
@@ -539,7 +588,7 @@ func (rt *Runtime) runWatchItem(it watchItem) {
 			rt.abandon(key)
 			return
 		}
-		ctx, cancel := rt.callCtx()
+		ctx, cancel := rt.callCtx(exec)
 		defer cancel()
 		ef := e
 		ef.Handle = it.Handle

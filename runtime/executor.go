@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/agenthost/agenthost/plugins/abi"
 )
@@ -36,6 +37,40 @@ type Executor interface {
 	Attach(ctx context.Context, c EffectCall) (abi.EffectReply, error)
 	// Cancel asks the executor to stop an attempt.
 	Cancel(ctx context.Context, c EffectCall) (abi.CancelReply, error)
+}
+
+// A CapacityWaiter is an Executor or Builder that may wait for capacity (a
+// free plugin instance) before it begins a call. The runtime hands it the
+// call's timeout (Options.CallTimeout) with the context instead of a
+// deadline already running, and it starts that timeout with BeginCall once
+// it begins the call: the wait for capacity does not count against the
+// timeout, which bounds the call alone. (A queue of attaches longer than
+// the timeout would otherwise fail them as if the executor were
+// unreachable, and defer them, after a restart.) The wait itself ends with
+// the caller's context: the runtime's life. An Executor or Builder that is
+// not a CapacityWaiter gets a context whose deadline runs from the start.
+type CapacityWaiter interface {
+	// WaitsForCapacity marks the implementation; it is never called.
+	WaitsForCapacity()
+}
+
+type callTimeoutKey struct{}
+
+// WithCallTimeout returns ctx carrying d as the timeout of the call made
+// under it, for BeginCall: what the runtime hands a CapacityWaiter.
+func WithCallTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, callTimeoutKey{}, d)
+}
+
+// BeginCall starts the call timeout ctx carries, from now: a
+// CapacityWaiter calls it once it has the capacity to begin the call. A
+// context that carries none comes back as it is (with a no-op cancel):
+// its deadline, if any, runs already.
+func BeginCall(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Value(callTimeoutKey{}).(time.Duration); ok && d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
 }
 
 // Builder turns a Run view into a model request. It runs synchronously;

@@ -89,3 +89,15 @@ func TrackedKeys(rt *Runtime) []string {
 	sort.Strings(out)
 	return out
 }
+
+// QueuedSettlements returns how many settlements wait in the settlement
+// queue for their commit.
+func QueuedSettlements(rt *Runtime) int {
+	rt.settles.mu.Lock()
+	defer rt.settles.mu.Unlock()
+	n := 0
+	for _, l := range rt.settles.byRun {
+		n += len(l)
+	}
+	return n
+}

@@ -503,7 +503,7 @@ func TestARecoveryClaimWrittenDespiteAnErrorIsDriven(t *testing.T) {
 	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
 		res := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
 		e.Crash(e.Runtime)
-		fs.FailNext("ClaimSession", conformance.FaultLostReply, 1)
+		fs.FailNext("ClaimSessions", conformance.FaultLostReply, 1)
 		b := e.Recover("node-b")
 		if done := storedTerminal(t, e, res.Run.ID); done.Status != loop.StatusCompleted || done.Result != "slow:x" {
 			t.Fatalf("run %s, result %q", done.Status, done.Result)

@@ -128,35 +128,54 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("runtime: recovery scan: %w", err)
 	}
 	rt.spreadClaims(orphans)
-	// Claims are synced writes: make them concurrently, so the store can
-	// group their syncs (docs/DESIGN.md §10), with a bounded number of workers.
+	refs := make([]SessionRef, 0, len(orphans))
+	for _, o := range orphans {
+		if _, ok := rt.opts.Tenants.Tenant(o.Tenant); !ok {
+			rt.log.Warn("recovery: session of an unknown tenant left alone; configure the tenant to recover it",
+				"tenant", o.Tenant, "session", o.Session)
+			continue
+		}
+		// A session this node had claimed under an earlier epoch must be
+		// claimed again: forget the cached claim.
+		if o.Owner != rt.nodeID {
+			rt.sessions.dropClaim(o.Tenant, o.Session)
+		}
+		refs = append(refs, SessionRef{Tenant: o.Tenant, Session: o.Session})
+	}
+	// One transaction, and one synced write, claims a batch of sessions
+	// (Store.ClaimSessions); a few batches go at once, so that the store
+	// can group their syncs too (docs/DESIGN.md §10).
 	var (
 		taken  atomic.Int64
-		errMu  sync.Mutex
-		unsure = map[string]bool{} // claims the store failed: they may be written
+		mu     sync.Mutex
+		unsure []SessionRef // claims the store failed: they may be written
 		wg     sync.WaitGroup
-		work   = make(chan SessionOwner)
+		work   = make(chan []SessionRef)
 	)
-	for w := 0; w < min(len(orphans), recoveryWorkers); w++ {
+	batches := (len(refs) + recoveryClaimBatch - 1) / recoveryClaimBatch
+	for w := 0; w < min(batches, recoveryClaimWorkers); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for o := range work {
-				if err := rt.takeOver(ctx, o); err != nil {
+			for batch := range work {
+				n, err := rt.takeOver(ctx, batch)
+				taken.Add(int64(n))
+				if err != nil {
 					if ctx.Err() == nil {
-						rt.log.Warn("recovery: claiming a session failed; its driver claims it again", "tenant", o.Tenant, "session", o.Session, "err", err)
+						rt.log.Warn("recovery: claiming a batch of sessions failed; their drivers claim them again",
+							"sessions", len(batch), "first_tenant", batch[0].Tenant, "first_session", batch[0].Session, "err", err)
 					}
-					errMu.Lock()
-					unsure[sessionKey(o.Tenant, o.Session)] = true
-					errMu.Unlock()
-					continue
+					mu.Lock()
+					unsure = append(unsure, batch...)
+					mu.Unlock()
 				}
-				taken.Add(1)
 			}
 		}()
 	}
-	for _, o := range orphans {
-		work <- o
+	for len(refs) > 0 {
+		n := min(len(refs), recoveryClaimBatch)
+		work <- refs[:n:n]
+		refs = refs[n:]
 	}
 	close(work)
 	wg.Wait()
@@ -168,57 +187,76 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	// epoch, if it was written), retrying a store error, or meets its
 	// owner at a boundary. Otherwise a session this node owns on record
 	// would wait for the watchdog.
+	isUnsure := make(map[SessionRef]bool, len(unsure))
+	for _, r := range unsure {
+		isUnsure[r] = true
+	}
 	for _, o := range orphans {
-		if _, mine := rt.sessions.claimed(o.Tenant, o.Session); mine || unsure[sessionKey(o.Tenant, o.Session)] {
+		if _, mine := rt.sessions.claimed(o.Tenant, o.Session); mine || isUnsure[SessionRef{Tenant: o.Tenant, Session: o.Session}] {
 			rt.kick(o.Tenant, o.Session)
 		}
 	}
 	return int(taken.Load()), ctx.Err()
 }
 
-// recoveryWorkers bounds the sessions a recovery pass takes over at once.
-const recoveryWorkers = 64
+// recoveryClaimBatch is how many sessions one ClaimSessions call of a
+// recovery pass takes; recoveryClaimWorkers bounds the calls in flight.
+const (
+	recoveryClaimBatch   = 256
+	recoveryClaimWorkers = 4
+)
 
-// takeOver claims one orphaned session; RecoverNow then hands it to a
-// driver.
-func (rt *Runtime) takeOver(ctx context.Context, o SessionOwner) error {
-	if _, ok := rt.opts.Tenants.Tenant(o.Tenant); !ok {
-		rt.log.Warn("recovery: session of an unknown tenant left alone; configure the tenant to recover it",
-			"tenant", o.Tenant, "session", o.Session)
-		return nil
+// takeOver claims a batch of orphaned sessions in one store call and
+// records each claim, with the head Run the claim read, for the session's
+// driver; RecoverNow then hands them to drivers. It returns how many it
+// took; a session another live incarnation took first is not counted.
+func (rt *Runtime) takeOver(ctx context.Context, batch []SessionRef) (int, error) {
+	rt.mu.Lock()
+	expired := rt.expired
+	rt.mu.Unlock()
+	if expired {
+		return 0, ErrNodeExpired
 	}
-	// A session this node had claimed under an earlier epoch must be
-	// claimed again: forget the cached claim.
-	if o.Owner != rt.nodeID {
-		rt.sessions.dropClaim(o.Tenant, o.Session)
-	}
-	epoch, err := rt.claim(ctx, o.Tenant, o.Session)
+	claims, err := rt.store.ClaimSessions(ctx, rt.nodeID, rt.nowMS(), batch)
 	if err != nil {
-		if errors.Is(err, ErrSessionOwned) {
-			return nil // another live incarnation took it first
-		}
-		return fmt.Errorf("runtime: recovery: take over %s/%s: %w", o.Tenant, o.Session, err)
+		return 0, fmt.Errorf("runtime: recovery: take over %d sessions: %w", len(batch), err)
 	}
-	rt.recStats.SessionsTaken.Add(1)
-	rt.log.Info("recovery: session taken over", "tenant", o.Tenant, "session", o.Session,
-		"dead_owner", o.Owner, "epoch", epoch)
-	return nil
+	if len(claims) != len(batch) {
+		return 0, fmt.Errorf("runtime: recovery: the store answered %d claims for %d sessions", len(claims), len(batch))
+	}
+	n := 0
+	for i, c := range claims {
+		ref := batch[i]
+		if c.Err != nil {
+			if !errors.Is(c.Err, ErrSessionOwned) {
+				rt.log.Warn("recovery: the store refused a claim", "tenant", ref.Tenant, "session", ref.Session, "err", c.Err)
+			}
+			continue // another live incarnation took it first
+		}
+		rt.sessions.setRecoveredClaim(ref.Tenant, ref.Session, c.Epoch, c.Active)
+		rt.recStats.SessionsTaken.Add(1)
+		rt.log.Info("recovery: session taken over", "tenant", ref.Tenant, "session", ref.Session, "epoch", c.Epoch)
+		n++
+	}
+	return n, nil
 }
 
 // recoverEffect asks the executor of an orphaned attempt to attach, plans
 // with recovery.Plan and carries the command out. The caller holds the
 // attempt as being called (beginCall or takeWatched).
-func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key string) {
-	ctx, cancel := rt.callCtx()
+func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key string, slot *callSlot) {
+	exec := t.executorFor(e.Kind, e.Tool)
+	ctx, cancel := rt.callCtx(exec)
 	defer cancel()
 	st := recovery.AttachState{Kind: recovery.AttachUnavailable}
-	if exec := t.executorFor(e.Kind, e.Tool); exec == nil {
+	if exec == nil {
 		st.Reason = fmt.Sprintf("no executor for %s %q", e.Kind, e.Tool)
 	} else if call, err := rt.effectCall(ctx, run, e, nil); err != nil {
 		st.Reason = err.Error()
 	} else {
 		rt.stats.ExecutorCalls.Add(1)
 		reply, err := exec.Attach(ctx, call)
+		slot.free()
 		switch {
 		case err != nil && rt.life.Err() != nil:
 			rt.abandon(key)
@@ -229,6 +267,7 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 			st = attachState(e.Kind, reply)
 		}
 	}
+	slot.free()
 	rt.actOnAttach(run, e, key, st)
 }
 

@@ -40,6 +40,11 @@ type Options struct {
 	// MaxConcurrentCalls bounds the goroutines that carry out due Watcher
 	// items (default 64).
 	MaxConcurrentCalls int
+	// MaxCallsInFlight bounds the executor calls (start, poll, attach,
+	// cancel) that advances launch and that are running at once (default
+	// 256): a launch past it waits for a call to answer (launch). The
+	// Watcher's calls have their own bound, MaxConcurrentCalls.
+	MaxCallsInFlight int
 	// MaxDrivers bounds the sessions driven at once (default 128). Session
 	// drivers are cheap, but thousands at once (a recovery pass over
 	// thousands of sessions) flood the store's write queue, and every
@@ -83,7 +88,13 @@ type Runtime struct {
 	hub     *Hub
 	// attempts owns what this process does about each effect attempt.
 	attempts *attempts
-	dog      *watchdog
+	// calls holds a token for each launched executor call in flight
+	// (Options.MaxCallsInFlight; launch).
+	calls chan struct{}
+	// settles queues the settlements waiting for their commit, so that
+	// one commit takes those of a Run that arrive together.
+	settles *settleQueue
+	dog     *watchdog
 	// watcherFireHook, when set (tests, through export_test.go), runs
 	// once onWatcherFire has started its first worker. It is this
 	// runtime's own, so that a runtime another test left running never
@@ -140,6 +151,20 @@ type Stats struct {
 	RunsCancelled     int64
 	UnavailableErrors int64 // executor calls that found the executor unavailable
 	WatcherQueueDepth int   // polls and Run wake-ups scheduled, not yet due
+	// LeaseRenewals counts the node lease's renewals that succeeded;
+	// LeaseGapMax is the longest time, on the runtime's Clock, from the
+	// start of one successful renewal (or the registration) to the start
+	// of the next, the figure that must stay under LeaseTTL's trust window
+	// (LeaseTTL less a fifth) for the lease to hold: renewals are due every
+	// LeaseTTL/3, so a gap well above that says the renewal was held up
+	// (a slow store, a starved process). LeaseRenewMax is the longest one
+	// RenewNode call took.
+	LeaseRenewals int64
+	LeaseGapMax   time.Duration
+	LeaseRenewMax time.Duration
+	// MergedSettlements counts the settlements committed in the commit of
+	// another settlement of the same Run (advance, foldActions).
+	MergedSettlements int64
 }
 
 // RunsEnded is how many Runs this runtime took to an end: completed,
@@ -153,6 +178,18 @@ type statCounters struct {
 	GuestInputs                                                       atomic.Int64
 	ExecutorCalls, EffectsSettled                                     atomic.Int64
 	RunsCompleted, RunsFailed, RunsCancelled, UnavailableErrors       atomic.Int64
+	LeaseRenewals, LeaseGapMax, LeaseRenewMax                         atomic.Int64 // the durations in ns
+	MergedSettlements                                                 atomic.Int64
+}
+
+// raiseMax raises m to v when v is larger.
+func raiseMax(m *atomic.Int64, v int64) {
+	for {
+		old := m.Load()
+		if v <= old || m.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }
 
 // New returns a Runtime; call Start before using it.
@@ -173,6 +210,9 @@ func New(opts Options) (*Runtime, error) {
 	setDefault(&opts.PollMax, 30*time.Second)
 	if opts.MaxConcurrentCalls <= 0 {
 		opts.MaxConcurrentCalls = 64
+	}
+	if opts.MaxCallsInFlight <= 0 {
+		opts.MaxCallsInFlight = 256
 	}
 	if opts.MaxDrivers <= 0 {
 		opts.MaxDrivers = 128
@@ -198,7 +238,9 @@ func New(opts Options) (*Runtime, error) {
 		hub:      opts.Hub,
 		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
 		drivers:  newDriverSlots(opts.MaxDrivers),
+		calls:    make(chan struct{}, opts.MaxCallsInFlight),
 		attempts: newAttempts(),
+		settles:  newSettleQueue(),
 		sessions: newSessionTable(),
 		waiters:  map[string][]waiter{},
 		runLocks: map[string]*runLock{},
@@ -241,6 +283,8 @@ func (rt *Runtime) Stats() Stats {
 		RunsCompleted: c.RunsCompleted.Load(), RunsFailed: c.RunsFailed.Load(), RunsCancelled: c.RunsCancelled.Load(),
 		UnavailableErrors: c.UnavailableErrors.Load(),
 		WatcherQueueDepth: rt.watcher.Len(),
+		LeaseRenewals:     c.LeaseRenewals.Load(), LeaseGapMax: time.Duration(c.LeaseGapMax.Load()),
+		LeaseRenewMax: time.Duration(c.LeaseRenewMax.Load()), MergedSettlements: c.MergedSettlements.Load(),
 	}
 }
 
@@ -297,8 +341,12 @@ func (rt *Runtime) renewLease() {
 	switch {
 	case err == nil:
 		rt.mu.Lock()
+		gap := began.Sub(rt.leaseFrom)
 		rt.leaseFrom = began
 		rt.mu.Unlock()
+		rt.stats.LeaseRenewals.Add(1)
+		raiseMax(&rt.stats.LeaseGapMax, int64(gap))
+		raiseMax(&rt.stats.LeaseRenewMax, int64(rt.clock.Now().Sub(began)))
 		rt.armRenewal(rt.opts.LeaseTTL / 3)
 	case errors.Is(err, ErrNodeExpired):
 		rt.loseLease("the store says its lease expired", err)
@@ -469,9 +517,15 @@ func (rt *Runtime) commitCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(rt.life), rt.opts.CommitTimeout)
 }
 
-// callCtx is the context of one executor or builder call: bounded by
-// CallTimeout and by the runtime's lifetime.
-func (rt *Runtime) callCtx() (context.Context, context.CancelFunc) {
+// callCtx is the context of one call of callee (an Executor or a
+// Builder; nil when there is none): bounded by the runtime's lifetime and
+// by CallTimeout, which for a CapacityWaiter runs from when it begins the
+// call (BeginCall), not while it waits for an instance.
+func (rt *Runtime) callCtx(callee any) (context.Context, context.CancelFunc) {
+	if _, ok := callee.(CapacityWaiter); ok {
+		ctx, cancel := context.WithCancel(rt.life)
+		return WithCallTimeout(ctx, rt.opts.CallTimeout), cancel
+	}
 	return context.WithTimeout(rt.life, rt.opts.CallTimeout)
 }
 

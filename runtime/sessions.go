@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/agenthost/agenthost/loop"
 )
 
 // Session ownership in this process: the sessions this node holds in
@@ -22,6 +24,11 @@ type sessionState struct {
 	driving         bool   // a driver goroutine is on it
 	dirty           bool   // it was kicked while driven: drive it again
 	idleScans       int    // watchdog scans in a row that found no active Run
+	// recovered holds the active Runs recovery's claim read (their IDs,
+	// head first) until the session's driver takes them for its first
+	// pass (takeRecovered); hasRecovered says they are there.
+	recovered    []string
+	hasRecovered bool
 }
 
 // sessionTable is the one owner of the sessions this process holds, by
@@ -67,6 +74,34 @@ func (t *sessionTable) setClaim(tenant, session string, epoch uint64) {
 	s.epoch, s.claimed = epoch, true
 }
 
+// setRecoveredClaim records the claim recovery made on a session, with
+// the IDs of the active Runs that the claim's transaction read (head
+// first), for the driver's first pass.
+func (t *sessionTable) setRecoveredClaim(tenant, session string, epoch uint64, active []loop.Run) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.getLocked(tenant, session)
+	s.epoch, s.claimed = epoch, true
+	s.recovered, s.hasRecovered = make([]string, len(active)), true
+	for i, r := range active {
+		s.recovered[i] = r.ID
+	}
+}
+
+// takeRecovered hands a driver, once, the active Runs recovery's claim
+// read; ok is false when there are none to take.
+func (t *sessionTable) takeRecovered(tenant, session string) (ids []string, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[sessionKey(tenant, session)]
+	if s == nil || !s.hasRecovered {
+		return nil, false
+	}
+	ids, ok = s.recovered, true
+	s.recovered, s.hasRecovered = nil, false
+	return ids, ok
+}
+
 // dropClaim forgets a cached claim (recovery found the session owned by a
 // dead incarnation, possibly an earlier claim of this node's: it must be
 // claimed again, for a new epoch).
@@ -75,6 +110,7 @@ func (t *sessionTable) dropClaim(tenant, session string) {
 	defer t.mu.Unlock()
 	if s := t.m[sessionKey(tenant, session)]; s != nil {
 		s.claimed = false
+		s.recovered, s.hasRecovered = nil, false
 	}
 }
 
@@ -196,30 +232,32 @@ func (rt *Runtime) kick(tenant, session string) {
 		rt.mu.Unlock()
 		return
 	}
-	// The driver gets its slot, or its place in the queue for one, here,
-	// in kick order, not when its goroutine happens to run.
-	ready, place := rt.drivers.take()
 	rt.wg.Add(1)
 	rt.active.Add(1)
-	rt.mu.Unlock()
-	go func() {
+	drive := func() {
 		defer rt.wg.Done()
 		defer rt.active.Add(-1)
-		if ready != nil {
-			select {
-			case <-ready:
-			case <-rt.life.Done():
-				rt.drivers.leave(ready, place)
-				rt.sessions.passDone(s, true)
-				return
-			}
+		if rt.life.Err() != nil {
+			rt.sessions.passDone(s, true)
+			return
 		}
-		defer rt.drivers.give()
 		for {
 			rt.driveSession(tenant, session)
 			if !rt.sessions.passDone(s, rt.stopping()) {
 				return
 			}
+		}
+	}
+	// The drive gets its slot, or its place in the queue for one, here,
+	// in kick order, not when a goroutine happens to run.
+	if !rt.drivers.takeOrQueue(drive) {
+		rt.mu.Unlock()
+		return
+	}
+	rt.mu.Unlock()
+	go func() {
+		for d := drive; d != nil; d = rt.drivers.next() {
+			d()
 		}
 	}()
 }
@@ -253,20 +291,32 @@ func (rt *Runtime) driveSession(tenant, session string) {
 			}
 			return
 		}
-		runs, err := rt.store.ActiveRuns(ctx, tenant, session)
-		if err != nil {
-			if retry("reading the session's active Runs", err) {
-				continue
+		// The head Run: from the Runs recovery's claim read, on the first
+		// pass after a takeover of a session with one active Run (the
+		// advance reloads the Run itself); otherwise from the store.
+		var headID string
+		if ids, ok := rt.sessions.takeRecovered(tenant, session); ok && len(ids) <= 1 {
+			if len(ids) == 0 {
+				return
 			}
-			return
+			headID = ids[0]
+		} else {
+			runs, err := rt.store.ActiveRuns(ctx, tenant, session)
+			if err != nil {
+				if retry("reading the session's active Runs", err) {
+					continue
+				}
+				return
+			}
+			if len(runs) == 0 {
+				return
+			}
+			for _, queued := range runs[1:] {
+				rt.notifyRun(tenant, queued.ID, Result{Kind: ResultWaiting, Run: queued, Waiting: &Waiting{Queued: true}})
+			}
+			headID = runs[0].ID
 		}
-		if len(runs) == 0 {
-			return
-		}
-		for _, queued := range runs[1:] {
-			rt.notifyRun(tenant, queued.ID, Result{Kind: ResultWaiting, Run: queued, Waiting: &Waiting{Queued: true}})
-		}
-		head, err := rt.advance(ctx, advanceReq{tenant: tenant, session: session, runID: runs[0].ID, epoch: epoch, mayStart: true})
+		head, err := rt.advance(ctx, advanceReq{tenant: tenant, session: session, runID: headID, epoch: epoch, mayStart: true})
 		if errors.Is(err, errStoreFailed) && !rt.stopping() {
 			if retry("advancing the head Run", err) {
 				continue
@@ -281,58 +331,48 @@ func (rt *Runtime) driveSession(tenant, session string) {
 }
 
 // driverSlots is the one owner of the MaxDrivers driver slots. It hands
-// them out in the order the drivers were kicked: kick takes a free slot
-// for the driver it starts, or queues the driver, and a driver done with
-// its session gives its slot to the first one queued. (A buffered channel
-// would hand them out in the order the Go scheduler happens to run the
-// waiting goroutines, which changes with the load of the machine.)
+// them out in the order the sessions were kicked: kick takes a free slot
+// for the driver it starts, or queues the session's drive, and a driver
+// goroutine done with its session runs the first drive queued, on the
+// same goroutine and slot. (A buffered channel would hand them out in the
+// order the Go scheduler happens to run the waiting goroutines, which
+// changes with the load of the machine.) A queued drive holds no
+// goroutine: after a restart that finds 50,000 orphaned sessions, the
+// queue is 50,000 closures, not 50,000 parked goroutines and their
+// stacks.
 type driverSlots struct {
 	mu   sync.Mutex
 	free int
-	// queue holds, in kick order, the ready channel of each driver waiting
-	// for a slot; give closes it when it hands the driver a slot.
+	// queue holds, in kick order, the drives waiting for a slot.
 	queue *list.List
 }
 
 func newDriverSlots(n int) *driverSlots { return &driverSlots{free: n, queue: list.New()} }
 
-// take gives the caller a free slot (ready is nil), or queues it: ready is
-// closed once a slot is its, and place is where it waits.
-func (d *driverSlots) take() (ready chan struct{}, place *list.Element) {
+// takeOrQueue takes a free slot for drive (true: the caller starts a
+// goroutine for it), or queues drive for the next slot that frees up.
+func (d *driverSlots) takeOrQueue(drive func()) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.free > 0 {
 		d.free--
-		return nil, nil
+		return true
 	}
-	ready = make(chan struct{})
-	return ready, d.queue.PushBack(ready)
+	d.queue.PushBack(drive)
+	return false
 }
 
-// give returns a slot: to the first driver queued, or to the free ones.
-func (d *driverSlots) give() {
+// next is called by a driver goroutine done with a drive: it returns the
+// first drive queued, for the goroutine to run with its slot, or nil, and
+// the slot is free again.
+func (d *driverSlots) next() func() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if first := d.queue.Front(); first != nil {
-		close(d.queue.Remove(first).(chan struct{}))
-		return
+		return d.queue.Remove(first).(func())
 	}
 	d.free++
-}
-
-// leave takes a queued driver that stops waiting (the runtime stops) out
-// of the queue; if a slot was handed to it meanwhile, it passes it on.
-func (d *driverSlots) leave(ready chan struct{}, place *list.Element) {
-	d.mu.Lock()
-	select {
-	case <-ready:
-		d.mu.Unlock()
-		d.give()
-		return
-	default:
-	}
-	d.queue.Remove(place)
-	d.mu.Unlock()
+	return nil
 }
 
 // waiting is how many drivers are queued for a slot.

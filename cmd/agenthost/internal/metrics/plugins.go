@@ -15,14 +15,33 @@ import (
 // agenthost_plugin_call_duration_seconds{plugin, export} and every error
 // counted in agenthost_plugin_call_errors_total{plugin, export, class}.
 // serve wraps each host adapter with it before handing it to the runtime.
+// The wrapper is a runtime.CapacityWaiter when next is, so the runtime
+// still starts the call's timeout only once the host has an instance.
 func (m *Metrics) Executor(plugin string, next runtime.Executor) runtime.Executor {
-	return &timedExecutor{m: m, plugin: plugin, next: next}
+	t := &timedExecutor{m: m, plugin: plugin, next: next}
+	if _, ok := next.(runtime.CapacityWaiter); ok {
+		return waitingExecutor{t}
+	}
+	return t
 }
 
 // Builder wraps a runtime.Builder the same way (export "build").
 func (m *Metrics) Builder(plugin string, next runtime.Builder) runtime.Builder {
-	return &timedBuilder{m: m, plugin: plugin, next: next}
+	t := &timedBuilder{m: m, plugin: plugin, next: next}
+	if _, ok := next.(runtime.CapacityWaiter); ok {
+		return waitingBuilder{t}
+	}
+	return t
 }
+
+// waitingExecutor and waitingBuilder pass next's runtime.CapacityWaiter on.
+type (
+	waitingExecutor struct{ *timedExecutor }
+	waitingBuilder  struct{ *timedBuilder }
+)
+
+func (waitingExecutor) WaitsForCapacity() {}
+func (waitingBuilder) WaitsForCapacity()  {}
 
 type timedExecutor struct {
 	m      *Metrics
