@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
+	"github.com/agenthost/agenthost/internal/benchkit"
 	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/pgstore"
@@ -103,10 +105,37 @@ type recoveryResult struct {
 	// JobsFailed counts slow jobs whose settlement is not the job's
 	// finished result (a failure or a tool error): must be 0.
 	JobsFailed int `json:"jobs_failed"`
+	// BareMS is the time bare Badger (sync writes on, one 1.5 KB value a
+	// transaction, recoveryBareConcurrency committers) takes for as many
+	// synced commits as the restart made (Commits plus its claim
+	// batches), measured in the same run right after it; BareMultiple is
+	// TerminalMS / BareMS. 0 on PostgreSQL.
+	BareMS       float64 `json:"bare_ms,omitempty"`
+	BareCommits  int64   `json:"bare_commits,omitempty"`
+	BareMultiple float64 `json:"bare_multiple,omitempty"`
+	// PeakHeapBytes and PeakGoroutines are the largest Go heap (live and
+	// unswept objects, runtime/metrics) and goroutine count seen, sampled
+	// every 50 ms from the open until every Run was terminal; PeakRSSBytes
+	// is the process's peak resident set (VmHWM), which includes the
+	// plugins' linear memories and Badger's tables.
+	PeakHeapBytes  uint64 `json:"peak_heap_bytes"`
+	PeakGoroutines uint64 `json:"peak_goroutines"`
+	PeakRSSBytes   uint64 `json:"peak_rss_bytes,omitempty"`
+	// LeaseRenewals, LeaseGapMaxMS and LeaseRenewMaxMS are the node
+	// lease's renewals during the restart, the longest time between the
+	// starts of two successful ones (due every lease_ttl/3; the lease is
+	// lost past lease_ttl less a fifth), and the longest renewal call.
+	LeaseRenewals   int64   `json:"lease_renewals"`
+	LeaseGapMaxMS   float64 `json:"lease_gap_max_ms"`
+	LeaseRenewMaxMS float64 `json:"lease_renew_max_ms"`
 	// Problems lists what the checks found wrong (empty when OK).
 	Problems []string `json:"problems,omitempty"`
 	OK       bool     `json:"ok"`
 }
+
+// recoveryBareConcurrency is the bare baseline's committers: the
+// runtime's default MaxDrivers, the sessions recovery drives at once.
+const recoveryBareConcurrency = 128
 
 func newBenchRecoveryCmd(bf *benchFlags) *cobra.Command {
 	p := recoveryParams{SyncWrites: true}
@@ -250,6 +279,24 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		return fmt.Errorf("%w\n%s", err, serveproc.TailFile(logf.Name(), 20))
 	}
 	res.SubmitMS, res.LeaseWaitMS = msf(submit), msf(leaseWait)
+	if p.Store != config.DriverPostgres {
+		// The same number of synced commits on bare Badger, on the same
+		// disk, right after.
+		bare, err := benchkit.OpenBareBadger(filepath.Join(dir, "bare"))
+		if err != nil {
+			return err
+		}
+		res.BareCommits = res.Commits + int64((res.SessionsTaken+255)/256)
+		took, err := bare.Round(recoveryBareConcurrency, int(res.BareCommits))
+		_ = bare.Close()
+		if err != nil {
+			return err
+		}
+		res.BareMS = msf(took)
+		if res.BareMS > 0 {
+			res.BareMultiple = res.TerminalMS / res.BareMS
+		}
+	}
 
 	out := benchOutput{Bench: "recovery", Started: started, Machine: bf.thisMachine(), Params: p, Result: res}
 	storeName := "badgerstore"
@@ -270,9 +317,17 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 			fmt.Sprintf("sessions taken over %d; decisions %s", res.SessionsTaken, formatDecisions(res.Decisions)),
 			fmt.Sprintf("commits %d (%.1f a Run), executor calls %d (%.1f a Run)", res.Commits, float64(res.Commits)/float64(p.Runs),
 				res.ExecutorCalls, float64(res.ExecutorCalls)/float64(p.Runs)),
+			fmt.Sprintf("peak Go heap %.1f MiB, peak goroutines %d, peak RSS %.1f MiB", float64(res.PeakHeapBytes)/(1<<20), res.PeakGoroutines, float64(res.PeakRSSBytes)/(1<<20)),
+			fmt.Sprintf("node lease: %d renewals, longest gap between two %.0f ms, longest renewal %.1f ms (lease_ttl %s: renewed every %s, lost past %s)",
+				res.LeaseRenewals, res.LeaseGapMaxMS, res.LeaseRenewMaxMS, cfg.LeaseTTL, cfg.LeaseTTL/3, cfg.LeaseTTL-cfg.LeaseTTL/5),
 			fmt.Sprintf("Runs completed %d, failed %d, cancelled %d, not terminal %d; event log violations %d; jobs run twice %d; jobs not finished %d",
 				res.Completed, res.Failed, res.Cancelled, res.NotTerminal, res.LogViolations, res.JobsRerun, res.JobsFailed),
 		},
+	}
+	if res.BareMS > 0 {
+		tbl.Rows = append(tbl.Rows, []string{fmt.Sprintf("bare Badger: %d synced commits, %d committers", res.BareCommits, recoveryBareConcurrency),
+			fmt.Sprintf("%.1f", res.BareMS), ""})
+		tbl.Notes = append(tbl.Notes, fmt.Sprintf("every Run terminal in %.2f× the time bare Badger takes for as many synced commits", res.BareMultiple))
 	}
 	if leaseWait > 0 {
 		tbl.Notes = append(tbl.Notes, fmt.Sprintf("before the restart: %.0f ms for the dead child's node lease (lease_ttl %s) to run out; not in the times above", res.LeaseWaitMS, cfg.LeaseTTL))
@@ -402,6 +457,7 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	decided := func() int64 { return rt.Recovery().Decided() }
 	terminal := func() int64 { return rt.Stats().RunsEnded() }
 	m := bf.startMeter(cmd, "recovery: Runs terminal", int64(n), terminal)
+	peaks := startPeakSampler(50 * time.Millisecond)
 	var ready, decidedAt, terminalAt time.Duration
 	tick := time.NewTicker(2 * time.Millisecond) // the measurement's resolution
 	defer tick.Stop()
@@ -429,6 +485,8 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 		}
 	}
 	m.Stop()
+	res.PeakHeapBytes, res.PeakGoroutines = peaks.stop()
+	res.PeakRSSBytes = peakRSS()
 	// --cpuprofile covers the recovery, not the checks.
 	pprof.StopCPUProfile()
 	// The last Run may have ended before a poll saw Ready.
@@ -442,7 +500,9 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	res.OpenMS, res.ReadyMS, res.DecidedMS, res.TerminalMS = msf(opened), msf(ready), msf(decidedAt), msf(terminalAt)
 	res.RunsPerSec = float64(n) / terminalAt.Seconds()
 	res.SessionsTaken = r.SessionsTaken
-	res.Commits, res.ExecutorCalls = rt.Stats().Commits, rt.Stats().ExecutorCalls
+	st := rt.Stats()
+	res.Commits, res.ExecutorCalls = st.Commits, st.ExecutorCalls
+	res.LeaseRenewals, res.LeaseGapMaxMS, res.LeaseRenewMaxMS = st.LeaseRenewals, msf(st.LeaseGapMax), msf(st.LeaseRenewMax)
 	res.Decisions = map[string]int64{"reattach": r.Reattach, "settle": r.Settle, "retry": r.Retry,
 		"fail": r.Fail, "fail_run": r.FailRun, "defer": r.Defer}
 	bf.progressf(cmd, "recovery: every Run terminal after %s; checking the event logs", terminalAt.Round(time.Millisecond))
@@ -671,4 +731,66 @@ func describeOutcome(o *loop.Outcome) string {
 		return fmt.Sprintf("%s: %s", o.State, o.Tool.Content)
 	}
 	return string(o.State)
+}
+
+// peakSampler samples the Go heap and the goroutine count through
+// runtime/metrics (no stop-the-world) until stop, keeping the largest.
+type peakSampler struct {
+	done           chan struct{}
+	finished       chan struct{}
+	heap, routines uint64
+}
+
+func startPeakSampler(every time.Duration) *peakSampler {
+	p := &peakSampler{done: make(chan struct{}), finished: make(chan struct{})}
+	samples := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/sched/goroutines:goroutines"}}
+	read := func() {
+		metrics.Read(samples)
+		if samples[0].Value.Kind() == metrics.KindUint64 {
+			p.heap = max(p.heap, samples[0].Value.Uint64())
+		}
+		if samples[1].Value.Kind() == metrics.KindUint64 {
+			p.routines = max(p.routines, samples[1].Value.Uint64())
+		}
+	}
+	go func() {
+		defer close(p.finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-t.C:
+			case <-p.done:
+				read()
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the sampling and returns the peaks.
+func (p *peakSampler) stop() (heap, goroutines uint64) {
+	close(p.done)
+	<-p.finished
+	return p.heap, p.routines
+}
+
+// peakRSS is the process's peak resident set (VmHWM in
+// /proc/self/status), 0 where there is none.
+func peakRSS() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
