@@ -337,9 +337,11 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		return nil
 	})
 	if err != nil {
+		s.snaps.drop(t, id)
 		return runtime.CreateResult{}, wrapErr("create run "+t+"/"+id, err)
 	}
 	if !res.Duplicate {
+		s.snaps.put(t, id, c.Run.Seq, snap)
 		// Hand back a copy decoded from the stored bytes, which shares
 		// nothing with the caller's argument.
 		r, err := runcodec.Decode(snap)
@@ -369,7 +371,15 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 		return loop.Run{}, err
 	}
 	defer s.leave()
-	var r loop.Run
+	if r, ok, err := s.snaps.load(tenant, runID); ok {
+		return r, nil
+	} else if err != nil {
+		s.snaps.drop(tenant, runID)
+	}
+	var (
+		r    loop.Run
+		snap []byte
+	)
 	err := s.db.View(func(txn *badger.Txn) error {
 		b, ok, err := getRecord(txn, tenant, runID)
 		if err != nil {
@@ -379,10 +389,18 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 			return fmt.Errorf("badgerstore: load run %s/%s: %w", tenant, runID, runtime.ErrRunNotFound)
 		}
 		_, r, err = decodeRecord(b)
+		if _, sb, _ := splitRecord(b); runcodec.IsBinary(sb) {
+			snap = sb
+		}
 		return err
 	})
 	if err != nil {
 		return loop.Run{}, wrapErr("load run "+tenant+"/"+runID, err)
+	}
+	if snap != nil {
+		// b is this call's copy (getRecord), and the decoded Run shares
+		// it: the cache keeps its own.
+		s.snaps.put(tenant, runID, r.Seq, append([]byte(nil), snap...))
 	}
 	return r, nil
 }
@@ -513,7 +531,13 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		return nil
 	})
 	if err != nil {
+		// The write may have happened (a lost reply), or the Run moved on
+		// (a conflict): the next load reads Badger.
+		s.snaps.drop(t, id)
 		return runtime.CommitResult{}, wrapErr("commit to run "+t+"/"+id, err)
+	}
+	if !res.Duplicate {
+		s.snaps.put(t, id, c.Run.Seq, snap)
 	}
 	return res, nil
 }

@@ -73,7 +73,16 @@ type Options struct {
 	// Clock is what RenewNode reads to tell an expired lease. nil means the
 	// system clock.
 	Clock runtime.Clock
+
+	// SnapshotCacheBytes bounds the snapshots LoadRun answers from memory
+	// without a Badger read (snapcache.go); zero takes
+	// DefaultSnapshotCacheBytes, a negative value turns the cache off.
+	SnapshotCacheBytes int
 }
+
+// DefaultSnapshotCacheBytes is the snapshot cache's bound when Options sets
+// none: about 40,000 Runs of a few steps.
+const DefaultSnapshotCacheBytes = 64 << 20
 
 func (o Options) withDefaults() Options {
 	if o.KVMaxKeyBytes <= 0 {
@@ -84,6 +93,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KVQuotaBytes <= 0 {
 		o.KVQuotaBytes = DefaultKVQuotaBytes
+	}
+	if o.SnapshotCacheBytes == 0 {
+		o.SnapshotCacheBytes = DefaultSnapshotCacheBytes
 	}
 	if o.GCInterval == 0 {
 		o.GCInterval = DefaultGCInterval
@@ -124,6 +136,7 @@ type Store struct {
 	kvWriters map[string]*kvWriter // by tenant and plugin: KVSet's write queues
 
 	totals tenantTotals // each tenant's stored bytes, kept by the writes (usage.go)
+	snaps  *snapCache   // the snapshots written or read lately, for LoadRun (snapcache.go)
 }
 
 var _ runtime.Store = (*Store)(nil)
@@ -153,7 +166,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("badgerstore: %s is damaged or unreadable; restore it from a backup, or move it aside to start with an empty store: %w", dir, err)
 	}
-	s := &Store{dir: dir, db: db, opts: opts, log: opts.Logger, stopGC: make(chan struct{}), gcDone: make(chan struct{})}
+	s := &Store{dir: dir, db: db, opts: opts, log: opts.Logger, stopGC: make(chan struct{}), gcDone: make(chan struct{}),
+		snaps: newSnapCache(opts.SnapshotCacheBytes)}
 	if err := s.initMeta(); err != nil {
 		_ = db.Close()
 		return nil, err

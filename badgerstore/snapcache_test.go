@@ -1,0 +1,83 @@
+package badgerstore
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/runcodec"
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// The store suite again with the snapshot cache off, so that both of
+// LoadRun's paths meet it.
+func TestStoreConformanceWithoutTheSnapshotCache(t *testing.T) {
+	conformance.StoreSuite(t, func(t *testing.T, cfg conformance.StoreConfig) runtime.Store {
+		s, err := Open(t.TempDir(), Options{Clock: cfg.Clock, KVMaxKeyBytes: cfg.KV.MaxKeyBytes, KVMaxValueBytes: cfg.KV.MaxValueBytes,
+			KVQuotaBytes: cfg.KV.QuotaBytes, Logger: quietLogger(), SnapshotCacheBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func snapAt(id string, seq int64) []byte {
+	r := loop.Run{Spec: loop.Spec{Tenant: "t", Session: "s", ID: id}, Seq: seq}
+	return runcodec.Append(nil, &r)
+}
+
+// An older snapshot never replaces a newer one, whatever order the puts
+// come in; the cache stays within its bound; a dropped entry is gone.
+func TestTheSnapshotCacheKeepsTheNewestWithinItsBound(t *testing.T) {
+	one := len(snapAt("r0", 1))
+	c := newSnapCache(3 * one)
+	c.put("t", "r0", 6, snapAt("r0", 6))
+	c.put("t", "r0", 5, snapAt("r0", 5))
+	if r, ok, err := c.load("t", "r0"); !ok || err != nil || r.Seq != 6 {
+		t.Fatalf("after puts of Seq 6 then 5: %d, %v, %v; want 6", r.Seq, ok, err)
+	}
+	for i, id := range []string{"r1", "r2", "r3", "r4"} {
+		c.put("t", id, int64(i+1), snapAt(id, int64(i+1)))
+		if c.bytes > c.max || len(c.m) > 3 {
+			t.Fatalf("%d entries of %d bytes, over the bound of %d", len(c.m), c.bytes, c.max)
+		}
+	}
+	c.drop("t", "r4")
+	if _, ok, _ := c.load("t", "r4"); ok {
+		t.Fatal("a dropped entry loads")
+	}
+	off := newSnapCache(-1)
+	off.put("t", "r0", 1, snapAt("r0", 1))
+	if _, ok, _ := off.load("t", "r0"); ok {
+		t.Fatal("a cache that is off holds an entry")
+	}
+}
+
+// The cache answers with a Run of the caller's own: changing what LoadRun
+// returned changes nothing the next load returns.
+func TestALoadedRunSharesNothingWithTheCache(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir(), Options{})
+	spec := loop.Spec{Tenant: "t", Session: "s", ID: "r", Input: "hi", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy,
+		Metadata: []byte(`{"k":"v"}`)}
+	ev := loop.RunCreated(spec, 1)
+	r, err := loop.Apply(loop.Run{}, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateRun(ctx, runtime.CreateRun{Run: r, Event: ev}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.LoadRun(ctx, "t", "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Metadata[2] = 'X'
+	again, err := s.LoadRun(ctx, "t", "r")
+	if err != nil || !reflect.DeepEqual(again, r) {
+		t.Fatalf("the second load: %s, %v; want %s", again.Metadata, err, r.Metadata)
+	}
+}
