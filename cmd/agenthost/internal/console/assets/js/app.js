@@ -1,0 +1,99 @@
+// app.js: the console's routes (in the URL's fragment, so the server
+// serves one page) and its sign-in. Routes:
+//   #/signin              the token form
+//   #/runs[?status=S]     the tenant's Runs
+//   #/sessions/ID         one session's Runs
+//   #/runs/ID             one Run
+
+import {el, replace} from './dom.js';
+import {token, setToken, clearToken, whenUnauthorized, request, ApiError} from './api.js';
+import {runsPage} from './runs.js';
+import {runPage} from './run.js';
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+const banner = document.getElementById('banner');
+let stopPage = () => {};
+let bannerTimer = 0;
+let afterSignin = ''; // the page asked for before signing in
+
+function notice(text, kind = 'ok') {
+  banner.textContent = text;
+  banner.className = 'banner banner-' + kind;
+  banner.hidden = false;
+  clearTimeout(bannerTimer);
+  bannerTimer = setTimeout(() => { banner.hidden = true; }, kind === 'error' ? 10000 : 4000);
+}
+
+function go(hash, status) {
+  const to = status ? hash + '?status=' + encodeURIComponent(status) : hash;
+  if (location.hash === to) route(); // no hashchange comes
+  else location.hash = to;
+}
+
+whenUnauthorized(() => {
+  clearToken();
+  notice('The token is no longer accepted: sign in again.', 'error');
+  go('#/signin');
+});
+
+document.getElementById('signout').addEventListener('click', () => {
+  clearToken();
+  go('#/signin');
+});
+
+function signinPage() {
+  const input = el('input', {type: 'password', id: 'token', autocomplete: 'off', required: true, 'aria-label': 'token'});
+  const error = el('p', {class: 'error', id: 'signin-error', hidden: true});
+  const button = el('button', {type: 'submit', id: 'signin-button', text: 'Sign in'});
+  const form = el('form', {class: 'card signin', id: 'signin-form'},
+    el('h1', {text: 'Sign in'}),
+    el('p', {text: 'Sign in with a tenant\'s API token. The console sees only that tenant\'s Runs. ' +
+      'The token is kept in this browser tab only, until you sign out or close it.'}),
+    el('label', {}, 'Token ', input), button, error);
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    button.disabled = true;
+    error.hidden = true;
+    const t = input.value.trim();
+    try {
+      await request('GET', '/v1/runs?limit=1', {tokenOverride: t});
+      setToken(t);
+      input.value = '';
+      const to = afterSignin || '#/runs';
+      afterSignin = '';
+      go(to);
+    } catch (e) {
+      error.textContent = e instanceof ApiError && e.status === 401
+        ? 'That token is not accepted: check it, or ask the operator for one (tenants.ID.tokens_sha256).'
+        : 'Could not sign in: ' + e.message;
+      error.hidden = false;
+      button.disabled = false;
+    }
+  });
+  replace(main, form);
+  input.focus();
+  return () => {};
+}
+
+function route() {
+  stopPage();
+  banner.hidden = true;
+  const hash = location.hash || '#/runs';
+  const [path, query] = hash.slice(1).split('?');
+  const status = new URLSearchParams(query || '').get('status') || '';
+  nav.hidden = !token();
+  if (!token() || path === '/signin') {
+    if (token() && path === '/signin') { stopPage = runsPage(main, {status, notice, go}); return; }
+    if (!token() && path !== '/signin') afterSignin = hash;
+    stopPage = signinPage();
+    return;
+  }
+  let m;
+  if ((m = path.match(/^\/runs\/([^/]+)$/))) stopPage = runPage(main, decodeURIComponent(m[1]), {notice});
+  else if ((m = path.match(/^\/sessions\/([^/]+)$/))) stopPage = runsPage(main, {session: decodeURIComponent(m[1]), status, notice, go});
+  else stopPage = runsPage(main, {status, notice, go});
+}
+
+window.addEventListener('hashchange', route);
+route();
