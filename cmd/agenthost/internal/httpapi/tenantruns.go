@@ -13,7 +13,8 @@ import (
 
 // TenantRunListJSON is a page of GET /v1/runs: a summary of each of the
 // tenant's Runs (of one status, or of every status), in the order of
-// their IDs, which is the order they were created in.
+// their IDs: a Run's ID begins with its creation time in milliseconds, so
+// that is oldest first.
 type TenantRunListJSON struct {
 	Runs []TenantRunJSON `json:"runs"`
 	// NextAfter is the "after" of the next page (the last Run's ID);

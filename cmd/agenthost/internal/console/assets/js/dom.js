@@ -1,8 +1,8 @@
 // dom.js: building the page from data. Everything shown comes from the
 // API, and what the API holds comes from tenants, models and tools: it is
 // untrusted. It is put on the page only as text (textContent, attribute
-// values through setAttribute), never parsed as HTML: this file has no
-// innerHTML, and neither has any other of the console's.
+// values through setAttribute), never parsed as HTML: no file of the
+// console sets an element's HTML (console_test.go checks it).
 
 // el makes an element: el('a', {href: '#/runs', class: 'x'}, 'text', child…).
 // props: class, text, title, dataset (an object), on (event → handler),
