@@ -68,7 +68,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("AGENTHOST_CONSOLE_KEEP_SHOTS") != "" {
 			t.Logf("the browser's screenshots of each step are in %s", shots)
 			return
 		}

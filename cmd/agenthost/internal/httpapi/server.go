@@ -175,6 +175,7 @@ func (s *Server) Drain() { s.stopDrain() }
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/sessions/{id}/runs", s.authed(s.limitSubmissions(s.submitRun)))
 	s.mux.HandleFunc("GET /v1/sessions/{id}/runs", s.authed(s.limitReads(s.listSessionRuns)))
+	s.mux.HandleFunc("GET /v1/whoami", s.authed(s.whoAmI))
 	s.mux.HandleFunc("GET /v1/runs", s.authed(s.limitReads(s.listTenantRuns)))
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.limitReads(s.getRun)))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.streamEvents))
@@ -231,7 +232,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 			return
 		case http.StatusNotFound:
 			writeAPIError(w, errorf(http.StatusNotFound, CodeNotFound,
-				"no route %s %s; the API serves /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, /healthz, /readyz and /metrics, and the web console at /console/", r.Method, r.URL.Path))
+				"no route %s %s; the API serves /v1/whoami, /v1/runs, /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, /healthz, /readyz and /metrics, and the web console at /console/", r.Method, r.URL.Path))
 			return
 		}
 	}

@@ -89,6 +89,20 @@ func TestTenantRunsAreListedByStatusAndPaged(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, e.do("GET", "/v1/runs", "", "").Status)
 }
 
+func TestWhoAmINamesTheTokensTenant(t *testing.T) {
+	e := newEnv(t)
+	for token, tenant := range map[string]string{tokenAcme: "acme", tokenGlobex: "globex"} {
+		r := e.do("GET", "/v1/whoami", token, "")
+		require.Equal(t, http.StatusOK, r.Status)
+		var who httpapi.WhoAmIJSON
+		require.NoError(t, json.Unmarshal(r.Body, &who))
+		require.Equal(t, tenant, who.Tenant)
+	}
+	r := e.do("GET", "/v1/whoami", "nobody's token", "")
+	require.Equal(t, http.StatusUnauthorized, r.Status)
+	require.Equal(t, httpapi.CodeUnauthorized, r.errCode(t))
+}
+
 // A page of GET /v1/runs stays within max_page_bytes, and goes on at
 // next_after.
 func TestTenantRunsPagesStayWithinTheirBytes(t *testing.T) {

@@ -6,13 +6,14 @@
 //   #/runs/ID             one Run
 
 import {el, replace} from './dom.js';
-import {token, setToken, clearToken, whenUnauthorized, request, ApiError} from './api.js';
+import {token, setToken, clearToken, whenUnauthorized, request, get, ApiError} from './api.js';
 import {runsPage} from './runs.js';
 import {runPage} from './run.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 const banner = document.getElementById('banner');
+const tenantLabel = document.getElementById('tenant');
 let stopPage = () => {};
 let bannerTimer = 0;
 let afterSignin = ''; // the page asked for before signing in
@@ -76,6 +77,21 @@ function signinPage() {
   return () => {};
 }
 
+// showTenant says in the header whom the token acts as (GET /v1/whoami).
+let shownFor = null; // the token whose tenant the header shows
+async function showTenant() {
+  const t = token();
+  if (shownFor === t) return;
+  shownFor = t;
+  tenantLabel.textContent = '';
+  try {
+    const who = await get('/v1/whoami');
+    if (shownFor === t) tenantLabel.textContent = 'tenant ' + who.tenant;
+  } catch {
+    shownFor = null;
+  }
+}
+
 function route() {
   stopPage();
   banner.hidden = true;
@@ -89,6 +105,7 @@ function route() {
     stopPage = signinPage();
     return;
   }
+  showTenant();
   let m;
   if ((m = path.match(/^\/runs\/([^/]+)$/))) stopPage = runPage(main, decodeURIComponent(m[1]), {notice});
   else if ((m = path.match(/^\/sessions\/([^/]+)$/))) stopPage = runsPage(main, {session: decodeURIComponent(m[1]), status, notice, go});

@@ -17,6 +17,11 @@ export function runsPage(main, {session = '', status = '', notice, go}) {
   const body = el('tbody', {id: 'runs-body'});
   const more = el('button', {type: 'button', id: 'load-more', hidden: true, text: 'Load more'});
   const state = el('p', {class: 'muted', id: 'runs-state', text: 'Loading…'});
+  const sessions = el('tbody', {id: 'sessions-body'});
+  const sessionsCard = el('section', {class: 'card', id: 'sessions', hidden: !!session},
+    el('h2', {text: 'Sessions'}),
+    el('p', {class: 'muted', text: 'The sessions of the Runs listed above, the one most recently updated first.'}),
+    el('table', {class: 'sessions'}, el('thead', {}, el('tr', {}, ['session', 'Runs', 'latest', 'status', 'updated'].map(h => el('th', {text: h})))), sessions));
   const filter = el('select', {id: 'status-filter', 'aria-label': 'status'},
     STATUSES.map(s => el('option', {value: s, text: s || 'every status', selected: s === status})));
   filter.addEventListener('change', () => go(session ? '#/sessions/' + encodeURIComponent(session) : '#/runs', filter.value));
@@ -46,7 +51,8 @@ export function runsPage(main, {session = '', status = '', notice, go}) {
       el('div', {class: 'row'}, el('h2', {text: session ? 'Runs of session ' + session : 'Runs'}), el('label', {}, 'Status ', filter)),
       el('table', {class: 'runs'}, el('thead', {}, el('tr', {}, ['Run', session ? '#' : 'session', 'status', 'input', 'steps', 'usage', 'age', 'updated']
         .map(h => el('th', {text: h})))), body),
-      state, more));
+      state, more),
+    sessionsCard);
 
   more.addEventListener('click', () => { shown += PAGE; load(); });
 
@@ -95,8 +101,29 @@ export function runsPage(main, {session = '', status = '', notice, go}) {
       el('td', {title: r.created_at, text: ago(r.created_at)}),
       el('td', {title: r.updated_at, text: ago(r.updated_at)}))));
     more.hidden = !hasMore;
+    if (!session) renderSessions(rows);
     state.textContent = rows.length ? rows.length + ' Run' + (rows.length === 1 ? '' : 's') + ', oldest first; updated live'
       : (session ? 'This session has no Runs yet.' : 'No Runs' + (status ? ' ' + status : '') + ' yet: start one above.');
+  }
+
+  // renderSessions groups the listed Runs by session: the API lists Runs,
+  // and a session is the Runs that share its ID.
+  function renderSessions(rows) {
+    const by = new Map();
+    for (const r of rows) {
+      const s = by.get(r.session) || {id: r.session, n: 0, latest: r};
+      s.n++;
+      if (r.created_at >= s.latest.created_at) s.latest = r;
+      by.set(r.session, s);
+    }
+    const list = [...by.values()].sort((a, b) => (a.latest.updated_at < b.latest.updated_at ? 1 : -1));
+    sessions.replaceChildren(...list.map(s => el('tr', {dataset: {session: s.id}},
+      el('td', {}, el('a', {href: '#/sessions/' + encodeURIComponent(s.id), text: s.id})),
+      el('td', {text: String(s.n)}),
+      el('td', {}, el('a', {class: 'mono', href: '#/runs/' + encodeURIComponent(s.latest.id), text: s.latest.id})),
+      el('td', {}, badge(s.latest.status)),
+      el('td', {title: s.latest.updated_at, text: ago(s.latest.updated_at)}))));
+    sessionsCard.hidden = list.length === 0;
   }
 
   load();
@@ -105,7 +132,7 @@ export function runsPage(main, {session = '', status = '', notice, go}) {
 
 function waitingNote(r) {
   const w = r.waiting_summary;
-  if (!w) return r.failure_class ? el('span', {class: 'class', text: ' ' + r.failure_class}) : null;
+  if (!w) return r.failure_class && r.failure_class !== r.status ? [' ', el('span', {class: 'class', text: r.failure_class})] : null;
   const bits = [];
   if (w.approvals) bits.push(w.approvals + ' approval' + (w.approvals === 1 ? '' : 's'));
   if (w.input) bits.push('a question');

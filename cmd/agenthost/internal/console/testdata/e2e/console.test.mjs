@@ -55,6 +55,11 @@ page.on('console', m => {
 });
 
 let n = 0;
+async function shot(name) {
+  n++;
+  await page.screenshot({path: path.join(shots, String(n).padStart(2, '0') + '-' + name + '.png'), fullPage: true}).catch(() => {});
+}
+
 async function step(name, fn) {
   const started = Date.now();
   try {
@@ -126,12 +131,14 @@ try {
     await page.click('#signin-button');
     await page.waitForSelector('#signin-error:not([hidden])');
     assert.match(await page.textContent('#signin-error'), /not accepted/);
+    await shot('sign-in-refused');
     await page.fill('#token', demoToken);
     await page.click('#signin-button');
     await page.waitForSelector('#start-form');
     assert.equal(await page.evaluate(() => sessionStorage.getItem('agenthost.token')), demoToken);
     assert.equal(await page.evaluate(() => localStorage.length), 0, 'nothing in localStorage');
     assert.ok(!page.url().includes(demoToken), 'the token is not in the URL');
+    await page.waitForSelector('#tenant:text("tenant demo")');
   });
 
   await step('start-a-run-and-watch-it-live', async () => {
@@ -151,6 +158,28 @@ try {
     assert.ok(await page.locator('#timeline .tl-row').count() >= 3, 'the timeline shows the model steps and the job');
     await page.goto(base + '/console/#/runs');
     await page.waitForSelector('#runs-body tr[data-run="' + demoRun + '"][data-status=completed]');
+  });
+
+  await step('the-list-is-live-filtered-and-by-session', async () => {
+    await page.goto(base + '/console/#/runs');
+    await page.waitForSelector('#runs-body tr[data-run="' + demoRun + '"]');
+    // A Run started elsewhere shows up, and changes status, on the open page.
+    const r = await api(demoToken, 'POST', '/v1/sessions/elsewhere/runs', {input: 'run a slow job for 1 seconds'});
+    assert.equal(r.status, 201);
+    await page.waitForSelector('#runs-body tr[data-run="' + r.body.id + '"]');
+    await page.waitForSelector('#runs-body tr[data-run="' + r.body.id + '"][data-status=completed]');
+    await page.waitForSelector('#sessions-body tr[data-session=elsewhere]');
+    await page.selectOption('#status-filter', 'waiting');
+    await page.waitForURL(/status=waiting/);
+    await page.waitForSelector('#runs-state:text("No Runs waiting")');
+    assert.equal(await page.locator('#runs-body tr.run').count(), 0);
+    await page.selectOption('#status-filter', 'completed');
+    await page.waitForSelector('#runs-body tr[data-run="' + r.body.id + '"]');
+    assert.equal(await page.locator('#runs-body tr.run:not([data-status=completed])').count(), 0);
+    await page.click('#sessions-body tr[data-session=elsewhere] a');
+    await page.waitForSelector('h2:text("Runs of session elsewhere")');
+    assert.deepEqual(await page.locator('#runs-body tr.run').evaluateAll(rows => rows.map(x => x.dataset.run)), [r.body.id]);
+    assert.equal(await page.inputValue('#start-session'), 'elsewhere');
   });
 
   await step('approve-one-deny-the-other', async () => {
