@@ -2,6 +2,7 @@ package console
 
 import (
 	"io/fs"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -50,5 +51,23 @@ func TestTheAssetsRenderTextOnly(t *testing.T) {
 	}
 	if n < 7 {
 		t.Fatalf("checked %d files; the console has index.html and six modules at least", n)
+	}
+}
+
+// The modules that need no browser (the SSE parser, the stream's dedupe,
+// the fold of a Run's events) under node's test runner.
+func TestTheModulesUnderNode(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("the console's module tests need node: apt-get install -y nodejs npm (make deps does it)")
+	}
+	cmd := exec.Command(node, "--test", "unit.test.mjs")
+	cmd.Dir = "testdata/e2e"
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test unit.test.mjs: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# fail 0") {
+		t.Fatalf("node --test ran no test:\n%s", out)
 	}
 }

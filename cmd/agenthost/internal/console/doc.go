@@ -12,6 +12,7 @@
 // build step: testdata/e2e holds the browser test's Node package
 // (playwright-core), which cmd/agenthost's TestConsoleInABrowser runs.
 //
-// How the JavaScript keeps what it shows safe, and why it has no
-// framework, is in the package's README.md and in RATIONALE.md.
+// How the JavaScript keeps what it shows safe is in the package's
+// README.md; why it has no framework and reads the event stream with
+// fetch, in RATIONALE.md.
 package console
