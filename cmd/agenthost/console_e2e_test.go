@@ -123,6 +123,22 @@ func TestConsoleInABrowser(t *testing.T) {
 	if err != nil || !passed {
 		t.Fatalf("the console's browser test failed (%v); its screenshots are in %s", err, shots)
 	}
+	logs, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []string{consoleDemoToken, consoleAcmeToken} {
+		if bytes.Contains(logs, []byte(token)) {
+			t.Errorf("the server's log holds the token %q", token)
+		}
+	}
+	// The console stays within the limits above: nothing it asked for
+	// was refused for one.
+	for _, line := range strings.Split(string(logs), "\n") {
+		if strings.Contains(line, "status=429") || strings.Contains(line, "status=413") {
+			t.Errorf("a request was refused for a limit: %s", line)
+		}
+	}
 }
 
 // npmCI installs the browser test's packages (playwright-core, at the
@@ -169,6 +185,9 @@ sync_writes: true
 cache_dir: `+conformance.WazeroCacheDir()+`
 log: {format: text, level: info}
 metrics: {listen: "off"}
+# The hardening limits, tighter than their defaults: the console works
+# within them (its pages are cut by bytes and read on from next_after).
+http: {max_streams_per_tenant: 4, max_page_bytes: 4096, unauthenticated_rate: {per_second: 5, burst: 20}}
 plugins:
   prompt-builder: {path: `+ex["prompt-builder"]+`, role: builder}
   scripted-model: {path: `+ex["scripted-model"]+`, role: executor}
@@ -184,12 +203,16 @@ tenants:
     tool_executors: [calculator, slow-job]
     tools:
       calculate: {approval: always}
+    rate_limits: {requests: {per_second: 50, burst: 100}}
+    quotas: {max_concurrent_reads: 8, max_active_runs: 8}
   acme:
     tokens_sha256: [`+httpapi.HashToken(consoleAcmeToken)+`]
     builder: builder
     model: scripted
     tool_executors: [scripted, slow-job]
     model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s}
+    rate_limits: {requests: {per_second: 50, burst: 100}}
+    quotas: {max_concurrent_reads: 8, max_active_runs: 8}
 `)
 }
 

@@ -1,7 +1,7 @@
 // app.js: the console's routes (in the URL's fragment, so the server
 // serves one page) and its sign-in. Routes:
 //   #/signin              the token form
-//   #/runs[?status=S]     the tenant's Runs
+//   #/runs[?status=S][&page=N]  the tenant's Runs (N a page, default 50)
 //   #/sessions/ID         one session's Runs
 //   #/runs/ID             one Run
 
@@ -97,7 +97,11 @@ function route() {
   banner.hidden = true;
   const hash = location.hash || '#/runs';
   const [path, query] = hash.slice(1).split('?');
-  const status = new URLSearchParams(query || '').get('status') || '';
+  const params = new URLSearchParams(query || '');
+  const status = params.get('status') || '';
+  // ?page=N sets how many Runs a page of the list adds (1 to 500).
+  const n = Number(params.get('page'));
+  const page = Number.isInteger(n) && n >= 1 && n <= 500 ? n : undefined;
   nav.hidden = !token();
   if (!token() || path === '/signin') {
     if (token() && path === '/signin') { stopPage = runsPage(main, {status, notice, go}); return; }
@@ -108,8 +112,8 @@ function route() {
   showTenant();
   let m;
   if ((m = path.match(/^\/runs\/([^/]+)$/))) stopPage = runPage(main, decodeURIComponent(m[1]), {notice});
-  else if ((m = path.match(/^\/sessions\/([^/]+)$/))) stopPage = runsPage(main, {session: decodeURIComponent(m[1]), status, notice, go});
-  else stopPage = runsPage(main, {status, notice, go});
+  else if ((m = path.match(/^\/sessions\/([^/]+)$/))) stopPage = runsPage(main, {session: decodeURIComponent(m[1]), status, page, notice, go});
+  else stopPage = runsPage(main, {status, page, notice, go});
 }
 
 window.addEventListener('hashchange', route);

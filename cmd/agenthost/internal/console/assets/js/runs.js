@@ -5,13 +5,13 @@ import {el, replace, ago, badge, usage} from './dom.js';
 import {api, ApiError, NetworkError} from './api.js';
 
 const STATUSES = ['', 'pending', 'running', 'waiting', 'completed', 'failed', 'cancelled'];
-const PAGE = 50;
+const PAGE = 50; // Runs a page of the list adds, unless the route says (?page=N)
 const POLL_MS = 2000;
 
 // runsPage renders the list into main: every Run of the tenant, or, with
 // session set, that session's. It returns a function that stops it.
-export function runsPage(main, {session = '', status = '', notice, go}) {
-  let shown = PAGE;     // how many Runs the list holds (Load more adds a page)
+export function runsPage(main, {session = '', status = '', page = PAGE, notice, go}) {
+  let shown = page;     // how many Runs the list holds (Load more adds a page)
   let stopped = false;
   let timer = 0;
   const body = el('tbody', {id: 'runs-body'});
@@ -54,7 +54,7 @@ export function runsPage(main, {session = '', status = '', notice, go}) {
       state, more),
     sessionsCard);
 
-  more.addEventListener('click', () => { shown += PAGE; load(); });
+  more.addEventListener('click', () => { shown += page; load(); });
 
   // load reads the first `shown` Runs again: the list is live by reading
   // it every POLL_MS while the tab is visible.

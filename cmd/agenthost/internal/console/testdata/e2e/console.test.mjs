@@ -46,6 +46,13 @@ const context = await browser.newContext({viewport: {width: 1440, height: 1000}}
 const page = await context.newPage();
 page.setDefaultTimeout(timeout);
 const dialogs = [];
+const urls = [];     // every URL the page asked for
+let bearer = 0;      // requests that carried a tenant token, in the Authorization header
+page.on('request', r => {
+  urls.push(r.url());
+  const auth = r.headers()['authorization'] || '';
+  if (auth === 'Bearer ' + demoToken || auth === 'Bearer ' + acmeToken) bearer++;
+});
 const problems = []; // script errors and CSP refusals on the page
 page.on('dialog', d => { dialogs.push(d.message()); d.dismiss().catch(() => {}); });
 page.on('pageerror', e => problems.push('page error: ' + e.message));
@@ -265,6 +272,30 @@ try {
     assert.deepEqual(dialogs, [], 'no dialog opened');
   });
 
+  await step('attempts-and-errors-show-their-class', async () => {
+    await startRun('errors', 'call:fail({"why":"test"})|answer:$results');
+    await waitStatus('completed');
+    const row = page.locator('#attempts tr.has-error');
+    await row.first().waitFor();
+    assert.match(await row.first().textContent(), /tool failed on purpose/);
+    assert.match(await row.first().locator('.class').textContent(), /^[a-z_]+$/, 'the error shows its class');
+    assert.match(await page.textContent('#conversation .call[data-tool-call-id=call_1_1]'), /tool failed on purpose/);
+  });
+
+  await step('the-list-is-paged', async () => {
+    await page.goto(base + '/console/#/runs?page=2');
+    const rows = page.locator('#runs-body tr.run');
+    const total = (await api(acmeToken, 'GET', '/v1/runs?limit=500')).body.runs.length;
+    assert.ok(total >= 5, 'acme has ' + total + ' Runs');
+    for (let want = 2; ; want += 2) {
+      await page.waitForFunction(n => document.querySelectorAll('#runs-body tr.run').length === n, Math.min(want, total));
+      if (want >= total) break;
+      await page.click('#load-more:not([hidden])');
+    }
+    assert.equal(await rows.count(), total);
+    await page.waitForSelector('#load-more[hidden]', {state: 'attached'});
+  });
+
   await step('another-tenants-run-is-not-found', async () => {
     await page.goto(base + '/console/#/runs/' + demoRun);
     await page.waitForSelector('#not-found');
@@ -289,6 +320,8 @@ try {
   });
 
   assert.deepEqual(dialogs, [], 'no dialog opened');
+  assert.deepEqual(urls.filter(u => u.includes(demoToken) || u.includes(acmeToken)), [], 'no URL carries a token');
+  assert.ok(bearer > 20, 'the API calls carry the token as a bearer header (' + bearer + ')');
   assert.deepEqual(problems, [], 'no script error or CSP refusal on the page');
   console.log('PASS');
 } catch (e) {
