@@ -177,6 +177,10 @@ export function runPage(main, runID, {notice}) {
           break;
       }
     }
+    if (stream && stream.pruned) {
+      out.push(el('p', {class: 'muted', id: 'pruned'}, 'This Run has ended, and its event log has been pruned (the operator\'s ' +
+        'retention keeps the logs of ended Runs for a while): its result or failure is above; the rest of what it did is gone.'));
+    }
     replace(parts.conversation, ...out);
   }
 
@@ -288,14 +292,17 @@ export function runPage(main, runID, {notice}) {
       if (data) connection.title = 'progress: ' + (data.message || data.type || '');
     },
     state(s, err) {
+      if (s === 'ended') queueRender();
       connection.textContent = s === 'reconnecting' ? 'reconnecting…' : s;
       connection.className = 'conn conn-' + s;
       connection.dataset.reconnects = String(stream ? stream.reconnects : 0);
       if (s === 'error' && err instanceof ApiError && err.notFound) notFound();
       if (s === 'live' && stream && stream.reconnects > 0) refresh();
     },
-  });
-  const ticker = setInterval(() => { if (!view.endedAt) queueRender(); }, 1000);
+  }, {isTerminal: async () => { await refresh(); return !!(run && !run.waiting); }});
+  // Running effects' bars and durations grow: draw them again each second
+  // until the Run ends.
+  const ticker = setInterval(() => { if (!view.endedAt && !(stream && stream.ended)) queueRender(); }, 1000);
   refresh().then(queueRender);
   return stop;
 }

@@ -12,11 +12,19 @@ const TERMINAL = new Set(['run_completed', 'run_failed', 'run_cancelled']);
 
 // EventStream follows one Run. on: {event(ev), progress(data),
 // state(s, detail)} where ev is {id, type, data} and s is one of
-// connecting, live, reconnecting, ended, error.
+// connecting, live, reconnecting, ended, error. opts: from (the id to
+// resume after), base (the API's origin; '' for the page's own), and
+// isTerminal (async: whether the Run has ended), asked when a stream ends
+// without the Run's terminal event: a Run whose event log retention
+// pruned has a stream with no events, and so does a Run whose stream
+// ended as the server stopped, which one resumes.
 export class EventStream {
-  constructor(runID, on, {from = 0} = {}) {
+  constructor(runID, on, {from = 0, base = '', isTerminal = async () => false} = {}) {
     this.runID = runID;
     this.on = on;
+    this.base = base;
+    this.isTerminal = isTerminal;
+    this.pruned = false;     // the stream ended without the terminal event of a Run that has ended
     this.lastID = from;      // the id of the last event delivered
     this.reconnects = 0;     // how many times the stream was opened again
     this.retryMS = 2000;     // the server's "retry:" hint
@@ -61,7 +69,7 @@ export class EventStream {
     if (this.lastID > 0) h['Last-Event-ID'] = String(this.lastID);
     let resp;
     try {
-      resp = await fetch('/v1/runs/' + enc(this.runID) + '/events', {headers: h, signal, cache: 'no-store',
+      resp = await fetch(this.base + '/v1/runs/' + enc(this.runID) + '/events', {headers: h, signal, cache: 'no-store',
         credentials: 'omit', referrerPolicy: 'no-referrer'});
     } catch (e) {
       if (this.closed) return;
@@ -87,7 +95,12 @@ export class EventStream {
       if (this.closed) return;
       throw e; // the connection broke: resume from lastID
     }
-    if (!this.ended) throw new Error('the event stream ended before the Run did');
+    if (this.ended || this.closed) return;
+    if (await this.isTerminal().catch(() => false)) {
+      this.ended = this.pruned = true; // its log was pruned: nothing more comes
+      return;
+    }
+    throw new Error('the event stream ended before the Run did');
   }
 
   dispatch(msg) {

@@ -87,3 +87,43 @@ test('the fold shows the calls of a step with their results, approvals and the a
   assert.deepEqual(effectRef('run_x.t2.3'), {kind: 'tool', step: 2, index: 3});
   assert.equal(effectRef('run_x.q1'), null);
 });
+
+// A local server whose event stream breaks off: the stream resumes with
+// Last-Event-ID, and ends at the terminal event; one of a Run whose log
+// was pruned ends when the Run is found ended.
+test('the stream resumes after a break with Last-Event-ID, and ends on a pruned log', async () => {
+  const http = await import('node:http');
+  globalThis.sessionStorage = new Map([['agenthost.token', 't0ken']]);
+  globalThis.sessionStorage.getItem = globalThis.sessionStorage.get;
+  const seen = []; // [Last-Event-ID, Authorization] of each request
+  const server = http.createServer((req, res) => {
+    seen.push([req.headers['last-event-id'] || '', req.headers.authorization, req.url]);
+    res.writeHead(200, {'Content-Type': 'text/event-stream'});
+    const send = (id, type) => res.write('id: ' + id + '\nevent: ' + type + '\ndata: {"at":' + id + '}\n\n');
+    if (req.url.includes('pruned')) return res.end('retry: 10\n\n');
+    if (seen.length === 1) { res.write('retry: 10\n\n'); send(1, 'run_created'); send(2, 'run_started'); res.end(); return; }
+    send(3, 'model_step_planned'); send(4, 'run_completed'); res.end();
+  });
+  await new Promise(r => server.listen(0, '127.0.0.1', r));
+  const base = 'http://127.0.0.1:' + server.address().port;
+  try {
+    const follow = (id, terminal) => new Promise((resolve) => {
+      const got = [], states = [];
+      const s = new EventStream(id, {event: e => got.push(e.id), progress: () => {},
+        state: st => { states.push(st); if (st === 'ended' || st === 'error') resolve({got, states, s}); }},
+      {base, isTerminal: async () => terminal});
+    });
+    const a = await follow('run_a', false);
+    assert.deepEqual(a.got, [1, 2, 3, 4]);
+    assert.ok(a.states.includes('reconnecting'));
+    assert.equal(a.s.reconnects, 1);
+    assert.deepEqual(seen.map(x => x[0]), ['', '2'], 'the second request resumed after event 2');
+    assert.ok(seen.every(x => x[1] === 'Bearer t0ken' && !x[2].includes('t0ken')), 'the token goes in the header only');
+    const p = await follow('run_pruned', true);
+    assert.deepEqual(p.got, []);
+    assert.equal(p.s.pruned, true);
+  } finally {
+    server.close();
+    delete globalThis.sessionStorage;
+  }
+});
