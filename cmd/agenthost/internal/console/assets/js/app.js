@@ -58,7 +58,7 @@ function signinPage() {
     error.hidden = true;
     const t = input.value.trim();
     try {
-      await request('GET', '/v1/runs?limit=1', {tokenOverride: t});
+      await request('GET', '/v1/whoami', {tokenOverride: t});
       setToken(t);
       input.value = '';
       const to = afterSignin || '#/runs';

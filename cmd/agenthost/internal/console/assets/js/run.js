@@ -302,7 +302,9 @@ export function runPage(main, runID, {notice}) {
   }, {isTerminal: async () => { await refresh(); return !!(run && !run.waiting); }});
   // Running effects' bars and durations grow: draw them again each second
   // until the Run ends.
-  const ticker = setInterval(() => { if (!view.endedAt && !(stream && stream.ended)) queueRender(); }, 1000);
+  // (Only the timeline: the conversation is drawn again on events only,
+  // so that text being selected or read stays put.)
+  const ticker = setInterval(() => { if (!stopped && !view.endedAt && !(stream && stream.ended)) renderTimeline(); }, 1000);
   refresh().then(queueRender);
   return stop;
 }
