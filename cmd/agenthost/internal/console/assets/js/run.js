@@ -89,7 +89,10 @@ export function runPage(main, runID, {notice}) {
     const w = run.waiting;
     // What is in flight changes without changing what can be answered:
     // it is updated in place, and the fields being typed in stay.
-    inflight.textContent = w && w.pending.length ? 'In flight: ' + w.pending.map(p => p.tool || p.kind).join(', ') : '';
+    const bits = [];
+    if (w && w.pending.length) bits.push('In flight: ' + w.pending.map(p => p.tool || p.kind).join(', ') + '.');
+    if (w && w.wake_at) bits.push('Next timer: ' + w.wake_at + '.');
+    inflight.textContent = bits.join(' ');
     inflight.hidden = !inflight.textContent;
     const key = run.status + '|' + (w ? JSON.stringify([w.approvals.map(a => a.tool_call_id), !!w.input]) : '');
     if (key === actionsKey) return;
