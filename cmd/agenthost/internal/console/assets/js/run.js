@@ -49,22 +49,33 @@ export function runPage(main, runID, {notice}) {
   }
 
   // refresh reads the Run again (after events, after an action, or when
-  // the user asks); calls made while one is running join it.
+  // the user asks). One read runs at a time; a call made while one runs
+  // makes one more run after it, so that the last read starts after the
+  // last call (a read that started before an event may not show it).
+  let again = false;
   async function refresh() {
-    if (refreshing) return refreshing;
+    if (refreshing) { again = true; return refreshing; }
     refreshing = (async () => {
-      try {
-        run = await api.run(runID);
-        renderHead();
-        renderActions();
-      } catch (e) {
-        if (e instanceof ApiError && e.notFound) notFound();
-        else if (!(e instanceof NetworkError)) notice(e.message, 'error');
-      } finally {
-        refreshing = null;
-      }
-    })();
+      do {
+        again = false;
+        try {
+          show(await api.run(runID));
+        } catch (e) {
+          if (e instanceof ApiError && e.notFound) { notFound(); return; }
+          if (!(e instanceof NetworkError)) notice(e.message, 'error');
+        }
+      } while (again && !stopped);
+    })().finally(() => { refreshing = null; });
     return refreshing;
+  }
+
+  // show takes a Run the API gave (a read, or an action's answer) unless
+  // the page has a later version already: answers may arrive out of order.
+  function show(r) {
+    if (run && r.seq < run.seq) return;
+    run = r;
+    renderHead();
+    renderActions();
   }
 
   function renderHead() {
@@ -107,10 +118,9 @@ export function runPage(main, runID, {notice}) {
     const act = async (what, fn, button) => {
       button.disabled = true;
       try {
-        run = await fn();
+        const r = await fn();
         actionsKey = '';
-        renderHead();
-        renderActions();
+        show(r);
         notice(what, 'ok');
       } catch (e) {
         button.disabled = false;
