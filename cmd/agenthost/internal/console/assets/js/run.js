@@ -105,7 +105,7 @@ export function runPage(main, runID, {notice}) {
     if (w && w.wake_at) bits.push('Next timer: ' + w.wake_at + '.');
     inflight.textContent = bits.join(' ');
     inflight.hidden = !inflight.textContent;
-    const key = run.status + '|' + (w ? JSON.stringify([w.approvals.map(a => a.tool_call_id), !!w.input]) : '');
+    const key = JSON.stringify([run.status, run.step, w && w.approvals.map(a => a.tool_call_id), w && w.input && w.input.prompt]);
     if (key === actionsKey) return;
     actionsKey = key;
     if (!w) {

@@ -235,14 +235,19 @@ try {
   });
 
   await step('answer-a-question', async () => {
-    await startRun('ask', 'ask:What is your name?|answer:nice to meet you');
-    await page.waitForSelector('#question');
-    assert.equal(await page.textContent('#question .prompt'), 'What is your name?');
+    await startRun('ask', 'ask:What is your name?|ask:And your quest?|answer:nice to meet you');
+    await page.waitForSelector('#question .prompt:text-is("What is your name?")');
     await page.fill('#answer-text', 'Ada');
+    await page.click('#answer-send');
+    // The next question, another step's, takes the first one's place.
+    await page.waitForSelector('#question .prompt:text-is("And your quest?")');
+    await caughtUp();
+    await page.fill('#answer-text', 'To compute');
     await page.click('#answer-send');
     await waitStatus('completed');
     assert.equal(await page.textContent('#final-answer .text'), 'nice to meet you');
-    assert.ok((await page.locator('#conversation .msg.user .text').allTextContents()).includes('Ada'), 'the answer is in the conversation');
+    const said = await page.locator('#conversation .msg.user .text').allTextContents();
+    assert.ok(said.includes('Ada') && said.includes('To compute'), 'the answers are in the conversation: ' + said);
   });
 
   await step('cancel-with-a-slow-job-in-flight', async () => {
