@@ -29,8 +29,9 @@ build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 
-# What the tests need beyond Go (the C toolchain for the C example): installed
-# with apt-get as root on Debian/Ubuntu, else the exact command to run is
+# What the tests need beyond Go (the C toolchain for the C example, node and
+# npm for the AssemblyScript one and the console's browser test, chromium for
+# that test, postgresql for pgstore's): installed with apt-get as root on Debian/Ubuntu, else the exact command to run is
 # printed and make stops. Instant when everything is there.
 deps:
 	@sh scripts/deps.sh

@@ -15,7 +15,11 @@
 # (examples/plugins/calculator-c) that the tests verify; nodejs and npm,
 # which build the AssemblyScript one (examples/plugins/calculator-as: its
 # build.sh installs the compiler and Extism's PDK from package-lock.json
-# with npm ci, into its node_modules/, the first time it runs); and postgresql,
+# with npm ci, into its node_modules/, the first time it runs), and the web
+# console's browser test (cmd/agenthost/internal/console/testdata/e2e:
+# playwright-core, by npm ci the first time); chromium, the browser that
+# test drives (Debian's, at /usr/bin/chromium; playwright downloads
+# none); and postgresql,
 # whose server (initdb, pg_ctl) runs the pgstore tests: internal/pgserver
 # starts a throwaway one per test binary, as the postgres user when the
 # tests run as root.
@@ -29,6 +33,7 @@ REQUIRED='
 /usr/bin/node nodejs
 /usr/bin/npm npm
 /usr/lib/postgresql/*/bin/initdb postgresql
+/usr/bin/chromium chromium
 '
 
 missing=$(printf '%s\n' "$REQUIRED" | while read -r file pkg; do

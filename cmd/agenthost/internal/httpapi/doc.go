@@ -16,6 +16,9 @@
 //	POST /v1/sessions/{id}/runs   {"input": "...", "metadata": {}} → 201 Run
 //	                              (Idempotency-Key: a replay → 200, same Run, Idempotent-Replayed: true)
 //	GET  /v1/sessions/{id}/runs   ?after=<ordinal>&limit=<1..500, default 50> → 200 {"runs": [...], "next_after": n}
+//	GET  /v1/whoami               → 200 {"tenant": "..."}: the tenant the token maps to
+//	GET  /v1/runs                 ?status=<status>&after=<run id>&limit=<1..500, default 50>
+//	                              → 200 {"runs": [...], "next_after": "<run id>"}: the tenant's Runs, oldest first
 //	GET  /v1/runs/{id}            → 200 Run (ETag: "<seq>")
 //	GET  /v1/runs/{id}/events     Server-Sent Events; resumes after Last-Event-ID or ?after=
 //	POST /v1/runs/{id}/input      {"approvals": [{"tool_call_id", "approved", "reason"}]} or {"message": "..."} → 200 Run
@@ -24,9 +27,12 @@
 //	GET  /healthz                 200 while the process serves
 //	GET  /readyz                  503 until Config.Ready says ready (recovery's first pass), then 200
 //	GET  /metrics                 Config.Metrics (Prometheus)
+//	GET  /console/                the web console (package console); GET / redirects there
 //
 // The /v1 routes need "Authorization: Bearer TOKEN"; the probes and
-// /metrics do not (expose them on a trusted network only).
+// /metrics do not (expose them on a trusted network only), nor do the
+// console's static files, which call the /v1 routes with the token the
+// person signs in with.
 //
 // A Run's JSON (RunJSON) has id, session, status (pending, running,
 // waiting, completed, failed, cancelled), input, metadata, usage

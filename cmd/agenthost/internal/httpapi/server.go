@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agenthost/agenthost/cmd/agenthost/internal/console"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -174,6 +175,8 @@ func (s *Server) Drain() { s.stopDrain() }
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/sessions/{id}/runs", s.authed(s.limitSubmissions(s.submitRun)))
 	s.mux.HandleFunc("GET /v1/sessions/{id}/runs", s.authed(s.limitReads(s.listSessionRuns)))
+	s.mux.HandleFunc("GET /v1/whoami", s.authed(s.whoAmI))
+	s.mux.HandleFunc("GET /v1/runs", s.authed(s.limitReads(s.listTenantRuns)))
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.limitReads(s.getRun)))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.streamEvents))
 	s.mux.HandleFunc("POST /v1/runs/{id}/input", s.authed(s.postInput))
@@ -203,6 +206,13 @@ func (s *Server) routes() {
 	if s.cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
+	// The web console: static files, no token needed to load them; in
+	// the browser it calls the /v1 routes with the tenant's token.
+	s.mux.Handle("GET "+console.Prefix, console.Handler())
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		console.SetHeaders(w.Header())
+		http.Redirect(w, r, console.Prefix, http.StatusFound)
+	})
 }
 
 // dispatch routes a request, answering unknown routes (404) and wrong
@@ -222,7 +232,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 			return
 		case http.StatusNotFound:
 			writeAPIError(w, errorf(http.StatusNotFound, CodeNotFound,
-				"no route %s %s; the API serves /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, /healthz, /readyz and /metrics", r.Method, r.URL.Path))
+				"no route %s %s; the API serves /v1/whoami, /v1/runs, /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, /healthz, /readyz and /metrics, and the web console at /console/", r.Method, r.URL.Path))
 			return
 		}
 	}

@@ -1,0 +1,323 @@
+// run.js: a Run's page: its state and actions, the conversation, the
+// attempts and errors, a timeline of the effects, and the event log, live.
+
+import {el, replace, pretty, ago, duration, clock, badge, usage} from './dom.js';
+import {api, ApiError, NetworkError} from './api.js';
+import {EventStream} from './sse.js';
+import {RunView} from './runview.js';
+
+// runPage renders the Run into main and returns a function that stops
+// its stream and timers.
+export function runPage(main, runID, {notice}) {
+  const view = new RunView();
+  const parts = {
+    head: el('section', {class: 'card', id: 'run-head'}),
+    actions: el('section', {class: 'card', id: 'actions'}),
+    conversation: el('section', {class: 'card', id: 'conversation'}),
+    attempts: el('section', {class: 'card', id: 'attempts'}),
+    timeline: el('section', {class: 'card', id: 'timeline'}),
+    log: el('section', {class: 'card', id: 'event-log'}),
+  };
+  const logBody = el('tbody');
+  const connection = el('span', {class: 'conn', id: 'connection', text: 'connecting'});
+  replace(parts.log, el('h2', {}, 'Event log ', connection),
+    el('table', {class: 'events'}, el('thead', {}, el('tr', {}, el('th', {text: 'seq'}), el('th', {text: 'time'}),
+      el('th', {text: 'event'}), el('th', {text: 'detail'}))), logBody));
+  replace(main, el('p', {class: 'crumbs'}, el('a', {href: '#/runs', text: 'Runs'}), ' / ', el('span', {class: 'mono', text: runID})),
+    el('div', {class: 'run-grid'}, el('div', {class: 'col'}, parts.head, parts.actions, parts.conversation),
+      el('div', {class: 'col'}, parts.timeline, parts.attempts, parts.log)));
+
+  let run = null;          // the Run as GET /v1/runs/{id} last gave it
+  let actionsKey = '';     // what the actions panel shows, to keep its fields while it holds
+  let stream = null;
+  let stopped = false;
+  let refreshing = null;
+  let renderQueued = false;
+
+  const stop = () => {
+    stopped = true;
+    if (stream) stream.close();
+    clearInterval(ticker);
+  };
+
+  function notFound() {
+    stop();
+    replace(main, el('section', {class: 'card notfound', id: 'not-found'},
+      el('h1', {text: 'Run not found'}),
+      el('p', {}, 'No Run ', el('code', {text: runID}), ' was found for this tenant: it does not exist, or belongs to another tenant.'),
+      el('p', {}, el('a', {href: '#/runs', text: 'Back to the Runs'}))));
+  }
+
+  // refresh reads the Run again (after events, after an action, or when
+  // the user asks). One read runs at a time; a call made while one runs
+  // makes one more run after it, so that the last read starts after the
+  // last call (a read that started before an event may not show it).
+  let again = false;
+  async function refresh() {
+    if (refreshing) { again = true; return refreshing; }
+    refreshing = (async () => {
+      do {
+        again = false;
+        try {
+          show(await api.run(runID));
+        } catch (e) {
+          if (e instanceof ApiError && e.notFound) { notFound(); return; }
+          if (!(e instanceof NetworkError)) notice(e.message, 'error');
+        }
+      } while (again && !stopped);
+    })().finally(() => { refreshing = null; });
+    return refreshing;
+  }
+
+  // show takes a Run the API gave (a read, or an action's answer) unless
+  // the page has a later version already: answers may arrive out of order.
+  function show(r) {
+    if (run && r.seq < run.seq) return;
+    run = r;
+    renderHead();
+    renderActions();
+  }
+
+  function renderHead() {
+    if (!run) return;
+    replace(parts.head,
+      el('h1', {}, 'Run ', el('span', {class: 'mono', text: run.id}), ' ', badge(run.status)),
+      el('dl', {class: 'facts'},
+        el('dt', {text: 'session'}), el('dd', {}, el('a', {href: '#/sessions/' + encodeURIComponent(run.session), text: run.session})),
+        el('dt', {text: 'created'}), el('dd', {text: run.created_at + ' (' + ago(run.created_at) + ')'}),
+        el('dt', {text: 'updated'}), el('dd', {text: run.updated_at + ' (' + ago(run.updated_at) + ')'}),
+        el('dt', {text: 'model steps'}), el('dd', {text: String(run.step)}),
+        el('dt', {text: 'usage'}), el('dd', {text: usage(run.usage) + ' tokens'}),
+        el('dt', {text: 'version'}), el('dd', {id: 'run-seq', text: String(run.seq)}),
+        run.result ? [el('dt', {text: 'result'}), el('dd', {class: 'result', id: 'run-result', text: run.result.content})] : null,
+        run.failure ? [el('dt', {text: 'failure'}), el('dd', {class: 'failure', id: 'run-failure'},
+          el('span', {class: 'class', text: run.failure.class}), ' ', run.failure.message)] : null));
+  }
+
+  const inflight = el('p', {class: 'muted', id: 'inflight'});
+  function renderActions() {
+    if (!run) return;
+    const w = run.waiting;
+    // What is in flight changes without changing what can be answered:
+    // it is updated in place, and the fields being typed in stay.
+    const bits = [];
+    if (w && w.pending.length) bits.push('In flight: ' + w.pending.map(p => p.tool || p.kind).join(', ') + '.');
+    if (w && w.wake_at) bits.push('Next timer: ' + w.wake_at + '.');
+    inflight.textContent = bits.join(' ');
+    inflight.hidden = !inflight.textContent;
+    const key = JSON.stringify([run.status, run.step, w && w.approvals.map(a => a.tool_call_id), w && w.input && w.input.prompt]);
+    if (key === actionsKey) return;
+    actionsKey = key;
+    if (!w) {
+      replace(parts.actions, el('h2', {text: 'Actions'}), el('p', {class: 'muted', text: 'This Run has ended: there is nothing to answer.'}));
+      return;
+    }
+    const moved = el('div', {class: 'moved', id: 'moved', hidden: true},
+      el('strong', {text: 'This Run has moved on'}), ' since this page read it: what you answered was not sent. ',
+      el('button', {type: 'button', on: {click: () => { actionsKey = ''; moved.hidden = true; refresh(); }}, text: 'Refresh'}));
+    const act = async (what, fn, button) => {
+      button.disabled = true;
+      try {
+        const r = await fn();
+        actionsKey = '';
+        show(r);
+        notice(what, 'ok');
+      } catch (e) {
+        button.disabled = false;
+        if (e instanceof ApiError && e.moved) { moved.hidden = false; return; }
+        notice(what + ' failed: ' + e.message, 'error');
+      }
+    };
+    const blocks = [];
+    for (const a of w.approvals) {
+      const reason = el('input', {type: 'text', class: 'reason', placeholder: 'reason (optional)', 'aria-label': 'reason for ' + a.tool_call_id});
+      const approve = el('button', {type: 'button', class: 'approve', text: 'Approve'});
+      const deny = el('button', {type: 'button', class: 'deny', text: 'Deny'});
+      approve.addEventListener('click', () => act('Approved ' + a.tool_call_id,
+        () => api.decide(run, [{tool_call_id: a.tool_call_id, approved: true, reason: reason.value}]), approve));
+      deny.addEventListener('click', () => act('Denied ' + a.tool_call_id,
+        () => api.decide(run, [{tool_call_id: a.tool_call_id, approved: false, reason: reason.value}]), deny));
+      blocks.push(el('div', {class: 'approval', dataset: {toolCallId: a.tool_call_id}},
+        el('div', {}, el('strong', {text: a.tool || 'tool'}), ' ', el('code', {text: a.tool_call_id}), ' waits for your approval'),
+        el('pre', {class: 'args', text: pretty(a.arguments)}),
+        el('div', {class: 'row'}, reason, approve, deny)));
+    }
+    if (w.input) {
+      const text = el('textarea', {id: 'answer-text', rows: 2, 'aria-label': 'your answer'});
+      const send = el('button', {type: 'button', id: 'answer-send', text: 'Send answer'});
+      send.addEventListener('click', () => act('Answer sent', () => api.answer(run, text.value), send));
+      blocks.push(el('div', {class: 'question', id: 'question'},
+        el('div', {}, el('strong', {text: 'The model asks: '}), el('span', {class: 'prompt', text: w.input.prompt})),
+        text, el('div', {class: 'row'}, send)));
+    }
+    blocks.push(inflight);
+    if (w.queued) blocks.push(el('p', {class: 'muted', text: 'Queued behind an earlier Run of its session.'}));
+    const reason = el('input', {type: 'text', id: 'cancel-reason', placeholder: 'reason (optional)', 'aria-label': 'reason to cancel'});
+    const cancel = el('button', {type: 'button', id: 'cancel-run', class: 'deny', text: 'Cancel Run'});
+    cancel.addEventListener('click', () => act('Cancel sent', () => api.cancel(run, reason.value), cancel));
+    blocks.push(el('div', {class: 'row cancel'}, reason, cancel));
+    replace(parts.actions, el('h2', {text: 'Actions'}), moved, ...blocks);
+  }
+
+  function renderConversation() {
+    const out = [el('h2', {text: 'Conversation'})];
+    for (const it of view.items) {
+      switch (it.kind) {
+        case 'user':
+          out.push(el('div', {class: 'msg user'}, el('div', {class: 'who', text: it.answer ? 'Answer' : 'Question'}),
+            el('div', {class: 'text', text: it.text})));
+          break;
+        case 'step': {
+          const calls = it.calls.map(id => callCard(view.effects.get(id)));
+          out.push(el('div', {class: 'msg model', dataset: {step: it.step}},
+            el('div', {class: 'who', text: 'Model step ' + it.step + (it.settled || it.error ? '' : ' (thinking…)')}),
+            it.content && !it.question ? el('div', {class: 'text', text: it.content}) : null,
+            it.question ? el('div', {class: 'text ask'}, el('strong', {text: 'Asks: '}), it.question) : null,
+            it.error ? el('div', {class: 'failure'}, el('span', {class: 'class', text: it.error.class}), ' ', it.error.message) : null,
+            calls.length ? el('div', {class: 'calls'}, calls) : null));
+          break;
+        }
+        case 'note':
+          out.push(el('div', {class: 'msg note', text: it.text}));
+          break;
+        case 'final':
+          out.push(el('div', {class: 'msg final', id: 'final-answer'}, el('div', {class: 'who', text: 'Final answer'}),
+            el('div', {class: 'text', text: it.text})));
+          break;
+        case 'failure':
+          out.push(el('div', {class: 'msg failure-msg'}, el('div', {class: 'who', text: 'Run ' + it.status}),
+            el('div', {class: 'text'}, el('span', {class: 'class', text: it.failure.class || ''}), ' ', it.failure.message || '')));
+          break;
+      }
+    }
+    if (stream && stream.pruned) {
+      out.push(el('p', {class: 'muted', id: 'pruned'}, 'This Run has ended, and its event log has been pruned (the operator\'s ' +
+        'retention keeps the logs of ended Runs for a while): its result or failure is above; the rest of what it did is gone.'));
+    }
+    replace(parts.conversation, ...out);
+  }
+
+  function callCard(e) {
+    const waiting = run && run.waiting && run.waiting.approvals.some(a => a.tool_call_id === e.callID);
+    let state = 'queued', result = null;
+    if (e.outcome) {
+      const o = e.outcome;
+      if (o.state === 'done' && o.tool) {
+        state = o.tool.is_error ? 'error' : 'done';
+        result = el('pre', {class: 'result' + (o.tool.is_error ? ' is-error' : ''), text: o.tool.content});
+      } else {
+        state = o.state;
+        result = el('div', {class: 'failure'}, el('span', {class: 'class', text: (o.error && o.error.class) || o.state}), ' ',
+          (o.error && o.error.message) || '');
+      }
+    } else if (waiting) {
+      state = 'awaiting approval';
+    } else if (e.attempts.length) {
+      state = e.attempts[e.attempts.length - 1].state;
+    }
+    return el('div', {class: 'call', dataset: {toolCallId: e.callID, effect: e.id}},
+      el('div', {}, el('strong', {text: e.tool}), ' ', el('code', {text: e.callID}), ' ', el('span', {class: 'badge call-' + state.replace(/\W/g, '_'), text: state}),
+        e.approval ? el('span', {class: 'approval-note', text: e.approval.approved ? ' approved' : ' denied' + (e.approval.reason ? ': ' + e.approval.reason : '')}) : null),
+      el('div', {class: 'label', text: 'arguments'}), el('pre', {class: 'args', text: pretty(e.args)}),
+      result ? [el('div', {class: 'label', text: 'result'}), result] : null);
+  }
+
+  function renderAttempts() {
+    const rows = [];
+    for (const id of view.order) {
+      const e = view.effects.get(id);
+      for (const a of e.attempts) {
+        rows.push(el('tr', {class: a.error ? 'has-error' : ''},
+          el('td', {class: 'mono', text: e.kind === 'model' ? 'model ' + e.step : (e.tool || 'tool') + ' ' + e.callID}),
+          el('td', {text: String(a.attempt)}),
+          el('td', {text: a.state}),
+          el('td', {text: a.settledAt ? duration(a.settledAt - a.dispatchedAt) : ''}),
+          el('td', {}, a.error ? [el('span', {class: 'class', text: a.error.class}), ' ', a.error.message] : '')));
+      }
+      if (e.deferredAt) rows.push(el('tr', {}, el('td', {class: 'mono', text: e.id}), el('td', {text: ''}),
+        el('td', {text: 'deferred'}), el('td', {text: ''}), el('td', {text: 'its executor was unavailable at recovery'})));
+    }
+    replace(parts.attempts, el('h2', {text: 'Attempts and errors'}),
+      rows.length ? el('table', {class: 'attempts'}, el('thead', {}, el('tr', {}, ['effect', 'attempt', 'state', 'took', 'error'].map(h => el('th', {text: h})))),
+        el('tbody', {}, rows)) : el('p', {class: 'muted', text: 'No effect has been dispatched yet.'}));
+  }
+
+  function renderTimeline() {
+    const rows = view.timeline();
+    const t0 = view.startedAt;
+    const t1 = Math.max(view.endedAt || Date.now(), ...rows.map(r => r.start + r.duration), t0 + 1);
+    const span = t1 - t0;
+    const list = rows.map(r => {
+      const bar = el('div', {class: 'bar kind-' + r.kind + (r.running ? ' running' : '')});
+      // CSSOM, not a style attribute: the CSP allows no inline styles.
+      bar.style.marginLeft = (100 * (r.start - t0) / span).toFixed(2) + '%';
+      bar.style.width = Math.max(0.5, 100 * r.duration / span).toFixed(2) + '%';
+      return el('div', {class: 'tl-row'}, el('div', {class: 'tl-label', text: r.label}),
+        el('div', {class: 'tl-track'}, bar),
+        el('div', {class: 'tl-at', text: '+' + duration(r.start - t0)}),
+        el('div', {class: 'tl-dur', text: (r.running ? 'running ' : '') + duration(r.duration) + (r.attempts > 1 ? ' (' + r.attempts + ' attempts)' : '')}));
+    });
+    replace(parts.timeline, el('h2', {text: 'Timeline of effects'}),
+      list.length ? el('div', {class: 'tl-row tl-head'}, el('div', {text: 'effect'}), el('div', {text: 'from the Run\'s start to ' + (view.endedAt ? 'its end' : 'now')}),
+        el('div', {text: 'started'}), el('div', {text: 'took'})) : null,
+      list.length ? list : el('p', {class: 'muted', text: 'No effect yet.'}));
+  }
+
+  function renderAll() {
+    renderQueued = false;
+    if (stopped) return;
+    renderConversation();
+    renderAttempts();
+    renderTimeline();
+  }
+  const queueRender = () => {
+    if (!renderQueued) { renderQueued = true; requestAnimationFrame(renderAll); }
+  };
+
+  function logRow(ev) {
+    const d = ev.data || {};
+    let detail = '';
+    // An effect ID is "<run>.m1" or "<run>.t1.0": the run's ID is the page's.
+    if (d.effect) detail = String(d.effect).replace(runID + '.', '') + (d.attempt ? ' attempt ' + d.attempt : '');
+    if (d.spec) detail = 'session ' + (d.spec.session || '');
+    if (d.outcome) detail += ' ' + d.outcome.state + (d.outcome.error ? ' ' + d.outcome.error.class : '');
+    if (d.step) detail += ' step ' + d.step;
+    if (d.approvals) detail += d.approvals.map(a => ' ' + a.tool_call_id + (a.approved ? ' approved' : ' denied')).join('');
+    if (d.failure) detail += ' ' + d.failure.class;
+    const raw = el('details', {}, el('summary', {text: detail.trim() || 'details'}), el('pre', {text: pretty(d)}));
+    logBody.append(el('tr', {class: 'ev', dataset: {seq: ev.id, type: ev.type}},
+      el('td', {class: 'mono', text: String(ev.id)}), el('td', {class: 'mono', text: clock(d.at)}),
+      el('td', {text: ev.type}), el('td', {}, raw)));
+  }
+
+  let refreshTimer = 0;
+  stream = new EventStream(runID, {
+    event(ev) {
+      view.apply(ev);
+      logRow(ev);
+      queueRender();
+      // The Run's state (what it waits for, its version) follows its
+      // events: read it again once a burst of them is in.
+      clearTimeout(refreshTimer);
+      refreshTimer = setTimeout(refresh, 100);
+    },
+    progress(data) {
+      if (data) connection.title = 'progress: ' + (data.message || data.type || '');
+    },
+    state(s, err) {
+      if (s === 'ended') queueRender();
+      connection.textContent = s === 'reconnecting' ? 'reconnecting…' : s;
+      connection.className = 'conn conn-' + s;
+      connection.dataset.reconnects = String(stream ? stream.reconnects : 0);
+      if (s === 'error' && err instanceof ApiError && err.notFound) notFound();
+      if (s === 'live' && stream && stream.reconnects > 0) refresh();
+    },
+  }, {isTerminal: async () => { await refresh(); return !!(run && !run.waiting); }});
+  // Running effects' bars and durations grow: draw them again each second
+  // until the Run ends.
+  // (Only the timeline: the conversation is drawn again on events only,
+  // so that text being selected or read stays put.)
+  const ticker = setInterval(() => { if (!stopped && !view.endedAt && !(stream && stream.ended)) renderTimeline(); }, 1000);
+  refresh().then(queueRender);
+  return stop;
+}
