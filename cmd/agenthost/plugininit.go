@@ -43,7 +43,7 @@ abi.go. DIR must not exist, or be empty.`,
 			}
 			l, _ := plugininit.Lang(lang)
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "wrote a %s tool plugin, %s, in %s:\n", l, name, dir)
+			fmt.Fprintf(out, "wrote the tool plugin %s (%s) in %s:\n", name, plugininit.DisplayNames[l], dir)
 			for _, f := range files {
 				fmt.Fprintf(out, "  %s\n", filepath.Join(dir, filepath.FromSlash(f)))
 			}

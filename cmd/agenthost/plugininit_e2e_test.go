@@ -47,7 +47,7 @@ func TestPluginInitBuildsAndVerifiesEveryLanguage(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("plugin init exit %d", r.code)
 			}
-			mustContain(t, "plugin init", r.stdout, "wrote a "+lang+" tool plugin, "+name, "verify.sh")
+			mustContain(t, "plugin init", r.stdout, "wrote the tool plugin "+name+" (", "verify.sh")
 			var env []string
 			if lang == "go" {
 				// Its own module, and nothing of ours: GOWORK off, GOFLAGS
@@ -123,5 +123,5 @@ tenants:
 	if r.code != 0 {
 		t.Fatalf("run: exit %d", r.code)
 	}
-	mustContain(t, "run", r.stdout, `model calls word_count {"text":"one two three"}`, "tool word_count returned: 3", "answer: The word_count tool answered: 3.", "run completed")
+	mustContain(t, "run", r.stdout, "· word-tools: counted: 3 words", `model calls word_count {"text":"one two three"}`, "tool word_count returned: 3", "answer: The word_count tool answered: 3.", "run completed")
 }

@@ -29,6 +29,9 @@ var templates embed.FS
 // Languages are the languages init writes, as --lang takes them.
 var Languages = []string{"go", "c", "assemblyscript"}
 
+// DisplayNames are the languages' names, as people write them.
+var DisplayNames = map[string]string{"go": "Go", "c": "C", "assemblyscript": "AssemblyScript"}
+
 // aliases are other spellings --lang accepts.
 var aliases = map[string]string{"golang": "go", "as": "assemblyscript", "ts": "assemblyscript"}
 
