@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +106,35 @@ func TestPluginCallAndUseWithTheAssemblyScriptExample(t *testing.T) {
 				t.Errorf("%v: exit 0, want a refusal", c.args)
 			}
 			mustContain(t, strings.Join(c.args, " "), r.stderr, c.want...)
+		}
+	})
+
+	t.Run("plugin call reports a failed call, a broken reply, the KV and the HTTP allow-list", func(t *testing.T) {
+		hostile := conformancePlugin(t, conformance.PluginHostile)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello from the test server") }))
+		defer srv.Close()
+		addr := strings.TrimPrefix(srv.URL, "http://")
+		for _, c := range []struct {
+			what   string
+			args   []string
+			code   int
+			stdout []string
+			stderr []string
+		}{
+			{"a trap", []string{"--tool", "trap"}, 1, []string{"error:   "}, []string{"plugin call: ", "trap"}},
+			{"a reply that is not JSON", []string{"--tool", "not_json"}, 1, []string{"reply:   (16 bytes, not JSON)", "this is not JSON"}, []string{"the reply of start is not JSON"}},
+			{"a reply that breaks the ABI", []string{"--tool", "bad_schema"}, 1, []string{`"state": "exploded"`, "abi:     the reply breaks ABI v1"}, []string{"the reply breaks the ABI"}},
+			{"a non-zero status", []string{"--tool", "nonzero"}, 1, nil, []string{"hostile: refusing on purpose"}},
+			{"the KV after the call", []string{"--tool", "kv_put", "--input", `{"key":"k1","value":"v1"}`}, 0, []string{`"content": "stored"`, "kv:      1 keys", `"k1" = "v1"`}, nil},
+			{"a host not on the allow-list", []string{"--tool", "http", "--input", `{"url":"` + srv.URL + `"}`}, 0, []string{`"state": "failed"`, "http: denied"}, nil},
+			{"a host on the allow-list", []string{"--tool", "http", "--allow-host", addr, "--input", `{"url":"` + srv.URL + `"}`}, 0, []string{`"content": "200 hello from the test server"`}, nil},
+		} {
+			r := call(append([]string{hostile, "start"}, c.args...)...)
+			if r.code != c.code {
+				t.Errorf("%s: exit %d, want %d", c.what, r.code, c.code)
+			}
+			mustContain(t, c.what+": stdout", r.stdout, append(c.stdout, "time:    ", "memory:  ")...)
+			mustContain(t, c.what+": stderr", r.stderr, c.stderr...)
 		}
 	})
 
