@@ -39,7 +39,8 @@ abi.go. DIR must not exist, or be empty.`,
 			}
 			files, err := plugininit.Write(lang, name, dir)
 			if err != nil {
-				return fmt.Errorf("plugin init: %w", err)
+				// One prefix: the command's, not the package's too.
+				return fmt.Errorf("plugin init: %s", strings.TrimPrefix(err.Error(), "plugininit: "))
 			}
 			l, _ := plugininit.Lang(lang)
 			out := cmd.OutOrStdout()
