@@ -91,6 +91,23 @@ func TestPluginInitBuildsAndVerifiesEveryLanguage(t *testing.T) {
 			mustContain(t, "plugin call --tool nope", r.stdout, `"state": "failed"`, `this plugin offers the tool \"word_count\"`)
 		})
 	}
+	// init refuses to write over a project, or a name that cannot name
+	// one, with one prefix.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lang", "c", "word-tools-c", filepath.Join(root, "word-tools-c")}, "plugin init: " + filepath.Join(root, "word-tools-c") + " already exists and is not empty"},
+		{[]string{"--lang", "go", "Word", filepath.Join(root, "w")}, `plugin init: the plugin name "Word" has 'W' at byte 1`},
+		{[]string{"--lang", "rust", "w", filepath.Join(root, "w")}, `plugin init: --lang "rust" is not a language init writes: want one of go, c, assemblyscript`},
+		{[]string{"w"}, "plugin init: --lang is required"},
+	} {
+		r := runCLI(t, bin, nil, append([]string{"plugin", "init"}, c.args...)...)
+		if r.code == 0 {
+			t.Errorf("plugin init %v: exit 0", c.args)
+		}
+		mustContain(t, "plugin init refusal", r.stderr, c.want)
+	}
 	if t.Failed() || wasm["go"] == "" {
 		return
 	}
