@@ -89,6 +89,15 @@ func TestPluginInitBuildsAndVerifiesEveryLanguage(t *testing.T) {
 			// An effect for another tool is a failed effect, with a reason.
 			r = runCLI(t, bin, nil, "plugin", "call", "--cache-dir", conformance.WazeroCacheDir(), p, "start", "--tool", "nope", "--input", `{}`)
 			mustContain(t, "plugin call --tool nope", r.stdout, `"state": "failed"`, `this plugin offers the tool \"word_count\"`)
+			// A reply with non-ASCII text comes out whole: its length is
+			// counted in UTF-8 bytes (AssemblyScript's Host.outputString
+			// would cut it short, and the reply would not be JSON).
+			r = runCLI(t, bin, nil, "plugin", "call", "--cache-dir", conformance.WazeroCacheDir(), p, "start", "--input",
+				`{"abi":1,"effect":{"id":"r.t1.0","assignment_key":"a/b/r.t1.0#1","attempt":1,"kind":"tool","tool":"wörd_cöunt☃","request":{"arguments":{}}}}`)
+			if r.code != 0 {
+				t.Errorf("a non-ASCII reply: exit %d", r.code)
+			}
+			mustContain(t, "a non-ASCII reply", r.stdout, `no tool \"wörd_cöunt☃\"`, "a valid start reply")
 		})
 	}
 	// init refuses to write over a project, or a name that cannot name
