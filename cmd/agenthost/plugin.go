@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,13 +20,17 @@ import (
 func newPluginCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plugin",
-		Short: "Check a plugin .wasm against the ABI",
-		Long: `plugin inspect shows what a plugin .wasm declares; plugin verify runs it on
-the real plugin host and holds it to ABI v1 (docs/ABI.md).`,
-		Example: `  agenthost plugin inspect build/plugins/calculator.wasm
-  agenthost plugin verify build/plugins/calculator.wasm --tool calculate --args '{"expression":"2*(3+4)"}'`,
+		Short: "Write, check and try plugins",
+		Long: `plugin init writes a new tool plugin project (Go, C or AssemblyScript);
+plugin inspect shows what a plugin .wasm declares; plugin verify runs it on
+the real plugin host and holds it to ABI v1 (docs/ABI.md); plugin call
+calls one export with your input and prints the full reply.`,
+		Example: `  agenthost plugin init --lang go word-tools
+  agenthost plugin inspect build/plugins/calculator.wasm
+  agenthost plugin verify build/plugins/calculator.wasm --tool calculate --args '{"expression":"2*(3+4)"}'
+  agenthost plugin call build/plugins/calculator.wasm start --tool calculate --input '{"expression":"2^10"}'`,
 	}
-	cmd.AddCommand(newInspectCmd(), newVerifyCmd())
+	cmd.AddCommand(newInitCmd(), newInspectCmd(), newVerifyCmd(), newCallCmd())
 	return cmd
 }
 
@@ -45,15 +50,24 @@ func (f *verifyFlags) add(cmd *cobra.Command) {
 }
 
 func (f *verifyFlags) open(ctx context.Context, path string) (*pluginverify.Subject, error) {
+	return f.openWith(ctx, path, nil)
+}
+
+// openWith opens the plugin with the flags' options, changed by mod.
+func (f *verifyFlags) openWith(ctx context.Context, path string, mod func(*pluginverify.Options)) (*pluginverify.Subject, error) {
 	role := abi.Role(strings.ToLower(f.role))
 	if role != "" && role != abi.RoleBuilder && role != abi.RoleExecutor {
 		return nil, fmt.Errorf("plugin: --role %q: want builder or executor", f.role)
 	}
-	s, err := pluginverify.Open(ctx, path, pluginverify.Options{
+	o := pluginverify.Options{
 		Role:     role,
 		Limits:   host.Limits{CallTimeout: f.timeout, MemoryPages: f.memoryPages},
 		CacheDir: f.cacheDir,
-	})
+	}
+	if mod != nil {
+		mod(&o)
+	}
+	s, err := pluginverify.Open(ctx, path, o)
 	if err != nil {
 		return nil, fmt.Errorf("plugin: %w: pass the path of a plugin .wasm (`make plugins` builds the examples into build/plugins/)", err)
 	}
@@ -116,6 +130,7 @@ func printInspection(w io.Writer, path string, s *pluginverify.Subject) {
 func newVerifyCmd() *cobra.Command {
 	var f verifyFlags
 	var tool, args string
+	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "verify FILE.wasm",
 		Short: "Run the plugin conformance suite on a plugin; exit non-zero on any failure",
@@ -126,9 +141,11 @@ attempt gets the same reply, that attach on an unknown effect answers
 unknown, that cancel on an unknown effect does not trap, that malformed
 input gives an error without trapping, and the time and memory of its calls
 against the limits. It prints one line per check, PASS, FAIL or WARN, with
-why, and exits 1 if any check fails.`,
+why, and exits 1 if any check fails. -v prints every call the suite makes,
+with its input and its full reply, before the check's line.`,
 		Example: `  agenthost plugin verify build/plugins/calculator.wasm
   agenthost plugin verify build/plugins/calculator.wasm --tool calculate --args '{"expression":"(2+3)*4"}'
+  agenthost plugin verify build/plugins/calculator.wasm --tool calculate --args @args.json -v
   agenthost plugin verify --role builder --timeout 2s --memory-pages 256 build/plugins/prompt-builder.wasm`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, argv []string) error {
@@ -137,17 +154,27 @@ why, and exits 1 if any check fails.`,
 				if tool == "" {
 					return fmt.Errorf("plugin verify: --args needs --tool: name the tool the arguments are for")
 				}
-				if !json.Valid([]byte(args)) || !strings.HasPrefix(strings.TrimSpace(args), "{") {
-					return fmt.Errorf("plugin verify: --args %s is not a JSON object: quote it, e.g. --args '{\"expression\":\"2+3\"}'", args)
+				b, err := readJSONArg("--args", args, cmd.InOrStdin())
+				if err != nil {
+					return fmt.Errorf("plugin verify: %w", err)
 				}
-				raw = json.RawMessage(args)
+				if t := bytes.TrimSpace(b); t[0] != '{' {
+					return fmt.Errorf("plugin verify: --args: the arguments are not a JSON object: pass one, e.g. --args '{\"expression\":\"2+3\"}' or --args @args.json")
+				}
+				raw = json.RawMessage(b)
 			}
-			s, err := f.open(cmd.Context(), argv[0])
+			out := cmd.OutOrStdout()
+			s, err := f.openWith(cmd.Context(), argv[0], func(o *pluginverify.Options) {
+				if verbose {
+					o.OnCall = func(export string, input, output []byte, err error) {
+						printVerboseCall(out, export, input, output, err)
+					}
+				}
+			})
 			if err != nil {
 				return err
 			}
 			defer s.Close(context.WithoutCancel(cmd.Context()))
-			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "verifying %s\n", argv[0])
 			sum := abicheck.Run(cmd.Context(), s, abicheck.Options{
 				Role: abi.Role(strings.ToLower(f.role)), Tool: tool, Args: raw, Limits: s.SuiteLimits(),
@@ -161,8 +188,23 @@ why, and exits 1 if any check fails.`,
 	}
 	f.add(cmd)
 	cmd.Flags().StringVar(&tool, "tool", "", "check only this tool")
-	cmd.Flags().StringVar(&args, "args", "", "the tool's arguments, a JSON object (with --tool; default: derived from its input_schema)")
+	cmd.Flags().StringVar(&args, "args", "", "the tool's arguments, a JSON object, @FILE.json, or - for stdin (with --tool; default: derived from its input_schema)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print every call with its input and full reply")
 	return cmd
+}
+
+// printVerboseCall prints one call of the suite for verify -v: its
+// export, its input and its reply, in full.
+func printVerboseCall(w io.Writer, export string, input, output []byte, err error) {
+	fmt.Fprintf(w, "  call %s, input (%d bytes): %s\n", export, len(input), input)
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "  error: %v\n", err)
+	case json.Valid(output):
+		fmt.Fprintf(w, "  reply (%d bytes): %s\n", len(output), indentJSON(output, "  "))
+	default:
+		fmt.Fprintf(w, "  reply (%d bytes, not JSON): %q\n", len(output), output)
+	}
 }
 
 // lineReporter prints one line per check.

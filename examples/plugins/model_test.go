@@ -35,6 +35,29 @@ func TestScriptedModel(t *testing.T) {
 	t.Run("arithmetic: one call, then the answer", func(t *testing.T) { testArithmetic(t, m, calc) })
 	t.Run("two sums: two calls in one message", func(t *testing.T) { testTwoSums(t, m, calc) })
 	t.Run("rules and fallback", func(t *testing.T) { testRules(t, m) })
+	t.Run("use TOOL {JSON}: any offered tool", func(t *testing.T) { testUse(t, m) })
+}
+
+// `use TOOL {JSON arguments}` makes the model plugin call any tool the
+// request offers with those arguments, and answer with its result; a tool
+// it does not offer gets a text, not a call.
+func testUse(t *testing.T, m *host.Executor) {
+	ctx := context.Background()
+	wordCount := abi.Tool{Name: "word_count", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)}
+	req := abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: `use word_count {"text": "héllo wörld ☃"}`}}, Tools: []abi.Tool{calculateTool, wordCount}}
+	out := model(t)(m.Start(ctx, modelCall("run_u.m1", req)))
+	calls := out.Message.ToolCalls
+	if len(calls) != 1 || calls[0].Name != "word_count" || string(calls[0].Arguments) != `{"text":"héllo wörld ☃"}` {
+		t.Fatalf("step 1: %+v", out.Message)
+	}
+	req.Messages = append(req.Messages, out.Message, abi.Message{Role: "tool", ToolCallID: calls[0].ID, Content: "3"})
+	if final := model(t)(m.Start(ctx, modelCall("run_u.m2", req))).Message; len(final.ToolCalls) != 0 || final.Content != "The word_count tool answered: 3." {
+		t.Errorf("final: %+v", final)
+	}
+	req.Messages = []abi.Message{{Role: "user", Content: `use weather {"city":"Paris"}`}}
+	if got := model(t)(m.Start(ctx, modelCall("run_u.m3", req))).Message; len(got.ToolCalls) != 0 || !strings.Contains(got.Content, "does not offer it. It offers: calculate, word_count.") {
+		t.Errorf("a tool not offered: %+v", got)
+	}
 }
 
 // The model asks for the call, the calculator answers it, and the model

@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,9 @@ import (
 // Tenant is the tenant every verification call runs under.
 const Tenant = "verify"
 
+// PluginName is the name the plugin is loaded under.
+const PluginName = "plugin"
+
 // Options say how to load the plugin.
 type Options struct {
 	// Role is the role to load it as; "" takes the one its exports suggest.
@@ -33,6 +38,15 @@ type Options struct {
 	// CacheDir is the wazero compilation cache; "" keeps it in memory.
 	CacheDir string
 	Logger   *slog.Logger
+	// Events receives what the plugin emits (agenthost_emit); nil drops
+	// it.
+	Events runtime.EventSink
+	// RealClock runs agenthost_now_ms and the WASI clocks on the system
+	// clock instead of a clock that stands still (for plugin call).
+	RealClock bool
+	// OnCall, when set, is told of every call the suite makes, with its
+	// input and full output (plugin verify -v).
+	OnCall func(export string, input, output []byte, err error)
 }
 
 // Subject is a plugin file loaded for verification. It implements
@@ -43,6 +57,8 @@ type Subject struct {
 	insp    host.Inspection
 	loadErr error
 	limits  host.Limits
+	kv      *memKV
+	onCall  func(export string, input, output []byte, err error)
 }
 
 var _ abicheck.Plugin = (*Subject)(nil)
@@ -56,7 +72,12 @@ func Open(ctx context.Context, path string, o Options) (*Subject, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h, err := host.New(host.Config{CacheDir: o.CacheDir, KV: newMemKV(), Clock: frozenClock{at: time.Now()}, Logger: log})
+	var clock runtime.Clock = frozenClock{at: time.Now()}
+	if o.RealClock {
+		clock = runtime.SystemClock{}
+	}
+	kv := newMemKV()
+	h, err := host.New(host.Config{CacheDir: o.CacheDir, KV: kv, Clock: clock, Logger: log, Events: o.Events})
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +86,7 @@ func Open(ctx context.Context, path string, o Options) (*Subject, error) {
 		h.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	s := &Subject{h: h, insp: insp}
+	s := &Subject{h: h, insp: insp, kv: kv, onCall: o.OnCall}
 	role := o.Role
 	if role == "" {
 		role = insp.Role
@@ -73,7 +94,7 @@ func Open(ctx context.Context, path string, o Options) (*Subject, error) {
 	if role == "" {
 		role = abi.RoleExecutor
 	}
-	spec := host.PluginSpec{Name: "plugin", Path: path, Role: role, Limits: o.Limits, Sandbox: o.Sandbox}
+	spec := host.PluginSpec{Name: PluginName, Path: path, Role: role, Limits: o.Limits, Sandbox: o.Sandbox}
 	if s.p, err = h.Load(ctx, spec); err != nil {
 		s.loadErr = err
 	} else {
@@ -106,7 +127,31 @@ func (s *Subject) Call(ctx context.Context, export string, input []byte) ([]byte
 	if s.p == nil {
 		return nil, fmt.Errorf("pluginverify: the host refused the plugin: %w", s.loadErr)
 	}
-	return s.p.CallRaw(ctx, Tenant, export, input)
+	out, err := s.p.CallRaw(ctx, Tenant, export, input)
+	if s.onCall != nil {
+		s.onCall(export, input, out, err)
+	}
+	return out, err
+}
+
+// KVEntry is one key of the plugin's KV.
+type KVEntry struct {
+	Key, Value []byte
+}
+
+// KV lists what the plugin holds in its KV, by key.
+func (s *Subject) KV() []KVEntry {
+	prefix := kvKey(Tenant, PluginName, nil)
+	s.kv.mu.Lock()
+	defer s.kv.mu.Unlock()
+	var out []KVEntry
+	for k, v := range s.kv.data {
+		if rest, ok := strings.CutPrefix(k, prefix); ok {
+			out = append(out, KVEntry{Key: []byte(rest), Value: bytes.Clone(v)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].Key, out[j].Key) < 0 })
+	return out
 }
 
 // MemoryBytes implements abicheck.Plugin: the host holds this plugin

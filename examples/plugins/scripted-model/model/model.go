@@ -10,7 +10,9 @@
 //  1. If tool results came back for the tool calls it asked for, it
 //     answers with them: "(2+3)*4 = 20", or "2+3 = 5 and 4*5 = 20".
 //  2. Otherwise it takes the last user message and tries the rules of
-//     Rules, in order; the first that matches answers.
+//     Rules, in order; the first that matches answers. The first rule is
+//     the explicit form `use TOOL {JSON arguments}`, which calls any tool
+//     the Run offers.
 //  3. When none matches, it says plainly that it is a scripted demo model
 //     and how to configure a real one.
 //
@@ -19,7 +21,9 @@
 package model
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -53,6 +57,7 @@ type Rule struct {
 
 // Rules is the rules table, tried in order.
 var Rules = []Rule{
+	{Name: "use", Answer: useRule},
 	{Name: "slow_job", Answer: slowJobRule},
 	{Name: "arithmetic", Answer: arithmeticRule},
 	{Name: "time", Answer: keywordRule(
@@ -214,6 +219,78 @@ func arithmeticRule(text string, tools []abi.Tool, turn int) (abi.Message, bool)
 	return m, true
 }
 
+// useForm matches the explicit form "use TOOL {JSON arguments}": "use"
+// (any case) and a tool name at the start of the message, then the rest.
+var useForm = regexp.MustCompile(`(?is)^\s*use\s+([A-Za-z0-9_-]{1,64})(.*)$`)
+
+// useRule calls any tool the Run offers, with the arguments written after
+// its name: `use word_count {"text": "one two"}` is one word_count call
+// with {"text": "one two"}; `use TOOL` alone calls it with {}. Text that
+// only looks like the form ("use the calculator for 2+3": no JSON object
+// after a tool the Run does not offer) is left to the other rules. A tool
+// the Run does not offer, or arguments that are not one JSON object, get
+// a reply that says so.
+func useRule(text string, tools []abi.Tool, turn int) (abi.Message, bool) {
+	m := useForm.FindStringSubmatch(text)
+	if m == nil {
+		return abi.Message{}, false
+	}
+	name, rest := m[1], strings.TrimSpace(m[2])
+	offered := offers(tools, name)
+	if !offered && !strings.HasPrefix(rest, "{") {
+		return abi.Message{}, false
+	}
+	if !offered {
+		return abi.Message{Content: fmt.Sprintf("I would call the tool %s, but this Run does not offer it. %s Write `use TOOL {JSON arguments}` with one of those, or add the plugin that offers %s to the tenant's tool_executors.",
+			name, offeredTools(tools), name)}, true
+	}
+	args, err := useArguments(rest)
+	if err != nil {
+		return abi.Message{Content: fmt.Sprintf("I could not read the arguments for %s: %v. Write them as one JSON object after the tool's name, e.g. use %s {\"key\": \"value\"}.", name, err, name)}, true
+	}
+	return abi.Message{ToolCalls: []abi.ToolCall{{ID: callID(turn, 0), Name: name, Arguments: args}}}, true
+}
+
+// useArguments reads the arguments of the use form: one JSON object and
+// nothing after it, or nothing at all ({}).
+func useArguments(rest string) (json.RawMessage, error) {
+	if rest == "" {
+		return json.RawMessage(`{}`), nil
+	}
+	if !strings.HasPrefix(rest, "{") {
+		return nil, fmt.Errorf("%q is not a JSON object", clip(rest, 40))
+	}
+	dec := json.NewDecoder(strings.NewReader(rest))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("they are not JSON: %v at byte %d", se, se.Offset)
+		}
+		return nil, fmt.Errorf("they are not JSON: %v", err)
+	}
+	if tail := strings.TrimSpace(rest[dec.InputOffset():]); tail != "" {
+		return nil, fmt.Errorf("%q follows the JSON object", clip(tail, 40))
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return nil, fmt.Errorf("they are not JSON: %v", err)
+	}
+	return compact.Bytes(), nil
+}
+
+// offeredTools says which tools the Run offers.
+func offeredTools(tools []abi.Tool) string {
+	if len(tools) == 0 {
+		return "It offers no tools."
+	}
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.Name
+	}
+	return "It offers: " + strings.Join(names, ", ") + "."
+}
+
 // seconds matches "for 3 seconds", "3s", "3 sec".
 var seconds = regexp.MustCompile(`(\d+(?:\.\d+)?)\s*(?:seconds?|secs?|s)\b`)
 
@@ -248,7 +325,7 @@ func capabilitiesRule(text string, tools []abi.Tool, _ int) (abi.Message, bool) 
 	if len(names) > 0 {
 		offered = "This Run offers the tools: " + strings.Join(names, ", ") + "."
 	}
-	return abi.Message{Content: "I am agenthost's scripted demo model. I can: answer arithmetic questions with the calculate tool (\"What is (2+3)*4?\", or two at once: \"What is 2+3 and 4*5?\"); start a slow job with the slow_job tool (\"run a slow job for 3 seconds\"); greet you; and tell you that I cannot know the time. " + offered}, true
+	return abi.Message{Content: "I am agenthost's scripted demo model. I can: answer arithmetic questions with the calculate tool (\"What is (2+3)*4?\", or two at once: \"What is 2+3 and 4*5?\"); start a slow job with the slow_job tool (\"run a slow job for 3 seconds\"); greet you; tell you that I cannot know the time; and call any tool the Run offers when you write use TOOL {JSON arguments} (use calculate {\"expression\": \"2^10\"}). " + offered}, true
 }
 
 // keywordRule answers reply when text holds one of the phrases as whole

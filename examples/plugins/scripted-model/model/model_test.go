@@ -148,3 +148,82 @@ func TestDeterministic(t *testing.T) {
 		t.Fatalf("two replies differ:\n%s\n%s", a, b)
 	}
 }
+
+var wordCount = abi.Tool{Name: "word_count", Description: "Count the words of a text"}
+
+// `use TOOL {JSON}` calls any tool the Run offers with those arguments,
+// then answers with its result; the other rules never see the message.
+func TestUseCallsAnyOfferedToolThenAnswers(t *testing.T) {
+	tools := []abi.Tool{calculate, wordCount, {Name: ToolSlowJob}}
+	for _, c := range []struct {
+		text, tool, args string
+	}{
+		{`use word_count {"text": "one two three"}`, "word_count", `{"text":"one two three"}`},
+		{"  USE word_count\n{\"text\":\n \"a b\"}  ", "word_count", `{"text":"a b"}`},
+		{`use calculate {"expression":"2+3"}`, ToolCalculate, `{"expression":"2+3"}`},
+		{`use slow_job {"seconds": 1, "label": "x"}`, ToolSlowJob, `{"seconds":1,"label":"x"}`},
+		{`use word_count`, "word_count", `{}`},
+		{`use word_count {"text": "é ☃ \u00e9"}`, "word_count", `{"text":"é ☃ \u00e9"}`},
+	} {
+		out := Respond(abi.ModelRequest{Messages: []abi.Message{user(c.text)}, Tools: tools})
+		m := out.Message
+		if len(m.ToolCalls) != 1 || m.ToolCalls[0].Name != c.tool || string(m.ToolCalls[0].Arguments) != c.args || m.ToolCalls[0].ID != "call_1_1" {
+			t.Errorf("%q: %+v, want one %s call with %s", c.text, m, c.tool, c.args)
+			continue
+		}
+		if err := abi.ValidateModelOutcome(out); err != nil {
+			t.Errorf("%q: %v", c.text, err)
+		}
+	}
+
+	req := abi.ModelRequest{Messages: []abi.Message{user(`use word_count {"text":"one two three"}`)}, Tools: tools}
+	m := Respond(req).Message
+	req.Messages = append(req.Messages, m, abi.Message{Role: abi.MessageTool, ToolCallID: m.ToolCalls[0].ID, Content: "3"})
+	if final := Respond(req).Message; len(final.ToolCalls) != 0 || final.Content != "The word_count tool answered: 3." {
+		t.Errorf("final: %+v", final)
+	}
+	req.Messages[len(req.Messages)-1] = abi.Message{Role: abi.MessageTool, ToolCallID: m.ToolCalls[0].ID, Content: `error: the argument "text" is missing`, IsError: true}
+	if final := Respond(req).Message; final.Content != `The word_count tool failed: error: the argument "text" is missing.` {
+		t.Errorf("final after a tool error: %+v", final)
+	}
+}
+
+// A tool the Run does not offer, or arguments that are not one JSON
+// object, get a text that says what is wrong; text that only starts with
+// "use" goes on to the other rules.
+func TestUseRefusesClearly(t *testing.T) {
+	tools := []abi.Tool{calculate, wordCount}
+	for _, c := range []struct {
+		text string
+		want []string
+	}{
+		{`use weather {"city":"Paris"}`, []string{"tool weather", "does not offer it", "It offers: calculate, word_count."}},
+		{`use word_count {"text": "a"`, []string{"could not read the arguments for word_count", "not JSON", `use word_count {"key": "value"}`}},
+		{`use word_count {"text": 'a'}`, []string{"could not read the arguments for word_count", "invalid character"}},
+		{`use word_count text=hello`, []string{"could not read the arguments for word_count", `"text=hello" is not a JSON object`}},
+		{`use word_count {"text":"a"} please`, []string{"could not read the arguments for word_count", `"please" follows the JSON object`}},
+		{`use word_count ["a"]`, []string{`"[\"a\"]" is not a JSON object`}},
+	} {
+		m := Respond(abi.ModelRequest{Messages: []abi.Message{user(c.text)}, Tools: tools}).Message
+		if len(m.ToolCalls) != 0 {
+			t.Errorf("%q: calls %+v, want a text", c.text, m.ToolCalls)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(m.Content, w) {
+				t.Errorf("%q: %q lacks %q", c.text, m.Content, w)
+			}
+		}
+	}
+	if m := Respond(abi.ModelRequest{Messages: []abi.Message{user(`use weather {}`)}}).Message; !strings.Contains(m.Content, "It offers no tools.") {
+		t.Errorf("no tools: %q", m.Content)
+	}
+	// Not the form: the arithmetic rule answers, as before.
+	m := Respond(abi.ModelRequest{Messages: []abi.Message{user("use the calculator for 2+3")}, Tools: tools}).Message
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Name != ToolCalculate || args(t, m.ToolCalls[0])["expression"] != "2+3" {
+		t.Errorf("use the calculator for 2+3: %+v", m)
+	}
+	if m := Respond(abi.ModelRequest{Messages: []abi.Message{user("use it wisely")}, Tools: tools}).Message; !strings.HasPrefix(m.Content, FallbackText) {
+		t.Errorf("use it wisely: %+v", m)
+	}
+}

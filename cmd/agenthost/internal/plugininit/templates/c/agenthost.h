@@ -1,0 +1,32 @@
+/*
+ * agenthost.h: the agenthost ABI v1 for C plugins: the version marker and
+ * the agenthost host functions (module extism:host/user), with the exact
+ * wasm types the host checks at load (docs/ABI.md, "Host functions").
+ * Include extism.h first.
+ *
+ * Every argument and result is an Extism memory offset (i64), except
+ * agenthost_now_ms, whose result is a number: Unix milliseconds on the
+ * host clock. Status results: 0 ok, 1 too large, 2 store unavailable,
+ * 3 refused.
+ */
+#ifndef AGENTHOST_AGENTHOST_H
+#define AGENTHOST_AGENTHOST_H
+
+#include <stdint.h>
+
+#define AGENTHOST_IMPORT(name) __attribute__((import_module("extism:host/user"), import_name(#name)))
+
+AGENTHOST_IMPORT(agenthost_kv_get) uint64_t agenthost_kv_get(uint64_t key);              /* value offset, 0 if missing */
+AGENTHOST_IMPORT(agenthost_kv_set) uint64_t agenthost_kv_set(uint64_t key, uint64_t v);  /* status; empty value deletes */
+AGENTHOST_IMPORT(agenthost_kv_delete) uint64_t agenthost_kv_delete(uint64_t key);        /* status */
+AGENTHOST_IMPORT(agenthost_now_ms) int64_t agenthost_now_ms(void);                       /* a number, not an offset */
+AGENTHOST_IMPORT(agenthost_emit) uint64_t agenthost_emit(uint64_t event_json);           /* status */
+AGENTHOST_IMPORT(agenthost_http) uint64_t agenthost_http(uint64_t request_json);         /* response JSON offset */
+
+/* AGENTHOST_ABI_V1 defines the marker export agenthost_abi_v1: a function
+ * with no parameters and no results, which the host finds among the
+ * exports and never calls. Put it once in the plugin. */
+#define AGENTHOST_ABI_V1 \
+    __attribute__((export_name("agenthost_abi_v1"))) void agenthost_abi_v1(void) {}
+
+#endif
