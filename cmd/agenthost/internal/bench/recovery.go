@@ -141,7 +141,7 @@ func newBenchRecoveryCmd(bf *benchFlags) *cobra.Command {
 	p := recoveryParams{SyncWrites: true}
 	sf := &storeFlags{}
 	var timeout time.Duration
-	var cpuProfile string
+	var cpuProfile, memProfile string
 	cmd := &cobra.Command{
 		Use:   "recovery",
 		Short: "Kill -9 a process with N Runs in flight, restart, and time the recovery",
@@ -186,7 +186,7 @@ at once): that wait is reported apart, and the times start after it.`,
 				return fmt.Errorf("bench recovery: --plugin-call-path %q: want %s or %s", p.PluginCallPath, config.PluginCallNative, config.PluginCallSDK)
 			}
 			p.Store = sf.store
-			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile)
+			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile, memProfile)
 		},
 	}
 	f := cmd.Flags()
@@ -197,12 +197,13 @@ at once): that wait is reported apart, and the times start after it.`,
 	f.DurationVar(&p.LeaseTTL, "lease-ttl", config.DefaultLeaseTTL, "both processes' lease_ttl; with --store postgres the restart waits it out first")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up when the child or the recovery takes longer than this")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process from the open until every Run is terminal to `FILE` (go tool pprof)")
+	f.StringVar(&memProfile, "memprofile", "", "write a heap profile of this process to `FILE` when every Run is terminal (go tool pprof)")
 	f.StringVar(&p.PluginCallPath, "plugin-call-path", config.PluginCallNative, "both processes' plugin_call_path: native or extism-sdk")
 	sf.add(cmd)
 	return cmd
 }
 
-func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn string, timeout time.Duration, cpuProfile string) error {
+func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn string, timeout time.Duration, cpuProfile, memProfile string) error {
 	started := time.Now()
 	store := ""
 	if p.Store == config.DriverPostgres {
@@ -274,7 +275,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		// every Run is terminal, before its checks.
 		defer pprof.StopCPUProfile()
 	}
-	res, err := measureRecovery(cmd, bf, cfg, logf, p.Runs, timeout)
+	res, err := measureRecovery(cmd, bf, cfg, logf, p.Runs, timeout, memProfile)
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, serveproc.TailFile(logf.Name(), 20))
 	}
@@ -443,7 +444,7 @@ func runRecoveryChild(cmd *cobra.Command, bf *benchFlags, bin, cfgPath, logPath 
 
 // measureRecovery opens the system over the killed child's store and
 // times its recovery, then checks the event logs.
-func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logw io.Writer, n int, timeout time.Duration) (recoveryResult, error) {
+func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logw io.Writer, n int, timeout time.Duration, memProfile string) (recoveryResult, error) {
 	var res recoveryResult
 	ctx := cmd.Context()
 	start := time.Now()
@@ -487,6 +488,11 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	m.Stop()
 	res.PeakHeapBytes, res.PeakGoroutines = peaks.stop()
 	res.PeakRSSBytes = peakRSS()
+	if memProfile != "" {
+		if err := writeHeapProfile(memProfile); err != nil {
+			return res, err
+		}
+	}
 	// --cpuprofile covers the recovery, not the checks.
 	pprof.StopCPUProfile()
 	// The last Run may have ended before a poll saw Ready.
@@ -793,4 +799,17 @@ func peakRSS() uint64 {
 		}
 	}
 	return 0
+}
+
+// writeHeapProfile writes the live heap's profile to path (--memprofile).
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: recovery: --memprofile: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		return fmt.Errorf("bench: recovery: --memprofile: %w", err)
+	}
+	return nil
 }
