@@ -1,0 +1,587 @@
+package loop
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/agenthost/agenthost/plugins/abi"
+)
+
+// Tool-call arguments are checked against the tool's input_schema (JSON
+// Schema 2020-12) when the model's outcome opens the call, before anything
+// is dispatched: a call whose arguments fail settles at once as
+// invalid_arguments, a tool error the model sees, and the plugin is never
+// called. See RATIONALE.md, "Why does the Loop check tool arguments?".
+//
+// Both the schema (a plugin's describe reply) and the arguments (a model's
+// answer) are untrusted, so the check is bounded and total:
+//
+//   - a schema loads nothing: every $ref outside the schema document is
+//     refused, and so are $dynamicRef and $recursiveRef, whose targets
+//     depend on the path taken;
+//   - a $ref cycle that does not descend into the instance is refused when
+//     the schema is compiled;
+//   - the arguments are one JSON object, at most MaxArgumentDepth levels
+//     deep, with no key twice in one object (the plugin and the check must
+//     read the same value);
+//   - before it validates, the check bounds the number of (schema node,
+//     argument value) evaluations from the compiled schema's graph and the
+//     arguments' shape, and refuses arguments over MaxArgumentChecks
+//     rather than run;
+//   - regular expressions are Go's (RE2, linear time);
+//   - a panic in the schema library becomes an error.
+//
+// The result is a function of the schema bytes and the arguments bytes
+// alone (errors are sorted, nothing depends on map order or on the
+// cache), so Apply stays deterministic.
+
+// Limits of the argument check.
+const (
+	// MaxArgumentDepth is how deeply tool-call arguments may nest (the
+	// object itself is depth 1).
+	MaxArgumentDepth = 64
+	// MaxArgumentChecks bounds the schema evaluations one check may need.
+	MaxArgumentChecks = 200_000
+	// maxArgumentMessage bounds the text of an invalid_arguments failure.
+	maxArgumentMessage = 1024
+	// maxCachedSchemas bounds the compiled-schema cache; when it is full it
+	// is emptied (the results do not depend on it).
+	maxCachedSchemas = 512
+)
+
+// schemaURL is the base URL a tool's input_schema is compiled under. It
+// resolves nowhere: a $ref to any other document is refused.
+const schemaURL = "https://input-schema.agenthost.invalid/tool.json"
+
+// ToolSchema is a compiled tool input_schema. It is safe for concurrent
+// use.
+type ToolSchema struct {
+	schema *jsonschema.Schema
+	// cost[d] bounds the schema evaluations one argument value at depth d
+	// (the root object is depth 0) can cause.
+	cost [MaxArgumentDepth + 1]int64
+}
+
+var schemaCache struct {
+	sync.Mutex
+	m map[[sha256.Size]byte]schemaEntry
+}
+
+type schemaEntry struct {
+	s   *ToolSchema
+	err error
+}
+
+// CompileToolSchema compiles a tool's input_schema, or says why it cannot
+// be used to check arguments. Results are cached by the schema's bytes.
+// host checks every describe reply's schemas with it, so a Run never
+// meets a schema that does not compile.
+func CompileToolSchema(raw json.RawMessage) (*ToolSchema, error) {
+	key := sha256.Sum256(raw)
+	schemaCache.Lock()
+	e, ok := schemaCache.m[key]
+	schemaCache.Unlock()
+	if ok {
+		return e.s, e.err
+	}
+	s, err := compileToolSchema(raw)
+	schemaCache.Lock()
+	if schemaCache.m == nil || len(schemaCache.m) >= maxCachedSchemas {
+		schemaCache.m = map[[sha256.Size]byte]schemaEntry{}
+	}
+	schemaCache.m[key] = schemaEntry{s, err}
+	schemaCache.Unlock()
+	return s, err
+}
+
+type refusingLoader struct{}
+
+func (refusingLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("%s is outside the schema: an input_schema refers only to itself (\"#/$defs/…\")", url)
+}
+
+func compileToolSchema(raw json.RawMessage) (s *ToolSchema, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("the schema library failed on it (%v)", p)
+		}
+	}()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("it is not JSON: %v", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(refusingLoader{})
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		return nil, err
+	}
+	sch, err := c.Compile(schemaURL)
+	if err != nil {
+		return nil, errors.New(oneLine(strings.ReplaceAll(err.Error(), schemaURL, "")))
+	}
+	s = &ToolSchema{schema: sch}
+	if err := s.bound(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// bound computes s.cost from the schema graph: cost[d] is the number of
+// paths from the root that take d steps into the instance (a property, an
+// item), each schema node weighted by what it compares. Paths that stay
+// on one value (allOf, $ref, …) must not cycle.
+func (s *ToolSchema) bound() error {
+	// Every node reachable from the root, by either kind of edge.
+	var nodes []*jsonschema.Schema
+	seen := map[*jsonschema.Schema]bool{s.schema: true}
+	for q := []*jsonschema.Schema{s.schema}; len(q) > 0; q = q[1:] {
+		n := q[0]
+		if n.DynamicRef != nil || n.RecursiveRef != nil {
+			return fmt.Errorf("it uses $dynamicRef or $recursiveRef (at %s), which an input_schema may not", location(n))
+		}
+		nodes = append(nodes, n)
+		for _, c := range append(sameValue(n), descending(n)...) {
+			if !seen[c] {
+				seen[c] = true
+				q = append(q, c)
+			}
+		}
+	}
+	// order lists every node after its same-value children; a cycle of
+	// same-value edges is refused.
+	var order []*jsonschema.Schema
+	state := map[*jsonschema.Schema]int{}
+	var visit func(n *jsonschema.Schema) error
+	visit = func(n *jsonschema.Schema) error {
+		switch state[n] {
+		case 1:
+			return fmt.Errorf("it has a $ref cycle that does not descend into the arguments (at %s): such a schema can never pass", location(n))
+		case 2:
+			return nil
+		}
+		state[n] = 1
+		for _, c := range sameValue(n) {
+			if err := visit(c); err != nil {
+				return err
+			}
+		}
+		state[n] = 2
+		order = append(order, n)
+		return nil
+	}
+	for _, n := range nodes {
+		if err := visit(n); err != nil {
+			return err
+		}
+	}
+	// order lists every node after its same-value children, so one pass
+	// per depth fills that depth.
+	prev := map[*jsonschema.Schema]int64{}
+	for d := 0; d <= MaxArgumentDepth; d++ {
+		cur := make(map[*jsonschema.Schema]int64, len(order))
+		for _, n := range order {
+			var c int64
+			if d == 0 {
+				c = weight(n)
+			}
+			for _, k := range sameValue(n) {
+				c = satAdd(c, cur[k])
+			}
+			if d > 0 {
+				for _, k := range descending(n) {
+					c = satAdd(c, prev[k])
+				}
+			}
+			cur[n] = c
+		}
+		s.cost[d] = cur[s.schema]
+		prev = cur
+	}
+	return nil
+}
+
+func location(n *jsonschema.Schema) string {
+	l := strings.TrimPrefix(n.Location, schemaURL)
+	if l == "" {
+		return "#"
+	}
+	return l
+}
+
+// weight is what one evaluation of n compares, beyond its children.
+func weight(n *jsonschema.Schema) int64 {
+	w := int64(1)
+	if n.Enum != nil {
+		w += int64(len(n.Enum.Values))
+	}
+	return w
+}
+
+const satMax = int64(1) << 50
+
+func satAdd(a, b int64) int64 {
+	if a+b > satMax {
+		return satMax
+	}
+	return a + b
+}
+
+func satMul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > satMax/b {
+		return satMax
+	}
+	return a * b
+}
+
+// sameValue lists the subschemas n applies to the value it is applied to.
+func sameValue(n *jsonschema.Schema) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
+	add := func(ss ...*jsonschema.Schema) {
+		for _, s := range ss {
+			if s != nil {
+				out = append(out, s)
+			}
+		}
+	}
+	add(n.Ref, n.Not, n.If, n.Then, n.Else)
+	add(n.AllOf...)
+	add(n.AnyOf...)
+	add(n.OneOf...)
+	for _, k := range sortedKeys(n.DependentSchemas) {
+		add(n.DependentSchemas[k])
+	}
+	for _, k := range sortedKeys(n.Dependencies) {
+		if s, ok := n.Dependencies[k].(*jsonschema.Schema); ok {
+			add(s)
+		}
+	}
+	return out
+}
+
+// descending lists the subschemas n applies to the members of the value
+// (its properties, property names or items).
+func descending(n *jsonschema.Schema) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
+	add := func(ss ...*jsonschema.Schema) {
+		for _, s := range ss {
+			if s != nil {
+				out = append(out, s)
+			}
+		}
+	}
+	for _, k := range sortedKeys(n.Properties) {
+		add(n.Properties[k])
+	}
+	pats := make([]string, 0, len(n.PatternProperties))
+	byPat := map[string]*jsonschema.Schema{}
+	for re, s := range n.PatternProperties {
+		pats = append(pats, re.String())
+		byPat[re.String()] = s
+	}
+	slices.Sort(pats)
+	for _, p := range pats {
+		add(byPat[p])
+	}
+	if s, ok := n.AdditionalProperties.(*jsonschema.Schema); ok {
+		add(s)
+	}
+	add(n.PropertyNames, n.UnevaluatedProperties, n.Contains, n.Items2020, n.UnevaluatedItems, n.ContentSchema)
+	add(n.PrefixItems...)
+	switch it := n.Items.(type) {
+	case *jsonschema.Schema:
+		add(it)
+	case []*jsonschema.Schema:
+		add(it...)
+	}
+	if s, ok := n.AdditionalItems.(*jsonschema.Schema); ok {
+		add(s)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// ArgumentsError says why tool-call arguments fail their tool's
+// input_schema.
+type ArgumentsError struct {
+	// Path is the JSON Pointer of the first offending value in the
+	// arguments ("" for the arguments as a whole).
+	Path string
+	// Keyword is the schema location of the rule it breaks, such as
+	// "#/properties/n/type"; empty when the arguments are not a JSON object
+	// the check can read.
+	Keyword string
+	// Problem says what is wrong.
+	Problem string
+	// More counts the other problems found.
+	More int
+}
+
+func (e *ArgumentsError) Error() string {
+	var b strings.Builder
+	switch {
+	case e.Path != "":
+		b.WriteString("at " + e.Path + ": ")
+	case e.Keyword != "":
+		b.WriteString("at the top level: ")
+	}
+	b.WriteString(e.Problem)
+	if e.Keyword != "" {
+		fmt.Fprintf(&b, " (rule %s)", e.Keyword)
+	}
+	if e.More > 0 {
+		fmt.Fprintf(&b, "; and %d more problem(s)", e.More)
+	}
+	return b.String()
+}
+
+// Check validates tool-call arguments (a JSON object; empty or null reads
+// as {}) against the schema. It returns nil or an *ArgumentsError.
+func (s *ToolSchema) Check(args json.RawMessage) (err error) {
+	v, perDepth, aerr := readArguments(args)
+	if aerr != nil {
+		return aerr
+	}
+	var cost int64
+	for d, n := range perDepth {
+		cost = satAdd(cost, satMul(n, s.cost[d]))
+	}
+	if cost > MaxArgumentChecks {
+		return &ArgumentsError{Problem: fmt.Sprintf("checking them against the tool's input_schema would take about %d schema evaluations, over the limit of %d: send smaller arguments", cost, MaxArgumentChecks)}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = &ArgumentsError{Problem: fmt.Sprintf("the schema library failed on them (%v)", p)}
+		}
+	}()
+	verr := s.schema.Validate(v)
+	if verr == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(verr, &ve) {
+		return &ArgumentsError{Problem: verr.Error()}
+	}
+	return firstProblem(ve)
+}
+
+var printer = message.NewPrinter(language.English)
+
+// firstProblem picks, of the leaf errors of ve, the one with the least
+// (instance path, schema location, text), so that the message does not
+// depend on the order the library visited maps in.
+func firstProblem(ve *jsonschema.ValidationError) *ArgumentsError {
+	var leaves []ArgumentsError
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		if k, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
+			slices.Sort(k.Properties)
+		}
+		kw := location(&jsonschema.Schema{Location: e.SchemaURL})
+		if p := e.ErrorKind.KeywordPath(); len(p) > 0 {
+			kw = strings.TrimSuffix(kw, "/") + "/" + strings.Join(p, "/")
+			if !strings.HasPrefix(kw, "#") {
+				kw = "#" + kw
+			}
+		}
+		leaves = append(leaves, ArgumentsError{Path: pointer(e.InstanceLocation), Keyword: kw,
+			Problem: e.ErrorKind.LocalizedString(printer)})
+	}
+	walk(ve)
+	if len(leaves) == 0 {
+		return &ArgumentsError{Problem: "they do not match the tool's input_schema"}
+	}
+	slices.SortFunc(leaves, func(a, b ArgumentsError) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Keyword, b.Keyword); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Problem, b.Problem)
+	})
+	first := leaves[0]
+	first.Problem = truncateText(first.Problem, maxArgumentMessage/2)
+	first.More = len(leaves) - 1
+	return &first
+}
+
+// pointer renders an instance location as a JSON Pointer.
+func pointer(toks []string) string {
+	var b strings.Builder
+	for _, t := range toks {
+		b.WriteByte('/')
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+	}
+	return b.String()
+}
+
+// oneLine folds the library's indented, multi-line error text into one
+// line.
+func oneLine(s string) string {
+	var parts []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "- ")); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// readArguments decodes tool-call arguments into the values the schema
+// library reads (numbers as json.Number), and counts the values at each
+// depth. It refuses what is not one JSON object, nests deeper than
+// MaxArgumentDepth, or repeats a key in one object.
+func readArguments(raw json.RawMessage) (any, []int64, *ArgumentsError) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		t = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.UseNumber()
+	r := argReader{dec: dec}
+	v, err := r.value(0, "")
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = &ArgumentsError{Problem: "they are not one JSON value: something follows the object"}
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, nil, &ArgumentsError{Problem: "they must be a JSON object (the tool's input)"}
+	}
+	return v, r.perDepth, nil
+}
+
+type argReader struct {
+	dec      *json.Decoder
+	perDepth []int64
+}
+
+func (r *argReader) value(depth int, path string) (any, *ArgumentsError) {
+	if depth >= MaxArgumentDepth {
+		return nil, &ArgumentsError{Path: path, Problem: fmt.Sprintf("they nest deeper than %d levels", MaxArgumentDepth)}
+	}
+	for len(r.perDepth) <= depth {
+		r.perDepth = append(r.perDepth, 0)
+	}
+	r.perDepth[depth]++
+	tok, err := r.dec.Token()
+	if err != nil {
+		return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
+	}
+	switch tok := tok.(type) {
+	case json.Delim:
+		switch tok {
+		case '{':
+			obj := map[string]any{}
+			for r.dec.More() {
+				kt, err := r.dec.Token()
+				if err != nil {
+					return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
+				}
+				k, _ := kt.(string)
+				p := path + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+				if _, dup := obj[k]; dup {
+					return nil, &ArgumentsError{Path: p, Problem: fmt.Sprintf("the key %q appears twice in one object; send it once", truncateText(k, 64))}
+				}
+				v, aerr := r.value(depth+1, p)
+				if aerr != nil {
+					return nil, aerr
+				}
+				obj[k] = v
+			}
+			_, err := r.dec.Token()
+			if err != nil {
+				return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
+			}
+			return obj, nil
+		case '[':
+			arr := []any{}
+			for i := 0; r.dec.More(); i++ {
+				v, aerr := r.value(depth+1, fmt.Sprintf("%s/%d", path, i))
+				if aerr != nil {
+					return nil, aerr
+				}
+				arr = append(arr, v)
+			}
+			if _, err := r.dec.Token(); err != nil {
+				return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
+			}
+			return arr, nil
+		}
+		return nil, &ArgumentsError{Path: path, Problem: fmt.Sprintf("they are not valid JSON: unexpected %v", tok)}
+	default:
+		return tok, nil
+	}
+}
+
+// checkArguments settles the verdict of the argument check for one tool
+// call: nil when the call may go ahead (the tool declares no schema, or
+// the arguments pass), or the failure the call settles with.
+func checkArguments(spec ToolSpec, args json.RawMessage) *Failure {
+	if absentJSON(spec.InputSchema) {
+		return nil
+	}
+	s, err := CompileToolSchema(spec.InputSchema)
+	if err != nil {
+		return &Failure{Class: abi.ClassPluginProtocol, Message: truncateText(fmt.Sprintf(
+			"tool %s cannot be called: its input_schema cannot check arguments (%v); the plugin's describe reply must be fixed", spec.Name, err), maxArgumentMessage)}
+	}
+	if err := s.Check(args); err != nil {
+		why := "its arguments were refused"
+		if ae, ok := err.(*ArgumentsError); ok && ae.Keyword != "" {
+			why = "its arguments do not match its input_schema"
+		}
+		return &Failure{Class: abi.ClassInvalidArguments, Message: truncateText(fmt.Sprintf(
+			"tool %s was not called: %s: %v", spec.Name, why, err), maxArgumentMessage)}
+	}
+	return nil
+}
+
+func absentJSON(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
+}
