@@ -3,7 +3,9 @@ package abi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"strconv"
 )
 
 // The Decode functions turn the bytes a plugin wrote into a checked value.
@@ -117,9 +119,16 @@ func (c checker) decodeObject(path string, data []byte, v any) error {
 		}
 		return c.errf(path, "%s", what)
 	}
+	lead := int64(len(data) - len(trimLeft(data)))
 	if t[0] != '{' {
-		if !json.Valid(t) {
-			return c.errf(path, "is not valid JSON; want a JSON object")
+		var any json.RawMessage
+		if err := json.Unmarshal(t, &any); err != nil {
+			var syntaxErr *json.SyntaxError
+			if errors.As(err, &syntaxErr) {
+				return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON (want a JSON object): " +
+					syntaxErr.Error() + " " + syntaxContext(data, lead+syntaxErr.Offset), Cause: err}
+			}
+			return c.errf(path, "is not valid JSON; want a JSON object %s", syntaxContext(data, lead))
 		}
 		return c.errf(path, "is %s; want a JSON object", jsonKind(t))
 	}
@@ -134,9 +143,52 @@ func (c checker) decodeObject(path string, data []byte, v any) error {
 	}
 	var syntaxErr *json.SyntaxError
 	if errors.As(err, &syntaxErr) {
-		return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON: " + syntaxErr.Error(), Cause: err}
+		return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON: " + syntaxErr.Error() + " " +
+			syntaxContext(data, lead+syntaxErr.Offset), Cause: err}
 	}
 	return &FieldError{Reply: c.reply, Field: path, Problem: "does not decode: " + err.Error(), Cause: err}
+}
+
+// syntaxContext says where in data a JSON error lies: "(at byte 17 of 42:
+// …"{\"abi\": fa" ⟨here⟩ " lse}"…)". Offset counts the bytes read before
+// the error, as json.SyntaxError does. The excerpt is quoted, so control
+// bytes and invalid UTF-8 show as escapes.
+func syntaxContext(data []byte, offset int64) string {
+	const span = 24
+	n := int64(len(data))
+	if offset < 0 {
+		offset = 0
+	}
+	if offset > n {
+		offset = n
+	}
+	// The byte that stopped the decoder is the last one it read.
+	at := offset - 1
+	if at < 0 {
+		at = 0
+	}
+	from, to := at-span, at+span
+	if from < 0 {
+		from = 0
+	}
+	if to > n {
+		to = n
+	}
+	before, after := "", ""
+	if from > 0 {
+		before = "…"
+	}
+	if to < n {
+		after = "…"
+	}
+	return fmt.Sprintf("(at byte %d of %d: %s%s ⟨here⟩ %s%s)", at+1, n, before, strconv.Quote(string(data[from:at])), strconv.Quote(string(data[at:to])), after)
+}
+
+func trimLeft(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
 }
 
 // jsonTypeOf names the JSON type a Go field of type t takes.
