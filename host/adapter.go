@@ -72,7 +72,7 @@ func (e *Executor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.Cancel
 	}
 	r, err := abi.DecodeCancelReply(out, c.Input.Effect.Kind)
 	if err != nil {
-		return abi.CancelReply{}, e.p.pluginErr(abi.ExportCancel, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+		return abi.CancelReply{}, e.p.pluginErr(abi.ExportCancel, abi.ClassPluginProtocol, refuse("the reply breaks the ABI: %w", err))
 	}
 	return r, nil
 }
@@ -99,7 +99,7 @@ func (e *Executor) effect(ctx context.Context, export string, c runtime.EffectCa
 	}
 	r, err := abi.DecodeEffectReply(out, c.Input.Effect.Kind, export)
 	if err != nil {
-		return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+		return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginProtocol, refuse("the reply breaks the ABI: %w", err))
 	}
 	if r.State == abi.StateFailed {
 		if why := s.deniedReason(); why != "" {
@@ -127,7 +127,7 @@ func (b *Builder) Build(ctx context.Context, tenant string, in abi.BuildInput) (
 	}
 	o, err := abi.DecodeBuildOutput(out)
 	if err != nil {
-		return abi.BuildOutput{}, p.pluginErr(abi.ExportBuild, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+		return abi.BuildOutput{}, p.pluginErr(abi.ExportBuild, abi.ClassPluginProtocol, refuse("the reply breaks the ABI: %w", err))
 	}
 	return o, nil
 }

@@ -1,13 +1,20 @@
 package host
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/plugins/abi/schema"
 )
 
 // TestDescribeRefusalsSayWhatIsWrongOnce loads hand-made executors whose
@@ -87,5 +94,72 @@ func TestAPluginLoadedAsOneRoleSaysSoGrammatically(t *testing.T) {
 	b := e.load(t, conformance.PluginBuilder, abi.RoleBuilder, nil)
 	if _, err := b.Executor(); err == nil || !strings.Contains(err.Error(), "loaded as a builder, not an executor") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestTheHostsDescribeChecksAgreeWithTheSchema loads, as hand-made
+// modules, every describe reply of the schema corpus
+// (plugins/abi/schema/testdata/corpus.json), and checks that the host
+// accepts exactly those that describe-reply.json accepts.
+func TestTheHostsDescribeChecksAgreeWithTheSchema(t *testing.T) {
+	raw, err := os.ReadFile("../plugins/abi/schema/testdata/corpus.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var corpus []struct {
+		Schema  string          `json:"schema"`
+		Valid   bool            `json:"valid"`
+		Why     string          `json:"why"`
+		Message json.RawMessage `json:"message"`
+	}
+	if err := json.Unmarshal(raw, &corpus); err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	for _, n := range schema.Names() {
+		b, _ := schema.Document(n)
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddResource(schema.BaseURL+n, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sch, err := c.Compile(schema.BaseURL + "describe-reply.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, Config{})
+	n := 0
+	for i, k := range corpus {
+		if k.Schema != "describe-reply.json" {
+			continue
+		}
+		n++
+		t.Run(k.Why, func(t *testing.T) {
+			v, err := jsonschema.UnmarshalJSON(bytes.NewReader(k.Message))
+			if err != nil {
+				t.Fatal(err)
+			}
+			schemaOK := sch.Validate(v) == nil
+			role := abi.RoleExecutor
+			var probe struct {
+				Role abi.Role `json:"role"`
+			}
+			if json.Unmarshal(k.Message, &probe) == nil && probe.Role == abi.RoleBuilder {
+				role = abi.RoleBuilder
+			}
+			p, err := e.h.Load(context.Background(), PluginSpec{Name: fmt.Sprintf("d%d", i), Path: writeModule(t, describingModuleAs(role, string(k.Message))), Role: role})
+			if err == nil {
+				p.Close(context.Background())
+			}
+			if hostOK := err == nil; hostOK != schemaOK || hostOK != k.Valid {
+				t.Fatalf("want valid=%v; the schema says %v; the host says %v\n%s", k.Valid, schemaOK, err, k.Message)
+			}
+		})
+	}
+	if n < 30 {
+		t.Fatalf("only %d describe replies in the corpus", n)
 	}
 }

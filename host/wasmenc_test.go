@@ -1,5 +1,7 @@
 package host
 
+import "github.com/agenthost/agenthost/plugins/abi"
+
 // A tiny WebAssembly binary encoder for the load-refusal tests: wazero has
 // no text-format parser, so the test modules are written as bytes.
 
@@ -139,8 +141,15 @@ func replyBody(reply []byte) []byte {
 }
 
 // describingModule is a complete executor whose describe answers reply.
-func describingModule(reply string) []byte {
-	ex := executorExports("agenthost_abi_v1")
+func describingModule(reply string) []byte { return describingModuleAs(abi.RoleExecutor, reply) }
+
+// describingModuleAs is a module with every export of role whose describe
+// answers reply.
+func describingModuleAs(role abi.Role, reply string) []byte {
+	ex := []wExport{{name: abi.Marker, typ: sigMarker}}
+	for _, n := range requiredExports[role] {
+		ex = append(ex, wExport{name: n, typ: sigExport})
+	}
 	for i := range ex {
 		if ex[i].name == "describe" {
 			ex[i].code = replyBody([]byte(reply))
