@@ -17,7 +17,9 @@ import (
 
 type noLoader struct{}
 
-func (noLoader) Load(url string) (any, error) { return nil, fmt.Errorf("%s is not one of the ABI's documents", url) }
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("%s is not one of the ABI's documents", url)
+}
 
 // compiler knows every document by its $id, and loads nothing else.
 func compiler(t *testing.T) *jsonschema.Compiler {
