@@ -55,6 +55,10 @@ const (
 	MaxArgumentDepth = 64
 	// MaxArgumentChecks bounds the schema evaluations one check may need.
 	MaxArgumentChecks = 200_000
+	// MaxArgumentTextWork bounds the regular-expression work of one check:
+	// the bytes of each string (or object key) times the length of each
+	// pattern it is matched against.
+	MaxArgumentTextWork = 50_000_000
 	// maxArgumentMessage bounds the text of an invalid_arguments failure.
 	maxArgumentMessage = 1024
 	// maxCachedSchemas bounds the compiled-schema cache; when it is full it
@@ -71,8 +75,10 @@ const schemaURL = "https://input-schema.agenthost.invalid/tool.json"
 type ToolSchema struct {
 	schema *jsonschema.Schema
 	// cost[d] bounds the schema evaluations one argument value at depth d
-	// (the root object is depth 0) can cause.
-	cost [MaxArgumentDepth + 1]int64
+	// (the root object is depth 0) can cause; strCost[d] and keyCost[d]
+	// bound the regular-expression work per byte of a string value at
+	// depth d and of the keys of an object at depth d.
+	cost, strCost, keyCost [MaxArgumentDepth + 1]int64
 }
 
 var schemaCache struct {
@@ -188,15 +194,24 @@ func (s *ToolSchema) bound() error {
 			return err
 		}
 	}
-	// order lists every node after its same-value children, so one pass
-	// per depth fills that depth.
+	s.cost = pathWeights(order, s.schema, weight)
+	s.strCost = pathWeights(order, s.schema, stringWeight)
+	s.keyCost = pathWeights(order, s.schema, keyWeight)
+	return nil
+}
+
+// pathWeights sums w over the paths from root that take d steps into the
+// instance, for each d. order lists every node after its same-value
+// children, so one pass per depth fills that depth.
+func pathWeights(order []*jsonschema.Schema, root *jsonschema.Schema, w func(*jsonschema.Schema) int64) [MaxArgumentDepth + 1]int64 {
+	var out [MaxArgumentDepth + 1]int64
 	prev := map[*jsonschema.Schema]int64{}
 	for d := 0; d <= MaxArgumentDepth; d++ {
 		cur := make(map[*jsonschema.Schema]int64, len(order))
 		for _, n := range order {
 			var c int64
 			if d == 0 {
-				c = weight(n)
+				c = w(n)
 			}
 			for _, k := range sameValue(n) {
 				c = satAdd(c, cur[k])
@@ -208,10 +223,34 @@ func (s *ToolSchema) bound() error {
 			}
 			cur[n] = c
 		}
-		s.cost[d] = cur[s.schema]
+		out[d] = cur[root]
 		prev = cur
 	}
-	return nil
+	return out
+}
+
+// stringWeight is what one evaluation of n costs per byte of a string
+// value: its pattern's length (RE2 runs in time linear in the input and
+// the expression), and one for a length bound (which counts runes).
+func stringWeight(n *jsonschema.Schema) int64 {
+	var w int64
+	if n.Pattern != nil {
+		w += int64(len(n.Pattern.String())) + 1
+	}
+	if n.MinLength != nil || n.MaxLength != nil {
+		w++
+	}
+	return w
+}
+
+// keyWeight is what one evaluation of n costs per byte of an object's
+// keys: the patternProperties it matches every key against.
+func keyWeight(n *jsonschema.Schema) int64 {
+	var w int64
+	for re := range n.PatternProperties {
+		w += int64(len(re.String())) + 1
+	}
+	return w
 }
 
 func location(n *jsonschema.Schema) string {
@@ -222,13 +261,36 @@ func location(n *jsonschema.Schema) string {
 	return l
 }
 
-// weight is what one evaluation of n compares, beyond its children.
+// weight is what one evaluation of n compares, beyond its children: one,
+// plus the size of its const and enum values, which it compares the
+// value with.
 func weight(n *jsonschema.Schema) int64 {
 	w := int64(1)
 	if n.Enum != nil {
-		w += int64(len(n.Enum.Values))
+		for _, v := range n.Enum.Values {
+			w = satAdd(w, valueSize(v))
+		}
+	}
+	if n.Const != nil {
+		w = satAdd(w, valueSize(*n.Const))
 	}
 	return w
+}
+
+// valueSize counts the values in a decoded JSON value.
+func valueSize(v any) int64 {
+	n := int64(1)
+	switch v := v.(type) {
+	case map[string]any:
+		for _, e := range v {
+			n = satAdd(n, valueSize(e))
+		}
+	case []any:
+		for _, e := range v {
+			n = satAdd(n, valueSize(e))
+		}
+	}
+	return n
 }
 
 const satMax = int64(1) << 50
@@ -362,16 +424,20 @@ func (e *ArgumentsError) Error() string {
 // Check validates tool-call arguments (a JSON object; empty or null reads
 // as {}) against the schema. It returns nil or an *ArgumentsError.
 func (s *ToolSchema) Check(args json.RawMessage) (err error) {
-	v, perDepth, aerr := readArguments(args)
+	v, shape, aerr := readArguments(args)
 	if aerr != nil {
 		return aerr
 	}
-	var cost int64
-	for d, n := range perDepth {
-		cost = satAdd(cost, satMul(n, s.cost[d]))
+	var cost, text int64
+	for d, n := range shape {
+		cost = satAdd(cost, satMul(n.values, s.cost[d]))
+		text = satAdd(text, satAdd(satMul(n.stringBytes, s.strCost[d]), satMul(n.keyBytes, s.keyCost[d])))
 	}
 	if cost > MaxArgumentChecks {
 		return &ArgumentsError{Problem: fmt.Sprintf("checking them against the tool's input_schema would take about %d schema evaluations, over the limit of %d: send smaller arguments", cost, MaxArgumentChecks)}
+	}
+	if text > MaxArgumentTextWork {
+		return &ArgumentsError{Problem: fmt.Sprintf("checking their strings against the tool's input_schema patterns would take about %d steps, over the limit of %d: send shorter strings", text, MaxArgumentTextWork)}
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -472,7 +538,7 @@ func truncateText(s string, n int) string {
 // library reads (numbers as json.Number), and counts the values at each
 // depth. It refuses what is not one JSON object, nests deeper than
 // MaxArgumentDepth, or repeats a key in one object.
-func readArguments(raw json.RawMessage) (any, []int64, *ArgumentsError) {
+func readArguments(raw json.RawMessage) (any, []depthShape, *ArgumentsError) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || string(t) == "null" {
 		t = []byte("{}")
@@ -495,9 +561,16 @@ func readArguments(raw json.RawMessage) (any, []int64, *ArgumentsError) {
 	return v, r.perDepth, nil
 }
 
+// depthShape is what the arguments hold at one depth.
+type depthShape struct {
+	values      int64 // values at this depth
+	stringBytes int64 // bytes of the strings among them
+	keyBytes    int64 // bytes of the keys of the objects among them
+}
+
 type argReader struct {
 	dec      *json.Decoder
-	perDepth []int64
+	perDepth []depthShape
 }
 
 func (r *argReader) value(depth int, path string) (any, *ArgumentsError) {
@@ -505,9 +578,9 @@ func (r *argReader) value(depth int, path string) (any, *ArgumentsError) {
 		return nil, &ArgumentsError{Path: path, Problem: fmt.Sprintf("they nest deeper than %d levels", MaxArgumentDepth)}
 	}
 	for len(r.perDepth) <= depth {
-		r.perDepth = append(r.perDepth, 0)
+		r.perDepth = append(r.perDepth, depthShape{})
 	}
-	r.perDepth[depth]++
+	r.perDepth[depth].values++
 	tok, err := r.dec.Token()
 	if err != nil {
 		return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
@@ -523,6 +596,7 @@ func (r *argReader) value(depth int, path string) (any, *ArgumentsError) {
 					return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
 				}
 				k, _ := kt.(string)
+				r.perDepth[depth].keyBytes += int64(len(k))
 				p := path + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
 				if _, dup := obj[k]; dup {
 					return nil, &ArgumentsError{Path: p, Problem: fmt.Sprintf("the key %q appears twice in one object; send it once", truncateText(k, 64))}
@@ -553,6 +627,9 @@ func (r *argReader) value(depth int, path string) (any, *ArgumentsError) {
 			return arr, nil
 		}
 		return nil, &ArgumentsError{Path: path, Problem: fmt.Sprintf("they are not valid JSON: unexpected %v", tok)}
+	case string:
+		r.perDepth[depth].stringBytes += int64(len(tok))
+		return tok, nil
 	default:
 		return tok, nil
 	}

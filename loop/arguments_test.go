@@ -133,6 +133,20 @@ func TestWorkIsBoundedBeforeValidating(t *testing.T) {
 	if err := deep.Check(json.RawMessage(nest(40))); err == nil || !strings.Contains(err.Error(), "over the limit") {
 		t.Fatalf("deep: got %v, want a refusal from the bound", err)
 	}
+	// A long string against a long pattern, and long keys against
+	// patternProperties.
+	long := `"` + strings.Repeat("a", 1<<20) + `"`
+	pat := mustCompile(t, `{"type":"object","properties":{"s":{"type":"string","pattern":"^(`+strings.Repeat("a", 100)+`)*$"}}}`)
+	if err := pat.Check(json.RawMessage(`{"s":` + long + `}`)); err == nil || !strings.Contains(err.Error(), "send shorter strings") {
+		t.Fatalf("pattern: got %v, want a refusal from the bound", err)
+	}
+	if err := pat.Check(json.RawMessage(`{"s":"` + strings.Repeat("a", 1000) + `"}`)); err != nil {
+		t.Fatalf("pattern, short: %v", err)
+	}
+	keys := mustCompile(t, `{"type":"object","patternProperties":{"^(`+strings.Repeat("b", 100)+`)*$":{}}}`)
+	if err := keys.Check(json.RawMessage(`{` + long + `:1}`)); err == nil || !strings.Contains(err.Error(), "send shorter strings") {
+		t.Fatalf("keys: got %v, want a refusal from the bound", err)
+	}
 	// Many values times a wide schema.
 	wide := mustCompile(t, `{"type":"object","properties":{"a":{"type":"array","items":{"enum":[`+strings.Repeat(`1,`, 999)+`1]}}}}`)
 	if err := wide.Check(json.RawMessage(`{"a":[` + strings.Repeat(`1,`, 999) + `1]}`)); err == nil || !strings.Contains(err.Error(), "over the limit") {
