@@ -143,6 +143,7 @@ func scriptPolicy(t *testing.T, s string) Policy {
 //
 // A strict tool's input_schema requires an integer "n"; a call's arguments
 // are {} by default, {"n":1} with @ok and {"n":"x"} with @bad.
+//
 //	tool EFFECT content=TEXT [error]
 //	fail EFFECT class=CLASS [retriable] | cancelled EFFECT
 //	approve CALLID... | deny CALLID [reason=TEXT] | input TEXT
