@@ -140,15 +140,14 @@ func scriptPolicy(t *testing.T, s string) Policy {
 //	       [parallel=N] [deadline=MS] [effect_timeout=MS] [model=retryN|fail|failrun]
 //	start | plan [step=N] | dispatch EFFECT [attempt=N] | pending EFFECT handle=H
 //	model EFFECT [calls=tool,tool@ok,tool@bad] [answer=TEXT] [await=PROMPT] [usage=IN/OUT]
-//
-// A strict tool's input_schema requires an integer "n"; a call's arguments
-// are {} by default, {"n":1} with @ok and {"n":"x"} with @bad.
-//
 //	tool EFFECT content=TEXT [error]
 //	fail EFFECT class=CLASS [retriable] | cancelled EFFECT
 //	approve CALLID... | deny CALLID [reason=TEXT] | input TEXT
 //	cancel [reason=TEXT] | timer at=MS | complete | failrun | finishcancel
 //	decide | show
+//
+// A strict tool's input_schema requires an integer "n"; a call's arguments
+// are {} by default, {"n":1} with @ok and {"n":"x"} with @bad.
 //
 // Effect commands take attempt=N (default: the effect's current attempt).
 // Words in TEXT are joined with '_' in the script and shown with spaces.
