@@ -121,8 +121,8 @@ func (c checker) decodeObject(path string, data []byte, v any) error {
 	}
 	lead := int64(len(data) - len(trimLeft(data)))
 	if t[0] != '{' {
-		var any json.RawMessage
-		if err := json.Unmarshal(t, &any); err != nil {
+		var value json.RawMessage
+		if err := json.Unmarshal(t, &value); err != nil {
 			var syntaxErr *json.SyntaxError
 			if errors.As(err, &syntaxErr) {
 				return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON (want a JSON object): " +
