@@ -126,9 +126,9 @@ func (c checker) decodeObject(path string, data []byte, v any) error {
 			var syntaxErr *json.SyntaxError
 			if errors.As(err, &syntaxErr) {
 				return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON (want a JSON object): " +
-					syntaxErr.Error() + " " + syntaxContext(data, lead+syntaxErr.Offset), Cause: err}
+					syntaxErr.Error() + " " + syntaxContext(data, lead+syntaxErr.Offset, isEOF(syntaxErr)), Cause: err}
 			}
-			return c.errf(path, "is not valid JSON; want a JSON object %s", syntaxContext(data, lead))
+			return c.errf(path, "is not valid JSON; want a JSON object %s", syntaxContext(data, lead, false))
 		}
 		return c.errf(path, "is %s; want a JSON object", jsonKind(t))
 	}
@@ -144,7 +144,7 @@ func (c checker) decodeObject(path string, data []byte, v any) error {
 	var syntaxErr *json.SyntaxError
 	if errors.As(err, &syntaxErr) {
 		return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON: " + syntaxErr.Error() + " " +
-			syntaxContext(data, lead+syntaxErr.Offset), Cause: err}
+			syntaxContext(data, lead+syntaxErr.Offset, isEOF(syntaxErr)), Cause: err}
 	}
 	return &FieldError{Reply: c.reply, Field: path, Problem: "does not decode: " + err.Error(), Cause: err}
 }
@@ -153,7 +153,10 @@ func (c checker) decodeObject(path string, data []byte, v any) error {
 // …"{\"abi\": fa" ⟨here⟩ " lse}"…)". Offset counts the bytes read before
 // the error, as json.SyntaxError does. The excerpt is quoted, so control
 // bytes and invalid UTF-8 show as escapes.
-func syntaxContext(data []byte, offset int64) string {
+//
+// eof says the reply ended too soon: the mark then stands after its last
+// byte.
+func syntaxContext(data []byte, offset int64, eof bool) string {
 	const span = 24
 	n := int64(len(data))
 	if offset < 0 {
@@ -164,8 +167,8 @@ func syntaxContext(data []byte, offset int64) string {
 	}
 	// The byte that stopped the decoder is the last one it read.
 	at := offset - 1
-	if at < 0 {
-		at = 0
+	if eof || at < 0 {
+		at = offset
 	}
 	from, to := at-span, at+span
 	if from < 0 {
@@ -181,8 +184,14 @@ func syntaxContext(data []byte, offset int64) string {
 	if to < n {
 		after = "…"
 	}
-	return fmt.Sprintf("(at byte %d of %d: %s%s ⟨here⟩ %s%s)", at+1, n, before, strconv.Quote(string(data[from:at])), strconv.Quote(string(data[at:to])), after)
+	pos := fmt.Sprintf("at byte %d of %d", at+1, n)
+	if at >= n {
+		pos = fmt.Sprintf("at the end, after byte %d", n)
+	}
+	return fmt.Sprintf("(%s: %s%s ⟨here⟩ %s%s)", pos, before, strconv.Quote(string(data[from:at])), strconv.Quote(string(data[at:to])), after)
 }
+
+func isEOF(e *json.SyntaxError) bool { return e.Error() == "unexpected end of JSON input" }
 
 func trimLeft(b []byte) []byte {
 	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
