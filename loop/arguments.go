@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -253,8 +254,11 @@ func keyWeight(n *jsonschema.Schema) int64 {
 	return w
 }
 
-func location(n *jsonschema.Schema) string {
-	l := strings.TrimPrefix(n.Location, schemaURL)
+// location renders where n is in the tool's schema: "#/properties/n".
+func location(n *jsonschema.Schema) string { return schemaLocation(n.Location) }
+
+func schemaLocation(url string) string {
+	l := strings.TrimPrefix(url, schemaURL)
 	if l == "" {
 		return "#"
 	}
@@ -473,7 +477,7 @@ func firstProblem(ve *jsonschema.ValidationError) *ArgumentsError {
 		if k, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
 			slices.Sort(k.Properties)
 		}
-		kw := location(&jsonschema.Schema{Location: e.SchemaURL})
+		kw := schemaLocation(e.SchemaURL)
 		if p := e.ErrorKind.KeywordPath(); len(p) > 0 {
 			kw = strings.TrimSuffix(kw, "/") + "/" + strings.Join(p, "/")
 			if !strings.HasPrefix(kw, "#") {
@@ -502,12 +506,14 @@ func firstProblem(ve *jsonschema.ValidationError) *ArgumentsError {
 	return &first
 }
 
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
 // pointer renders an instance location as a JSON Pointer.
 func pointer(toks []string) string {
 	var b strings.Builder
 	for _, t := range toks {
 		b.WriteByte('/')
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+		b.WriteString(pointerEscaper.Replace(t))
 	}
 	return b.String()
 }
@@ -546,7 +552,7 @@ func readArguments(raw json.RawMessage) (any, []depthShape, *ArgumentsError) {
 	dec := json.NewDecoder(bytes.NewReader(t))
 	dec.UseNumber()
 	r := argReader{dec: dec}
-	v, err := r.value(0, "")
+	v, err := r.value(0)
 	if err == nil {
 		if _, terr := dec.Token(); terr != io.EOF {
 			err = &ArgumentsError{Problem: "they are not one JSON value: something follows the object"}
@@ -571,11 +577,17 @@ type depthShape struct {
 type argReader struct {
 	dec      *json.Decoder
 	perDepth []depthShape
+	path     []string
 }
 
-func (r *argReader) value(depth int, path string) (any, *ArgumentsError) {
+// value reads one value at depth; r.path holds the tokens of its JSON
+// Pointer, rendered only for an error.
+func (r *argReader) value(depth int) (any, *ArgumentsError) {
+	fail := func(format string, args ...any) (any, *ArgumentsError) {
+		return nil, &ArgumentsError{Path: pointer(r.path), Problem: fmt.Sprintf(format, args...)}
+	}
 	if depth >= MaxArgumentDepth {
-		return nil, &ArgumentsError{Path: path, Problem: fmt.Sprintf("they nest deeper than %d levels", MaxArgumentDepth)}
+		return fail("they nest deeper than %d levels", MaxArgumentDepth)
 	}
 	for len(r.perDepth) <= depth {
 		r.perDepth = append(r.perDepth, depthShape{})
@@ -583,7 +595,7 @@ func (r *argReader) value(depth int, path string) (any, *ArgumentsError) {
 	r.perDepth[depth].values++
 	tok, err := r.dec.Token()
 	if err != nil {
-		return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
+		return fail("they are not valid JSON: %v", err)
 	}
 	switch tok := tok.(type) {
 	case json.Delim:
@@ -593,40 +605,42 @@ func (r *argReader) value(depth int, path string) (any, *ArgumentsError) {
 			for r.dec.More() {
 				kt, err := r.dec.Token()
 				if err != nil {
-					return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
+					return fail("they are not valid JSON: %v", err)
 				}
 				k, _ := kt.(string)
 				r.perDepth[depth].keyBytes += int64(len(k))
-				p := path + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+				r.path = append(r.path, k)
 				if _, dup := obj[k]; dup {
-					return nil, &ArgumentsError{Path: p, Problem: fmt.Sprintf("the key %q appears twice in one object; send it once", truncateText(k, 64))}
+					return fail("the key %q appears twice in one object; send it once", truncateText(k, 64))
 				}
-				v, aerr := r.value(depth+1, p)
+				v, aerr := r.value(depth + 1)
 				if aerr != nil {
 					return nil, aerr
 				}
+				r.path = r.path[:len(r.path)-1]
 				obj[k] = v
 			}
-			_, err := r.dec.Token()
-			if err != nil {
-				return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
+			if _, err := r.dec.Token(); err != nil {
+				return fail("they are not valid JSON: %v", err)
 			}
 			return obj, nil
 		case '[':
 			arr := []any{}
 			for i := 0; r.dec.More(); i++ {
-				v, aerr := r.value(depth+1, fmt.Sprintf("%s/%d", path, i))
+				r.path = append(r.path, strconv.Itoa(i))
+				v, aerr := r.value(depth + 1)
 				if aerr != nil {
 					return nil, aerr
 				}
+				r.path = r.path[:len(r.path)-1]
 				arr = append(arr, v)
 			}
 			if _, err := r.dec.Token(); err != nil {
-				return nil, &ArgumentsError{Path: path, Problem: "they are not valid JSON: " + err.Error()}
+				return fail("they are not valid JSON: %v", err)
 			}
 			return arr, nil
 		}
-		return nil, &ArgumentsError{Path: path, Problem: fmt.Sprintf("they are not valid JSON: unexpected %v", tok)}
+		return fail("they are not valid JSON: unexpected %v", tok)
 	case string:
 		r.perDepth[depth].stringBytes += int64(len(tok))
 		return tok, nil
