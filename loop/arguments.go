@@ -25,7 +25,8 @@ import (
 // Schema 2020-12) when the model's outcome opens the call, before anything
 // is dispatched: a call whose arguments fail settles at once as
 // invalid_arguments, a tool error the model sees, and the plugin is never
-// called. See RATIONALE.md, "Why does the Loop check tool arguments?".
+// called. See RATIONALE.md, "Why does the host check tool arguments
+// against the schema?" and "Why santhosh-tekuri/jsonschema?".
 //
 // Both the schema (a plugin's describe reply) and the arguments (a model's
 // answer) are untrusted, so the check is bounded and total:
