@@ -41,8 +41,9 @@ import (
 //     read the same value);
 //   - before it validates, the check bounds the number of (schema node,
 //     argument value) evaluations from the compiled schema's graph and the
-//     arguments' shape, and refuses arguments over MaxArgumentChecks
-//     rather than run;
+//     arguments' shape, and the regular-expression work (string and key
+//     bytes times pattern lengths), and refuses arguments over
+//     MaxArgumentChecks or MaxArgumentTextWork rather than run;
 //   - regular expressions are Go's (RE2, linear time);
 //   - a panic in the schema library becomes an error.
 //
@@ -439,10 +440,10 @@ func (s *ToolSchema) Check(args json.RawMessage) (err error) {
 		text = satAdd(text, satAdd(satMul(n.stringBytes, s.strCost[d]), satMul(n.keyBytes, s.keyCost[d])))
 	}
 	if cost > MaxArgumentChecks {
-		return &ArgumentsError{Problem: fmt.Sprintf("checking them against the tool's input_schema would take about %d schema evaluations, over the limit of %d: send smaller arguments", cost, MaxArgumentChecks)}
+		return &ArgumentsError{Problem: fmt.Sprintf("checking them against the tool's input_schema could take up to %d schema evaluations, over the limit of %d: send smaller arguments", cost, MaxArgumentChecks)}
 	}
 	if text > MaxArgumentTextWork {
-		return &ArgumentsError{Problem: fmt.Sprintf("checking their strings against the tool's input_schema patterns would take about %d steps, over the limit of %d: send shorter strings", text, MaxArgumentTextWork)}
+		return &ArgumentsError{Problem: fmt.Sprintf("checking their strings against the tool's input_schema patterns could take up to %d steps, over the limit of %d: send shorter strings", text, MaxArgumentTextWork)}
 	}
 	defer func() {
 		if p := recover(); p != nil {
