@@ -162,4 +162,43 @@ func TestTheHostsDescribeChecksAgreeWithTheSchema(t *testing.T) {
 	if n < 30 {
 		t.Fatalf("only %d describe replies in the corpus", n)
 	}
+	// And every describe example of docs/ABI.md, loaded with the role its
+	// check marker names.
+	doc, err := os.ReadFile("../docs/ABI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(doc), "\n")
+	found := 0
+	for i, l := range lines {
+		role, ok := strings.CutPrefix(strings.TrimSpace(l), "<!-- check: describe ")
+		if !ok || i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "```json" {
+			continue
+		}
+		role = strings.TrimSpace(strings.TrimSuffix(role, "-->"))
+		var body strings.Builder
+		for _, b := range lines[i+2:] {
+			if strings.TrimSpace(b) == "```" {
+				break
+			}
+			body.WriteString(b + "\n")
+		}
+		found++
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(body.String()))
+		if err != nil {
+			t.Fatalf("docs/ABI.md:%d: %v", i+1, err)
+		}
+		if err := sch.Validate(v); err != nil {
+			t.Errorf("docs/ABI.md:%d: the schema refuses the example: %v", i+1, err)
+		}
+		p, err := e.h.Load(context.Background(), PluginSpec{Name: fmt.Sprintf("doc%d", i), Path: writeModule(t, describingModuleAs(abi.Role(role), body.String())), Role: abi.Role(role)})
+		if err != nil {
+			t.Errorf("docs/ABI.md:%d: the host refuses the example: %v", i+1, err)
+			continue
+		}
+		p.Close(context.Background())
+	}
+	if found < 2 {
+		t.Fatalf("found %d describe examples in docs/ABI.md; the markers were lost", found)
+	}
 }
