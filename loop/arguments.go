@@ -62,6 +62,11 @@ const (
 	// the bytes of each string (or object key) times the length of each
 	// pattern it is matched against.
 	MaxArgumentTextWork = 50_000_000
+	// MaxSchemaBytes bounds the size of a tool's input_schema, and
+	// MaxSchemaDepth how deeply its JSON nests: compiling a schema takes
+	// time that grows with both (faster than linearly with the depth).
+	MaxSchemaBytes = 64 << 10
+	MaxSchemaDepth = 64
 	// maxArgumentMessage bounds the text of an invalid_arguments failure.
 	maxArgumentMessage = 1024
 	// maxCachedSchemas bounds the compiled-schema cache; when it is full it
@@ -116,6 +121,35 @@ func CompileToolSchema(raw json.RawMessage) (*ToolSchema, error) {
 	return s, err
 }
 
+// jsonDepth is how deeply the objects and arrays of a JSON text nest,
+// counted without decoding it.
+func jsonDepth(raw []byte) int {
+	depth, max, inString, escaped := 0, 0, false, false
+	for _, c := range raw {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > max {
+				max = depth
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return max
+}
+
 type refusingLoader struct{}
 
 func (refusingLoader) Load(url string) (any, error) {
@@ -128,6 +162,12 @@ func compileToolSchema(raw json.RawMessage) (s *ToolSchema, err error) {
 			s, err = nil, fmt.Errorf("the schema library failed on it (%v)", p)
 		}
 	}()
+	if len(raw) > MaxSchemaBytes {
+		return nil, fmt.Errorf("it is %d bytes, over the limit of %d: make it smaller (shared parts can go in \"$defs\")", len(raw), MaxSchemaBytes)
+	}
+	if d := jsonDepth(raw); d > MaxSchemaDepth {
+		return nil, fmt.Errorf("it nests %d levels deep, over the limit of %d: make it flatter (shared parts can go in \"$defs\")", d, MaxSchemaDepth)
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("it is not JSON: %v", err)

@@ -80,6 +80,8 @@ func TestHostileSchemasAreRefusedWhenCompiled(t *testing.T) {
 		"a cycle on one value":      {`{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"}]},"b":{"anyOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"}`, "cycle"},
 		"a reference to a missing":  {`{"$ref":"#/$defs/nope"}`, "nope"},
 		"a self reference at once:": {`{"$ref":"#"}`, "cycle"},
+		"too deep":                  {strings.Repeat(`{"not":`, 65) + `{}` + strings.Repeat(`}`, 65), "nests 66 levels deep, over the limit of 64"},
+		"too large":                 {`{"type":"object","description":"` + strings.Repeat("x", 64<<10) + `"}`, "over the limit of 65536"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := CompileToolSchema(json.RawMessage(c.schema))
@@ -88,6 +90,19 @@ func TestHostileSchemasAreRefusedWhenCompiled(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSchemaDepthIsCountedOutsideStrings(t *testing.T) {
+	for _, c := range []struct {
+		json string
+		want int
+	}{{`{}`, 1}, {`{"a":[{"b":"[[[{{{"}]}`, 3}, {`{"a":"\"{"}`, 1}, {`"x"`, 0}} {
+		if got := jsonDepth([]byte(c.json)); got != c.want {
+			t.Errorf("%s: depth %d, want %d", c.json, got, c.want)
+		}
+	}
+	// The deepest schema allowed compiles.
+	mustCompile(t, strings.Repeat(`{"not":`, 63)+`{}`+strings.Repeat(`}`, 63))
 }
 
 func TestARecursiveSchemaThatDescendsIsAccepted(t *testing.T) {
