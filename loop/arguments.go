@@ -57,7 +57,7 @@ const (
 	// object itself is depth 1).
 	MaxArgumentDepth = 64
 	// MaxArgumentChecks bounds the schema evaluations one check may need.
-	MaxArgumentChecks = 200_000
+	MaxArgumentChecks = 100_000
 	// MaxArgumentTextWork bounds the regular-expression work of one check:
 	// the bytes of each string (or object key) times the length of each
 	// pattern it is matched against.
