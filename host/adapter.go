@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -27,7 +29,7 @@ var (
 // plugin was loaded as an executor.
 func (p *Plugin) Executor() (*Executor, error) {
 	if p.spec.Role != abi.RoleExecutor {
-		return nil, fmt.Errorf("host: plugin[%s] export[-]: loaded as a %s, not an executor", p.name, p.spec.Role)
+		return nil, fmt.Errorf("host: plugin[%s] export[-]: loaded as %s, not an executor: load it with role %q to use it as one", p.name, withArticle(p.spec.Role), abi.RoleExecutor)
 	}
 	return &Executor{p: p}, nil
 }
@@ -36,7 +38,7 @@ func (p *Plugin) Executor() (*Executor, error) {
 // plugin was loaded as a builder.
 func (p *Plugin) Builder() (*Builder, error) {
 	if p.spec.Role != abi.RoleBuilder {
-		return nil, fmt.Errorf("host: plugin[%s] export[-]: loaded as a %s, not a builder", p.name, p.spec.Role)
+		return nil, fmt.Errorf("host: plugin[%s] export[-]: loaded as %s, not a builder: load it with role %q to use it as one", p.name, withArticle(p.spec.Role), abi.RoleBuilder)
 	}
 	return &Builder{p: p}, nil
 }
@@ -78,7 +80,7 @@ func (e *Executor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.Cancel
 	}
 	r, err := abi.DecodeCancelReply(out, c.Input.Effect.Kind)
 	if err != nil {
-		return abi.CancelReply{}, e.p.pluginErr(abi.ExportCancel, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+		return abi.CancelReply{}, e.p.pluginErr(abi.ExportCancel, abi.ClassPluginProtocol, refuse("the reply breaks the ABI: %w", err))
 	}
 	return r, nil
 }
@@ -105,7 +107,7 @@ func (e *Executor) effect(ctx context.Context, export string, c runtime.EffectCa
 	}
 	r, err := abi.DecodeEffectReply(out, c.Input.Effect.Kind, export)
 	if err != nil {
-		return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+		return abi.EffectReply{}, e.p.pluginErr(export, abi.ClassPluginProtocol, refuse("the reply breaks the ABI: %w", err))
 	}
 	if r.State == abi.StateFailed {
 		if why := s.deniedReason(); why != "" {
@@ -133,7 +135,7 @@ func (b *Builder) Build(ctx context.Context, tenant string, in abi.BuildInput) (
 	}
 	o, err := abi.DecodeBuildOutput(out)
 	if err != nil {
-		return abi.BuildOutput{}, p.pluginErr(abi.ExportBuild, abi.ClassPluginProtocol, fmt.Errorf("the reply breaks the ABI: %w", err))
+		return abi.BuildOutput{}, p.pluginErr(abi.ExportBuild, abi.ClassPluginProtocol, refuse("the reply breaks the ABI: %w", err))
 	}
 	return o, nil
 }
@@ -152,17 +154,45 @@ func (p *Plugin) describe(ctx context.Context) (abi.Describe, error) {
 	if err != nil {
 		var pe *runtime.PluginError
 		if errors.As(err, &pe) {
-			pe.Err = fmt.Errorf("%w: %w", ErrDescribe, pe.Err)
+			pe.Err = refuse("%w: %w", ErrDescribe, pe.Err)
 			return abi.Describe{}, pe
 		}
-		return abi.Describe{}, fmt.Errorf("host: plugin[%s] export[%s]: %w: %w", p.name, abi.ExportDescribe, ErrDescribe, err)
+		return abi.Describe{}, refuse("host: plugin[%s] export[%s]: %w: %w", p.name, abi.ExportDescribe, ErrDescribe, err)
 	}
 	d, err := abi.DecodeDescribe(out, p.spec.Role)
-	if err == nil && d.ABI != p.info.abiVersion {
-		err = fmt.Errorf("describe says abi %d, but the host chose %d", d.ABI, p.info.abiVersion)
+	advice := "fix the plugin's describe reply (docs/ABI.md, \"describe\")"
+	switch {
+	case err != nil && (errors.Is(err, abi.ErrRoleMismatch) || errors.Is(err, abi.ErrUnsupportedVersion)):
+		advice = "" // the abi's message says what to do
+	case err == nil && d.ABI != p.info.abiVersion:
+		err = fmt.Errorf("describe says abi %d, but the host chose %d from the module's marker", d.ABI, p.info.abiVersion)
+		advice = fmt.Sprintf("answer describe with \"abi\": %d, the version of the marker the module exports", p.info.abiVersion)
+	case err == nil:
+		err = checkToolSchemas(d)
+		advice = "fix the tool's input_schema (docs/ABI.md, \"Argument validation\")"
 	}
 	if err != nil {
-		return abi.Describe{}, p.pluginErr(abi.ExportDescribe, abi.ClassPluginProtocol, fmt.Errorf("%w: %w: load it with the role it reports, or fix the plugin", ErrDescribe, err))
+		if advice != "" {
+			err = refuse("%w: %w: "+strings.ReplaceAll(advice, "%", "%%"), ErrDescribe, err)
+		} else {
+			err = refuse("%w: %w", ErrDescribe, err)
+		}
+		return abi.Describe{}, p.pluginErr(abi.ExportDescribe, abi.ClassPluginProtocol, err)
 	}
 	return d, nil
+}
+
+// checkToolSchemas compiles every tool's input_schema the way the Loop
+// will to check the model's arguments, so that a schema the check cannot
+// use is refused at load rather than failing every call of its tool.
+func checkToolSchemas(d abi.Describe) error {
+	for i, t := range d.Tools {
+		if len(t.InputSchema) == 0 || string(t.InputSchema) == "null" {
+			continue
+		}
+		if _, err := loop.CompileToolSchema(t.InputSchema); err != nil {
+			return fmt.Errorf("describe reply: tools[%d].input_schema (tool %s) cannot check arguments: %v", i, t.Name, err)
+		}
+	}
+	return nil
 }

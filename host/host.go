@@ -87,7 +87,7 @@ func (h *Host) runtimeConfig() wazero.RuntimeConfig {
 // second plugin of that name fails until the first is closed.
 func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 	fail := func(err error) (*Plugin, error) {
-		return nil, fmt.Errorf("host: plugin[%s] export[-]: load %s: %w", spec.Name, spec.Path, err)
+		return nil, refuse("host: plugin[%s] export[-]: load %s: %w", spec.Name, spec.Path, err)
 	}
 	if spec.Name == "" {
 		return fail(errors.New("the plugin has no name: give it one in the config"))

@@ -67,7 +67,7 @@ func TestLoadRefusals(t *testing.T) {
 			[]string{`"poll"`, "loaded as executor"}},
 	}
 	// The "marker with a type" case: a marker that takes a parameter.
-	cases[2].wasm = tinyModule(nil, append([]wExport{{"agenthost_abi_v1", wFuncType{params: []byte{wI32}}}}, executorExports()...))
+	cases[2].wasm = tinyModule(nil, append([]wExport{{name: "agenthost_abi_v1", typ: wFuncType{params: []byte{wI32}}}}, executorExports()...))
 	cases[2].want = []string{"agenthost_abi_v1", "no parameters and no results", "(i32) -> ()"}
 
 	e := newEnv(t, Config{})

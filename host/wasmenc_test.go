@@ -1,5 +1,7 @@
 package host
 
+import "github.com/agenthost/agenthost/plugins/abi"
+
 // A tiny WebAssembly binary encoder for the load-refusal tests: wazero has
 // no text-format parser, so the test modules are written as bytes.
 
@@ -18,6 +20,9 @@ type wImport struct {
 type wExport struct {
 	name string
 	typ  wFuncType // () -> () or () -> i32 bodies are generated
+	// code, when set, is the function's whole body (locals and
+	// instructions, with the final end).
+	code []byte
 }
 
 func uleb(n int) []byte { return appendULEB(nil, uint64(n)) }
@@ -58,11 +63,14 @@ func tinyModule(imports []wImport, exports []wExport) []byte {
 	for i, ex := range exports {
 		funcs = append(funcs, uleb(typeIndex(ex.typ)))
 		exps = append(exps, append(wName(ex.name), append([]byte{0x00}, uleb(len(imports)+i)...)...))
-		body := []byte{0x00} // no locals
-		if len(ex.typ.results) == 1 {
-			body = append(body, 0x41, 0x00) // i32.const 0
+		body := ex.code
+		if body == nil {
+			body = []byte{0x00} // no locals
+			if len(ex.typ.results) == 1 {
+				body = append(body, 0x41, 0x00) // i32.const 0
+			}
+			body = append(body, 0x0b)
 		}
-		body = append(body, 0x0b)
 		codes = append(codes, append(uleb(len(body)), body...))
 	}
 	exps = append(exps, append(wName("memory"), 0x02, 0x00))
@@ -95,10 +103,57 @@ var (
 func executorExports(markers ...string) []wExport {
 	var ex []wExport
 	for _, m := range markers {
-		ex = append(ex, wExport{m, sigMarker})
+		ex = append(ex, wExport{name: m, typ: sigMarker})
 	}
 	for _, n := range []string{"describe", "start", "poll", "attach", "cancel"} {
-		ex = append(ex, wExport{n, sigExport})
+		ex = append(ex, wExport{name: n, typ: sigExport})
 	}
 	return ex
+}
+
+// replyImports are the Extism kernel functions a replyBody calls, as
+// imports 0, 1 and 2.
+var replyImports = []wImport{
+	{"extism:host/env", "alloc", wFuncType{params: []byte{wI64}, results: []byte{wI64}}},
+	{"extism:host/env", "store_u8", wFuncType{params: []byte{wI64, wI32}}},
+	{"extism:host/env", "output_set", wFuncType{params: []byte{wI64, wI64}}},
+}
+
+// replyBody is the body of a () -> i32 export that writes reply as its
+// output (one store_u8 per byte) and returns 0. The module must import
+// replyImports first.
+func replyBody(reply []byte) []byte {
+	b := []byte{0x01, 0x01, wI64} // one i64 local: the output's offset
+	b = append(b, 0x42)
+	b = appendSLEB(b, int64(len(reply)))
+	b = append(b, 0x10, 0x00, 0x21, 0x00) // call alloc; local.set 0
+	for i, c := range reply {
+		b = append(b, 0x20, 0x00, 0x42)
+		b = appendSLEB(b, int64(i))
+		b = append(b, 0x7c, 0x41) // i64.add; i32.const
+		b = appendSLEB(b, int64(c))
+		b = append(b, 0x10, 0x01) // call store_u8
+	}
+	b = append(b, 0x20, 0x00, 0x42)
+	b = appendSLEB(b, int64(len(reply)))
+	b = append(b, 0x10, 0x02, 0x41, 0x00, 0x0b) // call output_set; i32.const 0; end
+	return b
+}
+
+// describingModule is a complete executor whose describe answers reply.
+func describingModule(reply string) []byte { return describingModuleAs(abi.RoleExecutor, reply) }
+
+// describingModuleAs is a module with every export of role whose describe
+// answers reply.
+func describingModuleAs(role abi.Role, reply string) []byte {
+	ex := []wExport{{name: abi.Marker, typ: sigMarker}}
+	for _, n := range requiredExports[role] {
+		ex = append(ex, wExport{name: n, typ: sigExport})
+	}
+	for i := range ex {
+		if ex[i].name == "describe" {
+			ex[i].code = replyBody([]byte(reply))
+		}
+	}
+	return tinyModule(replyImports, ex)
 }

@@ -402,11 +402,18 @@ func (r *Run) modelDone(e *Effect, m abi.ModelOutcome) {
 			te := Effect{ID: ToolEffectID(r.ID, e.Step, i), Kind: abi.KindTool, Step: e.Step, Index: i,
 				ToolCallID: c.ID, Tool: c.Name, Arguments: c.Arguments, State: EffectReady}
 			spec, ok := r.ToolSpec(c.Name)
+			var invalid *Failure
+			if ok {
+				invalid = checkArguments(spec, c.Arguments)
+			}
 			switch {
 			case !ok:
 				te.State = EffectSettled
 				te.Outcome = &Outcome{State: OutcomeFailed, Error: &Failure{Class: abi.ClassPluginDenied,
 					Message: fmt.Sprintf("unknown tool %q: this run offers %s", c.Name, r.toolNames())}}
+			case invalid != nil:
+				te.State = EffectSettled
+				te.Outcome = &Outcome{State: OutcomeFailed, Error: invalid}
 			case spec.Approval:
 				te.State = EffectAwaitingApproval
 			}

@@ -9,6 +9,12 @@
 // is the shape of etcd raft's RawNode: the algorithm is here, the driving
 // is in runtime/. See RATIONALE.md, "Why is the loop pure?".
 //
+// When a model's outcome opens tool calls, Apply checks each call's
+// arguments against its tool's input_schema (ToolSpec.InputSchema, JSON
+// Schema 2020-12; arguments.go): a call whose arguments fail settles at
+// once as invalid_arguments and is never dispatched. The check is a
+// function of the schema and the arguments alone, and bounded.
+//
 // Apply never panics and never mutates its argument. An illegal event
 // returns the snapshot unchanged and a typed error, checked with
 // errors.Is: ErrStaleAttempt, ErrAlreadySettled, ErrTerminal,

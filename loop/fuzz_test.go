@@ -18,7 +18,7 @@ func fuzzSpec() Spec {
 		Limits:      Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2, DeadlineMS: 400_000, EffectTimeoutMS: 30_000},
 		ModelPolicy: Policy{Mode: PolicyRetry, MaxAttempts: 2, BackoffMS: 500, MaxBackoffMS: 2000},
 		Tools: []ToolSpec{
-			{Name: "a", Policy: Policy{Mode: PolicyFail}},
+			{Name: "a", Policy: Policy{Mode: PolicyFail}, InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)},
 			{Name: "b", Policy: Policy{Mode: PolicyRetry, MaxAttempts: 3, BackoffMS: 100}},
 			{Name: "gate", Approval: true, Policy: Policy{Mode: PolicyFail}},
 			{Name: "fatal", Policy: Policy{Mode: PolicyFailRun}},
@@ -27,6 +27,10 @@ func fuzzSpec() Spec {
 }
 
 var fuzzTools = []string{"a", "b", "gate", "fatal", "missing"}
+
+// fuzzArguments are tool-call arguments; the second breaks tool a's
+// input_schema.
+var fuzzArguments = []json.RawMessage{nil, json.RawMessage(`{"n":"x"}`), json.RawMessage(`{"n":1}`), json.RawMessage(`{}`)}
 
 // fuzzEvent turns a few bytes into the next event. Most choices follow what
 // Decide asks for, so sequences reach deep states; the rest are arbitrary
@@ -56,7 +60,8 @@ func fuzzEvent(r Run, now int64, b []byte) Event {
 			if ref, err := ParseEffectID(id); err == nil && ref.Kind == "model" {
 				m := abi.ModelOutcome{Message: abi.Message{Role: abi.MessageAssistant, Content: "answer"}, Usage: abi.Usage{InputTokens: 1, OutputTokens: 1}}
 				for i := 0; i < int(at(5)%6); i++ {
-					m.Message.ToolCalls = append(m.Message.ToolCalls, abi.ToolCall{ID: fmt.Sprintf("c%d", i), Name: fuzzTools[int(at(6+i))%len(fuzzTools)]})
+					m.Message.ToolCalls = append(m.Message.ToolCalls, abi.ToolCall{ID: fmt.Sprintf("c%d", i), Name: fuzzTools[int(at(6+i))%len(fuzzTools)],
+						Arguments: fuzzArguments[int(at(12+i))%len(fuzzArguments)]})
 				}
 				if at(5)%7 == 6 {
 					m.AwaitInput = &abi.AwaitInput{Prompt: "?"}
@@ -277,4 +282,25 @@ func TestDrivenRunsAlwaysEnd(t *testing.T) {
 			run = next
 		}
 	}
+}
+
+// FuzzToolArguments checks that compiling any schema and checking any
+// arguments against it never panics, and that the verdict is the same
+// every time.
+func FuzzToolArguments(f *testing.F) {
+	f.Add([]byte(`{"type":"object","properties":{"n":{"type":"integer","maximum":3}},"required":["n"]}`), []byte(`{"n":4}`))
+	f.Add([]byte(`{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"}`), []byte(`{}`))
+	f.Add([]byte(`{"type":"object","patternProperties":{"^(a+)+$":{"type":"string"}}}`), []byte(`{"aaaaaaaaaaaaaaaaaaaaaaaa!":1}`))
+	f.Add([]byte(`{"type":"object","additionalProperties":false}`), []byte(`{"a":1,"b":2,"a":3}`))
+	f.Add([]byte(`{"$ref":"file:///etc/passwd"}`), []byte(`[]`))
+	f.Fuzz(func(t *testing.T, schema, args []byte) {
+		s, err := compileToolSchema(schema)
+		if err != nil {
+			return
+		}
+		first := fmt.Sprint(s.Check(args))
+		if again := fmt.Sprint(s.Check(args)); again != first {
+			t.Fatalf("two checks disagree:\n%s\n%s", first, again)
+		}
+	})
 }

@@ -136,15 +136,18 @@ func scriptPolicy(t *testing.T, s string) Policy {
 
 // exec runs one command and renders what happened. Commands:
 //
-//	create [tools=a,b:approval:retry3,c:failrun] [max_steps=N] [max_calls=N]
+//	create [tools=a,b:approval:retry3,c:failrun,d:strict] [max_steps=N] [max_calls=N]
 //	       [parallel=N] [deadline=MS] [effect_timeout=MS] [model=retryN|fail|failrun]
 //	start | plan [step=N] | dispatch EFFECT [attempt=N] | pending EFFECT handle=H
-//	model EFFECT [calls=tool,tool] [answer=TEXT] [await=PROMPT] [usage=IN/OUT]
+//	model EFFECT [calls=tool,tool@ok,tool@bad] [answer=TEXT] [await=PROMPT] [usage=IN/OUT]
 //	tool EFFECT content=TEXT [error]
 //	fail EFFECT class=CLASS [retriable] | cancelled EFFECT
 //	approve CALLID... | deny CALLID [reason=TEXT] | input TEXT
 //	cancel [reason=TEXT] | timer at=MS | complete | failrun | finishcancel
 //	decide | show
+//
+// A strict tool's input_schema requires an integer "n"; a call's arguments
+// are {} by default, {"n":1} with @ok and {"n":"x"} with @bad.
 //
 // Effect commands take attempt=N (default: the effect's current attempt).
 // Words in TEXT are joined with '_' in the script and shown with spaces.
@@ -183,6 +186,8 @@ func (s *scriptRunner) exec(t *testing.T, cmd string) string {
 				for _, p := range parts[1:] {
 					if p == "approval" {
 						ts.Approval = true
+					} else if p == "strict" {
+						ts.InputSchema = json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)
 					} else {
 						ts.Policy = scriptPolicy(t, p)
 					}
@@ -225,7 +230,12 @@ func (s *scriptRunner) exec(t *testing.T, cmd string) string {
 		m := abi.ModelOutcome{Message: abi.Message{Role: abi.MessageAssistant, Content: text("answer")}}
 		if v, ok := named["calls"]; ok {
 			for i, name := range strings.Split(v, ",") {
-				m.Message.ToolCalls = append(m.Message.ToolCalls, abi.ToolCall{ID: fmt.Sprintf("call_%d", i+1), Name: name, Arguments: json.RawMessage(`{}`)})
+				name, how, _ := strings.Cut(name, "@")
+				args := map[string]string{"ok": `{"n":1}`, "bad": `{"n":"x"}`}[how]
+				if args == "" {
+					args = `{}`
+				}
+				m.Message.ToolCalls = append(m.Message.ToolCalls, abi.ToolCall{ID: fmt.Sprintf("call_%d", i+1), Name: name, Arguments: json.RawMessage(args)})
 			}
 		}
 		if v, ok := named["await"]; ok {

@@ -62,11 +62,16 @@ func DefaultToolPolicy(idempotent bool) Policy {
 }
 
 // ToolSpec is what the Loop knows of a tool: whether a call waits for
-// approval, and its missing-effect policy.
+// approval, its missing-effect policy, and the JSON Schema its arguments
+// must match.
 type ToolSpec struct {
 	Name     string `json:"name"`
 	Approval bool   `json:"approval,omitempty"`
 	Policy   Policy `json:"policy"`
+	// InputSchema is the tool's input_schema from its describe reply. When
+	// set, a call whose arguments fail it settles at once as
+	// invalid_arguments and is never dispatched (arguments.go).
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
 // Limits bound a Run.

@@ -85,7 +85,13 @@ func (t *Tenant) spec(session, runID, input string, metadata []byte, nowMS int64
 	}
 	s := loop.Spec{Tenant: t.ID, Session: session, ID: runID, Input: input, Metadata: metadata, Limits: lim, ModelPolicy: mp}
 	for _, tl := range t.Tools {
-		s.Tools = append(s.Tools, tl.Spec)
+		ts := tl.Spec
+		if len(ts.InputSchema) == 0 {
+			// The Loop checks a call's arguments against the schema the
+			// model was shown.
+			ts.InputSchema = tl.Descriptor.InputSchema
+		}
+		s.Tools = append(s.Tools, ts)
 	}
 	return s
 }

@@ -3,7 +3,9 @@ package abi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"strconv"
 )
 
 // The Decode functions turn the bytes a plugin wrote into a checked value.
@@ -117,9 +119,16 @@ func (c checker) decodeObject(path string, data []byte, v any) error {
 		}
 		return c.errf(path, "%s", what)
 	}
+	lead := int64(len(data) - len(trimLeft(data)))
 	if t[0] != '{' {
-		if !json.Valid(t) {
-			return c.errf(path, "is not valid JSON; want a JSON object")
+		var value json.RawMessage
+		if err := json.Unmarshal(t, &value); err != nil {
+			var syntaxErr *json.SyntaxError
+			if errors.As(err, &syntaxErr) {
+				return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON (want a JSON object): " +
+					syntaxErr.Error() + " " + syntaxContext(data, lead+syntaxErr.Offset, isEOF(syntaxErr)), Cause: err}
+			}
+			return c.errf(path, "is not valid JSON; want a JSON object %s", syntaxContext(data, lead, false))
 		}
 		return c.errf(path, "is %s; want a JSON object", jsonKind(t))
 	}
@@ -134,9 +143,61 @@ func (c checker) decodeObject(path string, data []byte, v any) error {
 	}
 	var syntaxErr *json.SyntaxError
 	if errors.As(err, &syntaxErr) {
-		return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON: " + syntaxErr.Error(), Cause: err}
+		return &FieldError{Reply: c.reply, Field: path, Problem: "is not valid JSON: " + syntaxErr.Error() + " " +
+			syntaxContext(data, lead+syntaxErr.Offset, isEOF(syntaxErr)), Cause: err}
 	}
 	return &FieldError{Reply: c.reply, Field: path, Problem: "does not decode: " + err.Error(), Cause: err}
+}
+
+// syntaxContext says where in data a JSON error lies: "(at byte 17 of 42:
+// …"{\"abi\": fa" ⟨here⟩ " lse}"…)". Offset counts the bytes read before
+// the error, as json.SyntaxError does. The excerpt is quoted, so control
+// bytes and invalid UTF-8 show as escapes.
+//
+// eof says the reply ended too soon: the mark then stands after its last
+// byte.
+func syntaxContext(data []byte, offset int64, eof bool) string {
+	const span = 24
+	n := int64(len(data))
+	if offset < 0 {
+		offset = 0
+	}
+	if offset > n {
+		offset = n
+	}
+	// The byte that stopped the decoder is the last one it read.
+	at := offset - 1
+	if eof || at < 0 {
+		at = offset
+	}
+	from, to := at-span, at+span
+	if from < 0 {
+		from = 0
+	}
+	if to > n {
+		to = n
+	}
+	before, after := "", ""
+	if from > 0 {
+		before = "…"
+	}
+	if to < n {
+		after = "…"
+	}
+	pos := fmt.Sprintf("at byte %d of %d", at+1, n)
+	if at >= n {
+		pos = fmt.Sprintf("at the end, after byte %d", n)
+	}
+	return fmt.Sprintf("(%s: %s%s ⟨here⟩ %s%s)", pos, before, strconv.Quote(string(data[from:at])), strconv.Quote(string(data[at:to])), after)
+}
+
+func isEOF(e *json.SyntaxError) bool { return e.Error() == "unexpected end of JSON input" }
+
+func trimLeft(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
 }
 
 // jsonTypeOf names the JSON type a Go field of type t takes.

@@ -137,6 +137,22 @@ func checkDocExample(ex docExample) error {
 		}
 		_, err := DecodeToolOutcome(data)
 		return err
+	case "describe-input":
+		var in DescribeInput
+		if err := strict(data, &in); err != nil {
+			return err
+		}
+		if in.ABI != Version {
+			return fmt.Errorf("abi is %d", in.ABI)
+		}
+		return nil
+	case "cancel-reply":
+		var r CancelReply
+		if err := strict(data, &r); err != nil {
+			return err
+		}
+		_, err := DecodeCancelReply(data, EffectKind(arg(1)))
+		return err
 	case "emit":
 		var e EmitEvent
 		return strict(data, &e)

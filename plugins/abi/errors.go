@@ -20,6 +20,10 @@ const (
 	ClassLimitExceeded       ErrorClass = "limit_exceeded"
 	ClassDeadlineExceeded    ErrorClass = "deadline_exceeded"
 	ClassApprovalDenied      ErrorClass = "approval_denied"
+	// ClassInvalidArguments: the model called a tool with arguments that
+	// fail the tool's input_schema; the call settled at once as a tool
+	// error the model sees, and the plugin was never called.
+	ClassInvalidArguments ErrorClass = "invalid_arguments"
 )
 
 // ErrorClasses lists every class, in the order of docs/DESIGN.md §7.
@@ -27,7 +31,7 @@ var ErrorClasses = []ErrorClass{
 	ClassPluginTrap, ClassPluginTimeout, ClassPluginOOM, ClassPluginOutputTooBig,
 	ClassPluginProtocol, ClassPluginDenied, ClassPluginFailed, ClassLost,
 	ClassCancelled, ClassExecutorUnavailable, ClassLimitExceeded,
-	ClassDeadlineExceeded, ClassApprovalDenied,
+	ClassDeadlineExceeded, ClassApprovalDenied, ClassInvalidArguments,
 }
 
 // Valid reports whether c is one of ErrorClasses.

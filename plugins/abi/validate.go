@@ -119,7 +119,7 @@ func ValidateDescribe(d Describe, wantRole Role) error {
 		return c.errf("role", "%q is not a role (want %q or %q)", d.Role, RoleBuilder, RoleExecutor)
 	}
 	if wantRole != "" && d.Role != wantRole {
-		e := c.errf("role", "is %q, but the plugin is loaded as a %s; load it where a %s is wanted", d.Role, wantRole, d.Role)
+		e := c.errf("role", "is %q, but the plugin is loaded as %s; load it where %s is wanted", d.Role, withArticle(wantRole), withArticle(d.Role))
 		e.sentinel = ErrRoleMismatch
 		return e
 	}
@@ -275,6 +275,15 @@ func ValidateCancelReply(r CancelReply, kind EffectKind) error {
 // the host assigns one); token counts are not negative.
 func ValidateModelOutcome(m ModelOutcome) error {
 	return checker{reply: "model outcome"}.modelOutcome("", m)
+}
+
+// withArticle renders a role with its indefinite article: "a builder",
+// "an executor".
+func withArticle(r Role) string {
+	if r == RoleExecutor {
+		return "an " + string(r)
+	}
+	return "a " + string(r)
 }
 
 // checker builds the FieldErrors of one reply.
