@@ -56,6 +56,7 @@ func Append(dst []byte, r *loop.Run) []byte {
 		w.String(t.Name)
 		w.Bool(t.Approval)
 		w.policy(t.Policy)
+		w.Raw(t.InputSchema)
 	}
 	// The Run's state.
 	w.String(string(r.Status))
@@ -107,10 +108,10 @@ func Decode(b []byte) (loop.Run, error) {
 	r.Limits.DeadlineMS = rd.Int()
 	r.Limits.EffectTimeoutMS = rd.Int()
 	r.ModelPolicy = rd.policy()
-	if n, isNil := rd.Count(3); !isNil {
+	if n, isNil := rd.Count(4); !isNil {
 		r.Tools = make([]loop.ToolSpec, n)
 		for i := range r.Tools {
-			r.Tools[i] = loop.ToolSpec{Name: rd.String(), Approval: rd.Bool(), Policy: rd.policy()}
+			r.Tools[i] = loop.ToolSpec{Name: rd.String(), Approval: rd.Bool(), Policy: rd.policy(), InputSchema: rd.Raw()}
 		}
 	}
 	r.Status = loop.Status(rd.String())
