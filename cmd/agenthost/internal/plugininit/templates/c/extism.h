@@ -30,7 +30,7 @@ typedef uint64_t extism_ptr; /* an offset in Extism's memory; 0 is none */
 
 /* input */
 EXTISM_IMPORT(input_length) uint64_t extism_input_length(void);
-EXTISM_IMPORT(input_load_u8) uint8_t extism_input_load_u8(uint64_t offset);
+EXTISM_IMPORT(input_load_u8) uint32_t extism_input_load_u8(uint64_t offset); /* i32: the byte, high bits 0 */
 EXTISM_IMPORT(input_load_u64) uint64_t extism_input_load_u64(uint64_t offset);
 
 /* Extism memory */
@@ -38,9 +38,9 @@ EXTISM_IMPORT(alloc) extism_ptr extism_alloc(uint64_t length);
 EXTISM_IMPORT(free) void extism_free(extism_ptr p);
 EXTISM_IMPORT(length) uint64_t extism_length(extism_ptr p);
 EXTISM_IMPORT(length_unsafe) uint64_t extism_length_unsafe(extism_ptr p);
-EXTISM_IMPORT(store_u8) void extism_store_u8(extism_ptr p, uint8_t v);
+EXTISM_IMPORT(store_u8) void extism_store_u8(extism_ptr p, uint32_t v); /* i32: stores the low byte */
 EXTISM_IMPORT(store_u64) void extism_store_u64(extism_ptr p, uint64_t v);
-EXTISM_IMPORT(load_u8) uint8_t extism_load_u8(extism_ptr p);
+EXTISM_IMPORT(load_u8) uint32_t extism_load_u8(extism_ptr p); /* i32: the byte, high bits 0 */
 EXTISM_IMPORT(load_u64) uint64_t extism_load_u64(extism_ptr p);
 
 /* output and errors */
