@@ -400,7 +400,7 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 	if snap != nil {
 		// b is this call's copy (getRecord), and the decoded Run shares
 		// it: the cache keeps its own.
-		s.snaps.put(tenant, runID, r.Seq, append([]byte(nil), snap...))
+		s.snaps.putRead(tenant, runID, r.Seq, append([]byte(nil), snap...))
 	}
 	return r, nil
 }
@@ -427,6 +427,8 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		res       runtime.CommitResult
 		delta     int64
 	)
+	s.snaps.begin(t, id)
+	defer s.snaps.end(t, id)
 	err := s.write(ctx, t, &delta, func(txn *badger.Txn) error {
 		res = runtime.CommitResult{}
 		if c.CommandID != "" {
@@ -535,6 +537,9 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		// (a conflict): the next load reads Badger.
 		s.snaps.drop(t, id)
 		return runtime.CommitResult{}, wrapErr("commit to run "+t+"/"+id, err)
+	}
+	if s.afterCommitWrite != nil {
+		s.afterCommitWrite()
 	}
 	if !res.Duplicate {
 		s.snaps.put(t, id, c.Run.Seq, snap)

@@ -18,17 +18,23 @@ import (
 // through this Store, which puts the snapshot here only once its
 // transaction has committed, and only over an older one (a Run's Seq only
 // grows), and drops a Run's entry when a write of it fails (the write may
-// have happened). A load that overlaps a commit may see the snapshot
-// before it, as a Badger read that began first would. The cache is
+// have happened). While a commit of a Run is under way (begin … end), its
+// loads read Badger and put nothing: between the moment the commit is
+// visible in Badger (to a read of the Run's events, say) and the moment
+// its snapshot is put here, the entry would be one version behind. So a
+// load that begins after a commit is visible sees it, and one that
+// overlaps the commit may see the snapshot before it, as a Badger read
+// that began first would. The cache is
 // bounded (Options.SnapshotCacheBytes); past it, entries go in no
 // particular order. The runtime keeps nothing between advances
 // (docs/DESIGN.md §5): it reloads from the store each time, and the store
 // answers from here.
 type snapCache struct {
-	mu    sync.Mutex
-	m     map[runRef]cachedSnap
-	bytes int
-	max   int
+	mu      sync.Mutex
+	m       map[runRef]cachedSnap
+	writing map[runRef]int // the commits of each Run under way
+	bytes   int
+	max     int
 }
 
 type runRef struct{ tenant, run string }
@@ -38,17 +44,51 @@ type cachedSnap struct {
 	snap []byte // never changed once here
 }
 
-func newSnapCache(max int) *snapCache { return &snapCache{m: map[runRef]cachedSnap{}, max: max} }
+func newSnapCache(max int) *snapCache {
+	return &snapCache{m: map[runRef]cachedSnap{}, writing: map[runRef]int{}, max: max}
+}
 
-// put records the committed snapshot of a Run at seq, unless a newer one
-// is there.
-func (c *snapCache) put(tenant, run string, seq int64, snap []byte) {
-	if c.max <= 0 || len(snap) > c.max {
-		return
-	}
+// begin marks a commit of a Run as under way, before its transaction;
+// end, after the commit has put its snapshot or dropped the entry.
+func (c *snapCache) begin(tenant, run string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writing[runRef{tenant, run}]++
+}
+
+func (c *snapCache) end(tenant, run string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := runRef{tenant, run}
+	if c.writing[k]--; c.writing[k] <= 0 {
+		delete(c.writing, k)
+	}
+}
+
+// put records the committed snapshot of a Run at seq, unless a newer one
+// is there: what a commit wrote.
+func (c *snapCache) put(tenant, run string, seq int64, snap []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.putLocked(runRef{tenant, run}, seq, snap)
+}
+
+// putRead records what a load read from Badger, unless a commit of the
+// Run is under way (what the load read may be the version before it).
+func (c *snapCache) putRead(tenant, run string, seq int64, snap []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := runRef{tenant, run}
+	if c.writing[k] > 0 {
+		return
+	}
+	c.putLocked(k, seq, snap)
+}
+
+func (c *snapCache) putLocked(k runRef, seq int64, snap []byte) {
+	if c.max <= 0 || len(snap) > c.max {
+		return
+	}
 	if old, ok := c.m[k]; ok {
 		if old.seq > seq {
 			return
@@ -77,10 +117,15 @@ func (c *snapCache) drop(tenant, run string) {
 	}
 }
 
-// load decodes a Run's cached snapshot; ok is false when there is none.
+// load decodes a Run's cached snapshot; ok is false when there is none,
+// or when a commit of the Run is under way.
 func (c *snapCache) load(tenant, run string) (r loop.Run, ok bool, err error) {
 	c.mu.Lock()
-	e, ok := c.m[runRef{tenant, run}]
+	k := runRef{tenant, run}
+	e, ok := c.m[k]
+	if c.writing[k] > 0 {
+		ok = false
+	}
 	c.mu.Unlock()
 	if !ok {
 		return loop.Run{}, false, nil

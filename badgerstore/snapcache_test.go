@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/runcodec"
@@ -79,5 +80,56 @@ func TestALoadedRunSharesNothingWithTheCache(t *testing.T) {
 	again, err := s.LoadRun(ctx, "t", "r")
 	if err != nil || !reflect.DeepEqual(again, r) {
 		t.Fatalf("the second load: %s, %v; want %s", again.Metadata, err, r.Metadata)
+	}
+}
+
+// A load that begins once a commit is visible in Badger sees it, even
+// before the commit has put its snapshot in the cache: a follower that
+// read the Run's new events, then the Run, got the version before them
+// (seen as a stream that ended on run_completed while GET /v1/runs/{id}
+// answered running, under load).
+func TestALoadAfterACommitIsVisibleSeesIt(t *testing.T) {
+	ctx := context.Background()
+	clock := conformance.NewFakeClock(time.Unix(1_700_000_000, 0))
+	s := openT(t, t.TempDir(), Options{Clock: clock})
+	spec := loop.Spec{Tenant: "t", Session: "s", ID: "r", Input: "hi", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy}
+	ev := loop.RunCreated(spec, 1)
+	r, err := loop.Apply(loop.Run{}, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateRun(ctx, runtime.CreateRun{Run: r, Event: ev}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.LoadRun(ctx, "t", "r"); err != nil || got.Seq != 1 {
+		t.Fatalf("load: %d, %v", got.Seq, err)
+	}
+	visible, release := make(chan struct{}), make(chan struct{})
+	s.afterCommitWrite = func() { close(visible); <-release }
+	start := loop.Event{Type: loop.EventRunStarted, Seq: 2, At: 2}
+	next, err := loop.Apply(r, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Commit(ctx, runtime.Commit{Tenant: "t", Session: "s", RunID: "r", CommandID: "c", ExpectedSeq: 1, Events: []loop.Event{start}, Run: next})
+		done <- err
+	}()
+	<-visible
+	evs, err := s.Events(ctx, "t", "r", 2, 0)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("the commit's event is not visible: %v, %v", evs, err)
+	}
+	got, err := s.LoadRun(ctx, "t", "r")
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || got.Seq != 2 {
+		t.Fatalf("a load after the commit's event was read: Seq %d, %v; want 2", got.Seq, err)
+	}
+	if got, err := s.LoadRun(ctx, "t", "r"); err != nil || got.Seq != 2 {
+		t.Fatalf("a load after the commit returned: Seq %d, %v; want 2", got.Seq, err)
 	}
 }

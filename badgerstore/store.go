@@ -137,6 +137,10 @@ type Store struct {
 
 	totals tenantTotals // each tenant's stored bytes, kept by the writes (usage.go)
 	snaps  *snapCache   // the snapshots written or read lately, for LoadRun (snapcache.go)
+
+	// afterCommitWrite, when set (by tests), runs in Commit after its
+	// transaction committed and before its snapshot is cached.
+	afterCommitWrite func()
 }
 
 var _ runtime.Store = (*Store)(nil)

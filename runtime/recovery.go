@@ -128,7 +128,7 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("runtime: recovery scan: %w", err)
 	}
 	rt.spreadClaims(orphans)
-	refs := make([]SessionRef, 0, len(orphans))
+	refs := make([]SessionOwner, 0, len(orphans))
 	for _, o := range orphans {
 		if _, ok := rt.opts.Tenants.Tenant(o.Tenant); !ok {
 			rt.log.Warn("recovery: session of an unknown tenant left alone; configure the tenant to recover it",
@@ -140,7 +140,7 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 		if o.Owner != rt.nodeID {
 			rt.sessions.dropClaim(o.Tenant, o.Session)
 		}
-		refs = append(refs, SessionRef{Tenant: o.Tenant, Session: o.Session})
+		refs = append(refs, o)
 	}
 	// One transaction, and one synced write, claims a batch of sessions
 	// (Store.ClaimSessions); a few batches go at once, so that the store
@@ -148,9 +148,9 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	var (
 		taken  atomic.Int64
 		mu     sync.Mutex
-		unsure []SessionRef // claims the store failed: they may be written
+		unsure []SessionOwner // claims the store failed: they may be written
 		wg     sync.WaitGroup
-		work   = make(chan []SessionRef)
+		work   = make(chan []SessionOwner)
 	)
 	batches := (len(refs) + recoveryClaimBatch - 1) / recoveryClaimBatch
 	for w := 0; w < min(batches, recoveryClaimWorkers); w++ {
@@ -188,8 +188,8 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	// owner at a boundary. Otherwise a session this node owns on record
 	// would wait for the watchdog.
 	isUnsure := make(map[SessionRef]bool, len(unsure))
-	for _, r := range unsure {
-		isUnsure[r] = true
+	for _, o := range unsure {
+		isUnsure[SessionRef{Tenant: o.Tenant, Session: o.Session}] = true
 	}
 	for _, o := range orphans {
 		if _, mine := rt.sessions.claimed(o.Tenant, o.Session); mine || isUnsure[SessionRef{Tenant: o.Tenant, Session: o.Session}] {
@@ -210,7 +210,11 @@ const (
 // records each claim, with the head Run the claim read, for the session's
 // driver; RecoverNow then hands them to drivers. It returns how many it
 // took; a session another live incarnation took first is not counted.
-func (rt *Runtime) takeOver(ctx context.Context, batch []SessionRef) (int, error) {
+func (rt *Runtime) takeOver(ctx context.Context, orphans []SessionOwner) (int, error) {
+	batch := make([]SessionRef, len(orphans))
+	for i, o := range orphans {
+		batch[i] = SessionRef{Tenant: o.Tenant, Session: o.Session}
+	}
 	rt.mu.Lock()
 	expired := rt.expired
 	rt.mu.Unlock()
@@ -235,7 +239,8 @@ func (rt *Runtime) takeOver(ctx context.Context, batch []SessionRef) (int, error
 		}
 		rt.sessions.setRecoveredClaim(ref.Tenant, ref.Session, c.Epoch, c.Active)
 		rt.recStats.SessionsTaken.Add(1)
-		rt.log.Info("recovery: session taken over", "tenant", ref.Tenant, "session", ref.Session, "epoch", c.Epoch)
+		rt.log.Info("recovery: session taken over", "tenant", ref.Tenant, "session", ref.Session,
+			"dead_owner", orphans[i].Owner, "epoch", c.Epoch)
 		n++
 	}
 	return n, nil

@@ -630,12 +630,13 @@ func (c *copier) copyRun(ctx context.Context, run loop.Run) (int64, error) {
 	if int64(len(evs)) != run.Seq || len(evs) == 0 || evs[0].Seq != 1 || evs[len(evs)-1].Seq != run.Seq {
 		return fail("its event log", fmt.Errorf("holds %d events for a Run at Seq %d: the source is inconsistent or in use", len(evs), run.Seq))
 	}
-	cmds := map[int64]string{} // by the Seq each produced
+	// The command IDs by the Seq their commit produced: one commit may
+	// have applied several (Commit.AlsoCommandIDs: settlements of a Run
+	// that arrived together), and the copy records them all.
+	cmds := map[int64][]string{}
 	if c.ex != nil {
 		err := c.ex.ExportCommands(ctx, t, id, func(cmd string, seq int64) error {
-			if _, dup := cmds[seq]; !dup {
-				cmds[seq] = cmd
-			}
+			cmds[seq] = append(cmds[seq], cmd)
 			return nil
 		})
 		if err != nil {
@@ -649,12 +650,18 @@ func (c *copier) copyRun(ctx context.Context, run loop.Run) (int64, error) {
 	if run.Seq == 1 {
 		cur = run
 	}
-	res, err := c.dst.CreateRun(ctx, runtime.CreateRun{Run: cur, Event: evs[0], CommandID: cmds[1]})
+	first := func(seq int64) string {
+		if l := cmds[seq]; len(l) > 0 {
+			return l[0]
+		}
+		return ""
+	}
+	res, err := c.dst.CreateRun(ctx, runtime.CreateRun{Run: cur, Event: evs[0], CommandID: first(1)})
 	if err != nil {
 		return fail("creating it on the target", err)
 	}
 	if res.Duplicate {
-		return fail("creating it on the target", fmt.Errorf("its creation command %q was used before on the target: is the target in use?", cmds[1]))
+		return fail("creating it on the target", fmt.Errorf("its creation command %q was used before on the target: is the target in use?", first(1)))
 	}
 	for cur.Seq < run.Seq {
 		end := min(cur.Seq+maxCommitEvents, run.Seq) // the Seq this commit ends at
@@ -675,7 +682,11 @@ func (c *copier) copyRun(ctx context.Context, run loop.Run) (int64, error) {
 				}
 			}
 		}
-		r, err := c.dst.Commit(ctx, runtime.Commit{Tenant: t, Session: run.Session, RunID: id, CommandID: cmds[end],
+		var also []string
+		if l := cmds[end]; len(l) > 1 {
+			also = l[1:]
+		}
+		r, err := c.dst.Commit(ctx, runtime.Commit{Tenant: t, Session: run.Session, RunID: id, CommandID: first(end), AlsoCommandIDs: also,
 			ExpectedSeq: cur.Seq, Events: batch, Run: next})
 		if err != nil {
 			return fail(fmt.Sprintf("committing events %d to %d on the target", cur.Seq+1, end), err)
