@@ -255,7 +255,7 @@ export function runPage(main, runID, {notice}) {
       return el('div', {class: 'tl-row'}, el('div', {class: 'tl-label', text: r.label}),
         el('div', {class: 'tl-track'}, bar),
         el('div', {class: 'tl-at', text: '+' + duration(r.start - t0)}),
-        el('div', {class: 'tl-dur', text: (r.running ? 'running ' : '') + duration(r.duration) + (r.attempts > 1 ? ' (' + r.attempts + ' attempts)' : '')}));
+        el('div', {class: 'tl-dur', text: r.notRun ? 'not run (' + r.notRun + ')' : (r.running ? 'running ' : '') + duration(r.duration) + (r.attempts > 1 ? ' (' + r.attempts + ' attempts)' : '')}));
     });
     replace(parts.timeline, el('h2', {text: 'Timeline of effects'}),
       list.length ? el('div', {class: 'tl-row tl-head'}, el('div', {text: 'effect'}), el('div', {text: 'from the Run\'s start to ' + (view.endedAt ? 'its end' : 'now')}),

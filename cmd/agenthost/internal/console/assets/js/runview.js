@@ -149,12 +149,20 @@ export class RunView {
   }
 
   // timeline lists the effects with their time span: from the first
-  // dispatch to the last settlement (or now, for one still running).
+  // dispatch to the last settlement (or now, for one still running). A
+  // call that ended without running (a person denied it) is listed at the
+  // time it ended, with notRun set and the class it ended with.
   timeline(now = Date.now()) {
     const rows = [];
     for (const id of this.order) {
       const e = this.effects.get(id);
-      if (!e.attempts.length) continue;
+      if (!e.attempts.length) {
+        if (e.outcome && e.outcome.at) {
+          rows.push({id, label: (e.tool || 'tool') + ' (' + (e.callID || id) + ')', kind: e.kind, start: e.outcome.at, end: e.outcome.at,
+            running: false, duration: 0, attempts: 0, state: e.outcome.state, notRun: (e.outcome.error && e.outcome.error.class) || e.outcome.state});
+        }
+        continue;
+      }
       const start = e.attempts[0].dispatchedAt;
       const last = e.attempts[e.attempts.length - 1];
       const end = last.settledAt || (e.outcome && e.outcome.at) || 0;

@@ -83,7 +83,10 @@ test('the fold shows the calls of a step with their results, approvals and the a
   assert.match(denied.outcome.error.message, /denied: no/);
   assert.deepEqual(v.items.map(i => i.kind), ['user', 'step', 'final']);
   const tl = v.timeline(2000);
-  assert.deepEqual(tl.map(r => [r.label, r.duration, r.attempts]), [['model step 1', 8, 1], ['calculate (call_1_1)', 249, 2]]);
+  // The denied call is on the timeline too, where it ended, as not run.
+  assert.deepEqual(tl.map(r => [r.label, r.duration, r.attempts, r.notRun || '']),
+    [['model step 1', 8, 1, ''], ['calculate (call_1_1)', 249, 2, ''], ['calculate (call_1_2)', 0, 0, 'approval_denied']]);
+  assert.equal(tl[2].start, 1100);
   assert.deepEqual(effectRef('run_x.t2.3'), {kind: 'tool', step: 2, index: 3});
   assert.equal(effectRef('run_x.q1'), null);
 });
