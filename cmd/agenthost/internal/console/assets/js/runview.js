@@ -66,6 +66,7 @@ export class RunView {
         break;
       case 'model_step_planned':
         this.step(d.step).plannedAt = at;
+        this.unrunCalls(d.step - 1, d.request, at);
         break;
       case 'effect_dispatched': {
         const e = this.effect(d.effect);
@@ -118,6 +119,29 @@ export class RunView {
         this.items.push({kind: 'failure', status: ev.type === 'run_failed' ? 'failed' : 'cancelled', failure: d.failure || {}, at});
         this.endedAt = at;
         break;
+    }
+  }
+
+  // unrunCalls finds, in a model request, the results of the calls the
+  // host settled without running them (a tool the Run does not offer,
+  // arguments that fail the tool's input_schema): the Loop writes no event
+  // for those, only the tool message ("error (CLASS): …") that the next
+  // step's request carries, after the assistant message that asked for
+  // them (the last one), for the calls of step prev.
+  unrunCalls(prev, request, at) {
+    const msgs = (request && Array.isArray(request.messages)) ? request.messages : [];
+    let from = 0;
+    msgs.forEach((m, i) => { if (m && m.role === 'assistant') from = i + 1; });
+    for (const m of msgs.slice(from)) {
+      if (!m || m.role !== 'tool' || !m.tool_call_id) continue;
+      for (const e of this.effects.values()) {
+        if (e.step !== prev || e.kind !== 'tool' || e.callID !== m.tool_call_id || e.outcome || e.attempts.length) continue;
+        const text = String(m.content || '');
+        const parsed = /^error \(([a-z_]+)\): ([\s\S]*)$/.exec(text);
+        e.outcome = parsed
+          ? {state: 'failed', error: {class: parsed[1], message: parsed[2]}, at}
+          : {state: 'done', tool: {content: text, is_error: !!m.is_error}, at};
+      }
     }
   }
 

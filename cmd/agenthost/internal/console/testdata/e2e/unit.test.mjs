@@ -91,6 +91,30 @@ test('the fold shows the calls of a step with their results, approvals and the a
   assert.equal(effectRef('run_x.q1'), null);
 });
 
+test('a call the host settled without running it gets its result from the next request', () => {
+  const run = 'run_y';
+  const v = new RunView();
+  const evs = [
+    {type: 'run_created', data: {at: 1000, spec: {input: 'use word_count {"text":3}'}}},
+    {type: 'model_step_planned', data: {at: 1001, step: 1}},
+    {type: 'effect_dispatched', data: {at: 1002, effect: run + '.m1', attempt: 1}},
+    {type: 'effect_settled', data: {at: 1010, effect: run + '.m1', attempt: 1, outcome: {state: 'done', model: {message: {role: 'assistant',
+      tool_calls: [{id: 'c1', name: 'word_count', arguments: {text: 3}}]}}}}},
+    {type: 'model_step_planned', data: {at: 1011, step: 2, request: {messages: [
+      {role: 'user', content: 'use word_count {"text":3}'},
+      {role: 'assistant', content: '', tool_calls: [{id: 'c1', name: 'word_count', arguments: {text: 3}}]},
+      {role: 'tool', tool_call_id: 'c1', is_error: true,
+        content: 'error (invalid_arguments): tool word_count was not called: its arguments do not match its input_schema: at /text: got number, want string'}]}}},
+  ];
+  evs.forEach((e, i) => v.apply({id: i + 1, ...e}));
+  const e = v.effects.get(run + '.t1.0');
+  assert.equal(e.attempts.length, 0);
+  assert.equal(e.outcome.state, 'failed');
+  assert.equal(e.outcome.error.class, 'invalid_arguments');
+  assert.match(e.outcome.error.message, /^tool word_count was not called/);
+  assert.deepEqual(v.timeline(2000).map(r => [r.label, r.notRun || '']), [['model step 1', ''], ['word_count (c1)', 'invalid_arguments']]);
+});
+
 // A local server whose event stream breaks off: the stream resumes with
 // Last-Event-ID, and ends at the terminal event; one of a Run whose log
 // was pruned ends when the Run is found ended.
