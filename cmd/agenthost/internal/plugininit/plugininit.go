@@ -8,7 +8,9 @@
 // goes into every project, and the language's directory after it. In a
 // template, __NAME__ stands for the plugin's name; a file whose name ends
 // in .tmpl loses the suffix (so that go.mod and the .go files are not part
-// of this module), and gitignore.tmpl becomes .gitignore.
+// of this module), and gitignore.tmpl becomes .gitignore. The C headers
+// and the AssemblyScript JSON reader are the examples' own files
+// (examples.Shared), written as they are.
 package plugininit
 
 import (
@@ -21,6 +23,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/agenthost/agenthost/examples/plugins"
 )
 
 //go:embed all:templates
@@ -151,7 +155,22 @@ func Files(lang, name string) (map[string][]byte, error) {
 			return nil, fmt.Errorf("plugininit: the embedded templates: %w", err)
 		}
 	}
+	// The sources the project shares with the examples, as they are.
+	for file, src := range sharedSources[lang] {
+		b, err := examples.Shared.ReadFile(src)
+		if err != nil {
+			return nil, fmt.Errorf("plugininit: the examples' %s: %w", src, err)
+		}
+		out[file] = b
+	}
 	return out, nil
+}
+
+// sharedSources names, by language, the files of a project that are the
+// examples' own (examples.Shared), by their path in the project.
+var sharedSources = map[string]map[string]string{
+	"c":              {"extism.h": "c/extism.h", "agenthost.h": "c/agenthost.h", "json.h": "c/json.h"},
+	"assemblyscript": {"json.ts": "calculator-as/json.ts"},
 }
 
 func sortedKeys(m map[string][]byte) []string {

@@ -78,29 +78,26 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-// The C headers and the AssemblyScript JSON reader are copies of the
-// examples' (the templates cannot embed files outside this package), and
-// the AssemblyScript project pins what the example pins.
+// The C headers and the AssemblyScript JSON reader of a project are the
+// examples' own files; the AssemblyScript project pins what the example
+// pins.
 func TestTemplatesMatchTheExamples(t *testing.T) {
 	examples := filepath.Join("..", "..", "..", "..", "examples", "plugins")
-	same := func(template, example string) {
-		t.Helper()
-		a, err := templates.ReadFile("templates/" + template)
+	for lang, files := range map[string][]string{"c": {"extism.h", "agenthost.h", "json.h"}, "assemblyscript": {"json.ts"}} {
+		project, err := Files(lang, "word-tools")
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(examples, example))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("templates/%s differs from examples/plugins/%s: copy the example's over it (cp examples/plugins/%s cmd/agenthost/internal/plugininit/templates/%s)", template, example, example, template)
+		for _, f := range files {
+			want, err := os.ReadFile(filepath.Join(examples, sharedSources[lang][f]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(project[f], want) {
+				t.Errorf("the %s project's %s is not examples/plugins/%s", lang, f, sharedSources[lang][f])
+			}
 		}
 	}
-	for _, h := range []string{"extism.h", "agenthost.h", "json.h"} {
-		same("c/"+h, "c/"+h)
-	}
-	same("assemblyscript/json.ts", "calculator-as/json.ts")
 
 	deps := func(b []byte) map[string]string {
 		var p struct {
