@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/abidoc"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/plugins/abi/schema"
 )
@@ -164,36 +165,27 @@ func TestTheHostsDescribeChecksAgreeWithTheSchema(t *testing.T) {
 	}
 	// And every describe example of docs/ABI.md, loaded with the role its
 	// check marker names.
-	doc, err := os.ReadFile("../docs/ABI.md")
+	examples, err := abidoc.Read("../docs/ABI.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(string(doc), "\n")
 	found := 0
-	for i, l := range lines {
-		role, ok := strings.CutPrefix(strings.TrimSpace(l), "<!-- check: describe ")
-		if !ok || i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "```json" {
+	for _, ex := range examples {
+		if len(ex.What) != 2 || ex.What[0] != "describe" {
 			continue
 		}
-		role = strings.TrimSpace(strings.TrimSuffix(role, "-->"))
-		var body strings.Builder
-		for _, b := range lines[i+2:] {
-			if strings.TrimSpace(b) == "```" {
-				break
-			}
-			body.WriteString(b + "\n")
-		}
+		role, body := ex.What[1], string(ex.JSON)
 		found++
-		v, err := jsonschema.UnmarshalJSON(strings.NewReader(body.String()))
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(body))
 		if err != nil {
-			t.Fatalf("docs/ABI.md:%d: %v", i+1, err)
+			t.Fatalf("docs/ABI.md:%d: %v", ex.Line, err)
 		}
 		if err := sch.Validate(v); err != nil {
-			t.Errorf("docs/ABI.md:%d: the schema refuses the example: %v", i+1, err)
+			t.Errorf("docs/ABI.md:%d: the schema refuses the example: %v", ex.Line, err)
 		}
-		p, err := e.h.Load(context.Background(), PluginSpec{Name: fmt.Sprintf("doc%d", i), Path: writeModule(t, describingModuleAs(abi.Role(role), body.String())), Role: abi.Role(role)})
+		p, err := e.h.Load(context.Background(), PluginSpec{Name: fmt.Sprintf("doc%d", ex.Line), Path: writeModule(t, describingModuleAs(abi.Role(role), body)), Role: abi.Role(role)})
 		if err != nil {
-			t.Errorf("docs/ABI.md:%d: the host refuses the example: %v", i+1, err)
+			t.Errorf("docs/ABI.md:%d: the host refuses the example: %v", ex.Line, err)
 			continue
 		}
 		p.Close(context.Background())

@@ -1,55 +1,25 @@
 package abi
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agenthost/agenthost/internal/abidoc"
 )
 
 // docExample is one JSON block of docs/ABI.md, marked for checking by a
 // "<!-- check: what [args] -->" line right before its fence.
-type docExample struct {
-	line int
-	what []string
-	json []byte
-}
+type docExample = abidoc.Example
 
 func docExamples(t *testing.T) []docExample {
 	t.Helper()
-	raw, err := os.ReadFile("../../docs/ABI.md")
+	out, err := abidoc.Read("../../docs/ABI.md")
 	if err != nil {
 		t.Fatalf("docs/ABI.md is the contract this package implements: %v", err)
-	}
-	var out []docExample
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		rest, ok := strings.CutPrefix(line, "<!-- check:")
-		if !ok {
-			continue
-		}
-		ex := docExample{line: n, what: strings.Fields(strings.TrimSuffix(rest, "-->"))}
-		if !sc.Scan() || strings.TrimSpace(sc.Text()) != "```json" {
-			t.Fatalf("docs/ABI.md:%d: a check marker must be followed by a ```json fence", n)
-		}
-		n++
-		var body bytes.Buffer
-		for sc.Scan() {
-			n++
-			if strings.TrimSpace(sc.Text()) == "```" {
-				break
-			}
-			body.WriteString(sc.Text() + "\n")
-		}
-		ex.json = body.Bytes()
-		out = append(out, ex)
 	}
 	return out
 }
@@ -69,9 +39,9 @@ func TestABIDocExamplesAreValid(t *testing.T) {
 	}
 	for _, ex := range examples {
 		ex := ex
-		t.Run(strings.Join(ex.what, "_")+"@"+itoa(ex.line), func(t *testing.T) {
+		t.Run(strings.Join(ex.What, "_")+"@"+itoa(ex.Line), func(t *testing.T) {
 			if err := checkDocExample(ex); err != nil {
-				t.Fatalf("docs/ABI.md:%d: %v\n%s", ex.line, err, ex.json)
+				t.Fatalf("docs/ABI.md:%d: %v\n%s", ex.Line, err, ex.JSON)
 			}
 		})
 	}
@@ -79,12 +49,12 @@ func TestABIDocExamplesAreValid(t *testing.T) {
 
 func checkDocExample(ex docExample) error {
 	arg := func(i int) string {
-		if i < len(ex.what) {
-			return ex.what[i]
+		if i < len(ex.What) {
+			return ex.What[i]
 		}
 		return ""
 	}
-	data := ex.json
+	data := ex.JSON
 	switch arg(0) {
 	case "describe":
 		var d Describe

@@ -1,7 +1,6 @@
 package schema_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/plugins/abi/schema"
+
+	"github.com/agenthost/agenthost/internal/abidoc"
 )
 
 type noLoader struct{}
@@ -153,42 +154,13 @@ func TestTheSchemasAndTheValidatorsAgreeOnTheCorpus(t *testing.T) {
 
 // docExample is a JSON block of docs/ABI.md marked "<!-- check: what
 // [args] -->", the markers plugins/abi's doc test reads too.
-type docExample struct {
-	line int
-	what []string
-	json []byte
-}
+type docExample = abidoc.Example
 
 func docExamples(t *testing.T) []docExample {
 	t.Helper()
-	raw, err := os.ReadFile("../../../docs/ABI.md")
+	out, err := abidoc.Read("../../../docs/ABI.md")
 	if err != nil {
-		t.Fatal(err)
-	}
-	var out []docExample
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	n := 0
-	for sc.Scan() {
-		n++
-		rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "<!-- check:")
-		if !ok {
-			continue
-		}
-		ex := docExample{line: n, what: strings.Fields(strings.TrimSuffix(rest, "-->"))}
-		if !sc.Scan() || strings.TrimSpace(sc.Text()) != "```json" {
-			t.Fatalf("docs/ABI.md:%d: a check marker must be followed by a ```json fence", n)
-		}
-		n++
-		var body bytes.Buffer
-		for sc.Scan() {
-			n++
-			if strings.TrimSpace(sc.Text()) == "```" {
-				break
-			}
-			body.WriteString(sc.Text() + "\n")
-		}
-		ex.json = body.Bytes()
-		out = append(out, ex)
+		t.Fatalf("docs/ABI.md is the contract this package implements: %v", err)
 	}
 	return out
 }
@@ -244,23 +216,23 @@ func TestEveryExampleOfTheDocPassesItsSchema(t *testing.T) {
 	c := compiler(t)
 	seen := map[string]bool{}
 	for _, ex := range examples {
-		ref := docSchema(ex.what)
-		t.Run(fmt.Sprintf("%s@%d", strings.Join(ex.what, "_"), ex.line), func(t *testing.T) {
+		ref := docSchema(ex.What)
+		t.Run(fmt.Sprintf("%s@%d", strings.Join(ex.What, "_"), ex.Line), func(t *testing.T) {
 			if ref == "" {
-				t.Fatalf("docs/ABI.md:%d: no document for check %v", ex.line, ex.what)
+				t.Fatalf("docs/ABI.md:%d: no document for check %v", ex.Line, ex.What)
 			}
-			if err := validate(t, c, ref, ex.json); err != nil {
-				t.Fatalf("docs/ABI.md:%d: %s: %v\n%s", ex.line, ref, err, ex.json)
+			if err := validate(t, c, ref, ex.JSON); err != nil {
+				t.Fatalf("docs/ABI.md:%d: %s: %v\n%s", ex.Line, ref, err, ex.JSON)
 			}
 			if check, ok := goCheck(ref); ok {
-				data := ex.json
-				if ex.what[0] == "describe" && len(ex.what) > 1 {
-					if _, err := abi.DecodeDescribe(data, abi.Role(ex.what[1])); err != nil {
-						t.Fatalf("docs/ABI.md:%d: %v", ex.line, err)
+				data := ex.JSON
+				if ex.What[0] == "describe" && len(ex.What) > 1 {
+					if _, err := abi.DecodeDescribe(data, abi.Role(ex.What[1])); err != nil {
+						t.Fatalf("docs/ABI.md:%d: %v", ex.Line, err)
 					}
 				}
 				if err := check(data); err != nil {
-					t.Fatalf("docs/ABI.md:%d: the Go validator: %v", ex.line, err)
+					t.Fatalf("docs/ABI.md:%d: the Go validator: %v", ex.Line, err)
 				}
 			}
 		})
