@@ -124,31 +124,46 @@ func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string
 		if !self {
 			return fmt.Errorf("badgerstore: claim session %s/%s by %s: %w", tenant, session, nodeID, runtime.ErrNodeExpired)
 		}
-		var o ownerRecord
-		if _, err := readJSON(txn, ownerKey(tenant, session), &o); err != nil {
-			return err
-		}
-		if o.Owner == nodeID {
-			epoch = o.Epoch
-			return nil
-		}
-		if o.Owner != "" {
-			live, err := s.alive(txn, o.Owner, nowMS)
-			if err != nil {
-				return err
-			}
-			if live {
-				return fmt.Errorf("badgerstore: claim session %s/%s by %s: %w", tenant, session, nodeID,
-					&runtime.SessionOwnedError{Tenant: tenant, Session: session, Owner: o.Owner, Epoch: o.Epoch})
-			}
-		}
-		epoch = o.Epoch + 1
-		return writeJSON(txn, ownerKey(tenant, session), ownerRecord{Owner: nodeID, Epoch: epoch})
+		epoch, err = s.claimInTxn(txn, tenant, session, nodeID, nowMS, nil)
+		return err
 	})
 	if err != nil {
 		return 0, wrapErr("claim session "+tenant+"/"+session, err)
 	}
 	return epoch, nil
+}
+
+// claimInTxn claims a session for nodeID, whose own lease the caller
+// checked, in txn: the same epoch when nodeID owns it already, a
+// *SessionOwnedError when a live incarnation does, else the epoch plus
+// one, written. liveOwners, when not nil, remembers for the transaction
+// whether each owner seen is alive.
+func (s *Store) claimInTxn(txn *badger.Txn, tenant, session, nodeID string, nowMS int64, liveOwners map[string]bool) (uint64, error) {
+	var o ownerRecord
+	if _, err := readJSON(txn, ownerKey(tenant, session), &o); err != nil {
+		return 0, err
+	}
+	if o.Owner == nodeID {
+		return o.Epoch, nil
+	}
+	if o.Owner != "" {
+		live, seen := liveOwners[o.Owner]
+		if !seen {
+			var err error
+			if live, err = s.alive(txn, o.Owner, nowMS); err != nil {
+				return 0, err
+			}
+			if liveOwners != nil {
+				liveOwners[o.Owner] = live
+			}
+		}
+		if live {
+			return 0, fmt.Errorf("badgerstore: claim session %s/%s by %s: %w", tenant, session, nodeID,
+				&runtime.SessionOwnedError{Tenant: tenant, Session: session, Owner: o.Owner, Epoch: o.Epoch})
+		}
+	}
+	epoch := o.Epoch + 1
+	return epoch, writeJSON(txn, ownerKey(tenant, session), ownerRecord{Owner: nodeID, Epoch: epoch})
 }
 
 // ClaimSessions implements runtime.Ownership: one transaction, and so one
@@ -175,31 +190,15 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 		}
 		liveOwners := map[string]bool{}
 		for i, ref := range sessions {
-			var o ownerRecord
-			if _, err := readJSON(txn, ownerKey(ref.Tenant, ref.Session), &o); err != nil {
+			epoch, err := s.claimInTxn(txn, ref.Tenant, ref.Session, nodeID, nowMS, liveOwners)
+			if errors.Is(err, runtime.ErrSessionOwned) {
+				out[i].Err = err
+				continue
+			}
+			if err != nil {
 				return err
 			}
-			if o.Owner != "" && o.Owner != nodeID {
-				live, seen := liveOwners[o.Owner]
-				if !seen {
-					if live, err = s.alive(txn, o.Owner, nowMS); err != nil {
-						return err
-					}
-					liveOwners[o.Owner] = live
-				}
-				if live {
-					out[i].Err = fmt.Errorf("badgerstore: claim session %s/%s by %s: %w", ref.Tenant, ref.Session, nodeID,
-						&runtime.SessionOwnedError{Tenant: ref.Tenant, Session: ref.Session, Owner: o.Owner, Epoch: o.Epoch})
-					continue
-				}
-			}
-			out[i].Epoch = o.Epoch
-			if o.Owner != nodeID {
-				out[i].Epoch = o.Epoch + 1
-				if err := writeJSON(txn, ownerKey(ref.Tenant, ref.Session), ownerRecord{Owner: nodeID, Epoch: out[i].Epoch}); err != nil {
-					return err
-				}
-			}
+			out[i].Epoch = epoch
 			runs, err := runsAt(txn, ref.Tenant, activePrefix(ref.Tenant, ref.Session), 0, 0)
 			if err != nil {
 				return err

@@ -523,6 +523,13 @@ func (s *MemStore) ClaimSession(ctx context.Context, tenant, session, nodeID str
 	if !s.alive(nodeID, nowMS) {
 		return 0, fmt.Errorf("memstore: claim session %s/%s by %s: %w", tenant, session, nodeID, runtime.ErrNodeExpired)
 	}
+	return s.claimLocked(tenant, session, nodeID, nowMS)
+}
+
+// claimLocked claims a session for nodeID, whose own lease the caller
+// checked, under the store's lock: ClaimSession's decision once the
+// claimant is known alive, which ClaimSessions makes for each session.
+func (s *MemStore) claimLocked(tenant, session, nodeID string, nowMS int64) (uint64, error) {
 	sk := memSessionKey{tenant, session}
 	sess := s.sessions[sk]
 	if sess == nil {
@@ -556,23 +563,12 @@ func (s *MemStore) ClaimSessions(ctx context.Context, nodeID string, nowMS int64
 	}
 	out := make([]runtime.SessionClaim, len(sessions))
 	for i, ref := range sessions {
-		sk := memSessionKey{ref.Tenant, ref.Session}
-		sess := s.sessions[sk]
-		if sess == nil {
-			sess = &memSession{}
-			s.sessions[sk] = sess
-		}
-		switch {
-		case sess.owner == nodeID:
-		case sess.owner != "" && s.alive(sess.owner, nowMS):
-			out[i].Err = fmt.Errorf("memstore: claim session %s/%s by %s: %w", ref.Tenant, ref.Session, nodeID,
-				&runtime.SessionOwnedError{Tenant: ref.Tenant, Session: ref.Session, Owner: sess.owner, Epoch: sess.epoch})
+		epoch, err := s.claimLocked(ref.Tenant, ref.Session, nodeID, nowMS)
+		if err != nil {
+			out[i].Err = err
 			continue
-		default:
-			sess.owner = nodeID
-			sess.epoch++
 		}
-		out[i].Epoch = sess.epoch
+		out[i].Epoch = epoch
 		out[i].Active = s.activeRunsLocked(ref.Tenant, ref.Session)
 	}
 	return out, nil
