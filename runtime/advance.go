@@ -453,16 +453,7 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 	for _, tl := range t.Tools {
 		in.Tools = append(in.Tools, tl.Descriptor)
 	}
-	var (
-		cctx   context.Context
-		cancel context.CancelFunc
-	)
-	if _, ok := t.Builder.(CapacityWaiter); ok {
-		cctx, cancel = context.WithCancel(ctx)
-		cctx = WithCallTimeout(cctx, rt.opts.CallTimeout)
-	} else {
-		cctx, cancel = context.WithTimeout(ctx, rt.opts.CallTimeout)
-	}
+	cctx, cancel := rt.callCtxFrom(ctx, t.Builder)
 	defer cancel()
 	out, err := t.Builder.Build(cctx, t.ID, in)
 	if err != nil {

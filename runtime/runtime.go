@@ -522,11 +522,16 @@ func (rt *Runtime) commitCtx() (context.Context, context.CancelFunc) {
 // by CallTimeout, which for a CapacityWaiter runs from when it begins the
 // call (BeginCall), not while it waits for an instance.
 func (rt *Runtime) callCtx(callee any) (context.Context, context.CancelFunc) {
+	return rt.callCtxFrom(rt.life, callee)
+}
+
+// callCtxFrom is callCtx within parent instead of the runtime's lifetime.
+func (rt *Runtime) callCtxFrom(parent context.Context, callee any) (context.Context, context.CancelFunc) {
 	if _, ok := callee.(CapacityWaiter); ok {
-		ctx, cancel := context.WithCancel(rt.life)
+		ctx, cancel := context.WithCancel(parent)
 		return WithCallTimeout(ctx, rt.opts.CallTimeout), cancel
 	}
-	return context.WithTimeout(rt.life, rt.opts.CallTimeout)
+	return context.WithTimeout(parent, rt.opts.CallTimeout)
 }
 
 // runLock serializes the advances of one Run in this process: each one
