@@ -167,28 +167,7 @@ func TestPluginCallAndUseWithTheAssemblyScriptExample(t *testing.T) {
 	})
 
 	t.Run("the scripted model calls it in a Run when told use calculate", func(t *testing.T) {
-		paths := map[string]string{}
-		for _, name := range []string{"prompt-builder", "scripted-model"} {
-			p, err := conformance.BuildExampleWasm(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			paths[name] = p
-		}
-		cfg := writeConfig(t, t.TempDir(), `
-data_dir: data
-cache_dir: `+cache+`
-log: {level: warn}
-plugins:
-  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder}
-  scripted-model: {path: `+paths["scripted-model"]+`, role: executor}
-  calculator-as: {path: `+calc+`, role: executor}
-tenants:
-  demo:
-    builder: prompt-builder
-    model: scripted-model
-    tool_executors: [calculator-as]
-`)
+		cfg := toolRunConfig(t, cache, "calculator-as", calc)
 		r := runCLI(t, bin, nil, "run", "--config", cfg, `use calculate {"expression": "2^3^2"}`)
 		if r.code != 0 {
 			t.Fatalf("exit %d", r.code)

@@ -123,31 +123,39 @@ func TestPluginInitBuildsAndVerifiesEveryLanguage(t *testing.T) {
 
 	// The Go plugin's tool in a real Run: the scripted model calls it when
 	// told `use word_count {…}`, and answers with its result.
-	paths := map[string]string{}
-	for _, name := range []string{"prompt-builder", "scripted-model"} {
-		p, err := conformance.BuildExampleWasm(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		paths[name] = p
-	}
-	cfg := writeConfig(t, t.TempDir(), `
-data_dir: data
-cache_dir: `+conformance.WazeroCacheDir()+`
-log: {level: warn}
-plugins:
-  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder}
-  scripted-model: {path: `+paths["scripted-model"]+`, role: executor}
-  word-tools: {path: `+wasm["go"]+`, role: executor}
-tenants:
-  demo:
-    builder: prompt-builder
-    model: scripted-model
-    tool_executors: [word-tools]
-`)
+	cfg := toolRunConfig(t, conformance.WazeroCacheDir(), "word-tools", wasm["go"])
 	r := runCLI(t, bin, nil, "run", "--config", cfg, `use word_count {"text": "one two three"}`)
 	if r.code != 0 {
 		t.Fatalf("run: exit %d", r.code)
 	}
 	mustContain(t, "run", r.stdout, "· word-tools: counted: 3 words", `model calls word_count {"text":"one two three"}`, "tool word_count returned: 3", "answer: The word_count tool answered: 3.", "run completed")
+}
+
+// toolRunConfig writes the config of a tenant whose Runs use the example
+// builder and the demo model (scripted-model, which calls any tool when
+// told `use TOOL {…}`) with one tool plugin, name at path.
+func toolRunConfig(t *testing.T, cache, name, path string) string {
+	t.Helper()
+	paths := map[string]string{}
+	for _, example := range []string{"prompt-builder", "scripted-model"} {
+		p, err := conformance.BuildExampleWasm(example)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths[example] = p
+	}
+	return writeConfig(t, t.TempDir(), `
+data_dir: data
+cache_dir: `+cache+`
+log: {level: warn}
+plugins:
+  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder}
+  scripted-model: {path: `+paths["scripted-model"]+`, role: executor}
+  `+name+`: {path: `+path+`, role: executor}
+tenants:
+  demo:
+    builder: prompt-builder
+    model: scripted-model
+    tool_executors: [`+name+`]
+`)
 }
