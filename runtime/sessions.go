@@ -234,17 +234,23 @@ func (rt *Runtime) kick(tenant, session string) {
 	}
 	rt.wg.Add(1)
 	rt.active.Add(1)
-	drive := func() {
+	// A drive returns the next one queued for its slot (or nil, and the
+	// slot is free), taken before its own count as active work ends: a
+	// queued drive leaves the queue while the goroutine that will run it is
+	// still counted, so the runtime never looks idle in between (a
+	// quiescent check, the metamorphic test's, saw a Run of a queued
+	// session stuck at that instant).
+	var drive sessionDrive = func() sessionDrive {
 		defer rt.wg.Done()
 		defer rt.active.Add(-1)
 		if rt.life.Err() != nil {
 			rt.sessions.passDone(s, true)
-			return
+			return rt.drivers.next()
 		}
 		for {
 			rt.driveSession(tenant, session)
 			if !rt.sessions.passDone(s, rt.stopping()) {
-				return
+				return rt.drivers.next()
 			}
 		}
 	}
@@ -256,8 +262,8 @@ func (rt *Runtime) kick(tenant, session string) {
 	}
 	rt.mu.Unlock()
 	go func() {
-		for d := drive; d != nil; d = rt.drivers.next() {
-			d()
+		for d := drive; d != nil; {
+			d = d()
 		}
 	}()
 }
@@ -330,6 +336,10 @@ func (rt *Runtime) driveSession(tenant, session string) {
 	}
 }
 
+// sessionDrive drives one session until it is done and returns the next
+// drive queued for its slot (nil: the slot is free).
+type sessionDrive func() sessionDrive
+
 // driverSlots is the one owner of the MaxDrivers driver slots. It hands
 // them out in the order the sessions were kicked: kick takes a free slot
 // for the driver it starts, or queues the session's drive, and a driver
@@ -351,7 +361,7 @@ func newDriverSlots(n int) *driverSlots { return &driverSlots{free: n, queue: li
 
 // takeOrQueue takes a free slot for drive (true: the caller starts a
 // goroutine for it), or queues drive for the next slot that frees up.
-func (d *driverSlots) takeOrQueue(drive func()) bool {
+func (d *driverSlots) takeOrQueue(drive sessionDrive) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.free > 0 {
@@ -362,14 +372,14 @@ func (d *driverSlots) takeOrQueue(drive func()) bool {
 	return false
 }
 
-// next is called by a driver goroutine done with a drive: it returns the
-// first drive queued, for the goroutine to run with its slot, or nil, and
-// the slot is free again.
-func (d *driverSlots) next() func() {
+// next is called by a drive that is done: it returns the first drive
+// queued, for its goroutine to run with its slot, or nil, and the slot is
+// free again.
+func (d *driverSlots) next() sessionDrive {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if first := d.queue.Front(); first != nil {
-		return d.queue.Remove(first).(func())
+		return d.queue.Remove(first).(sessionDrive)
 	}
 	d.free++
 	return nil
