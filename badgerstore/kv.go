@@ -20,7 +20,8 @@ func checkKVScope(tenant, plugin string) error {
 }
 
 // KVGet implements runtime.PluginKV. A store failure is an error, never a
-// nil value.
+// nil value. It reads through the store's KV view (kvview.go) when it can,
+// so that it does not wait for the commits of Runs under way.
 func (s *Store) KVGet(ctx context.Context, tenant, plugin string, k []byte) ([]byte, error) {
 	if err := checkKVScope(tenant, plugin); err != nil {
 		return nil, fmt.Errorf("badgerstore: kv get: %w", err)
@@ -30,8 +31,7 @@ func (s *Store) KVGet(ctx context.Context, tenant, plugin string, k []byte) ([]b
 	}
 	defer s.leave()
 	var v []byte
-	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(kvKey(tenant, plugin, k))
+	err := s.kvView.get(s.db, s.opts.Clock.Now(), kvKey(tenant, plugin, k), func(item *badger.Item, err error) error {
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
@@ -170,6 +170,8 @@ func (s *Store) leadKV(ctx context.Context, tenant, plugin string, w *kvWriter) 
 // against the usage the writes before it left, one over the quota refused
 // alone with ErrKVQuota.
 func (s *Store) commitKV(ctx context.Context, tenant, plugin string, batch []*kvOp) {
+	s.kvView.beginWrite()
+	defer s.kvView.endWrite()
 	err := s.update(ctx, func(txn *badger.Txn) error {
 		usage, err := getU64(txn, kvUsageKey(tenant, plugin))
 		if err != nil {

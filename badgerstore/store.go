@@ -134,6 +134,7 @@ type Store struct {
 
 	kvMu      sync.Mutex
 	kvWriters map[string]*kvWriter // by tenant and plugin: KVSet's write queues
+	kvView    kvView               // the read transaction KVGet shares while no KV write begins (kvview.go)
 
 	totals tenantTotals // each tenant's stored bytes, kept by the writes (usage.go)
 	snaps  *snapCache   // the snapshots written or read lately, for LoadRun (snapcache.go)
@@ -304,6 +305,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.stopGC)
 	<-s.gcDone
+	s.kvView.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("badgerstore: close %s: %w", s.dir, err)
 	}
