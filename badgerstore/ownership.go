@@ -212,6 +212,15 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("claim %d sessions", len(sessions)), err)
 	}
+	// The Runs the claim read are what the claimant's drives load next:
+	// cached as LoadRun caches what it reads, they load without a Badger
+	// transaction, which would wait for the commits under way (snapcache.go).
+	for i, c := range out {
+		for j := range c.Active {
+			r := &out[i].Active[j]
+			s.snaps.putRead(sessions[i].Tenant, r.ID, r.Seq, encodeSnapshot(r))
+		}
+	}
 	return out, nil
 }
 

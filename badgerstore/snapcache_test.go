@@ -25,6 +25,21 @@ func TestStoreConformanceWithoutTheSnapshotCache(t *testing.T) {
 	})
 }
 
+// createRunT creates Run id, pending, in tenant t and session s.
+func createRunT(t *testing.T, s *Store, id string) loop.Run {
+	t.Helper()
+	spec := loop.Spec{Tenant: "t", Session: "s", ID: id, Input: "hi", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy}
+	ev := loop.RunCreated(spec, 1)
+	r, err := loop.Apply(loop.Run{}, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateRun(context.Background(), runtime.CreateRun{Run: r, Event: ev}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func snapAt(id string, seq int64) []byte {
 	r := loop.Run{Spec: loop.Spec{Tenant: "t", Session: "s", ID: id}, Seq: seq}
 	return runcodec.Append(nil, &r)
@@ -92,15 +107,7 @@ func TestALoadAfterACommitIsVisibleSeesIt(t *testing.T) {
 	ctx := context.Background()
 	clock := conformance.NewFakeClock(time.Unix(1_700_000_000, 0))
 	s := openT(t, t.TempDir(), Options{Clock: clock})
-	spec := loop.Spec{Tenant: "t", Session: "s", ID: "r", Input: "hi", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy}
-	ev := loop.RunCreated(spec, 1)
-	r, err := loop.Apply(loop.Run{}, ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateRun(ctx, runtime.CreateRun{Run: r, Event: ev}); err != nil {
-		t.Fatal(err)
-	}
+	r := createRunT(t, s, "r")
 	if got, err := s.LoadRun(ctx, "t", "r"); err != nil || got.Seq != 1 {
 		t.Fatalf("load: %d, %v", got.Seq, err)
 	}
@@ -131,5 +138,37 @@ func TestALoadAfterACommitIsVisibleSeesIt(t *testing.T) {
 	}
 	if got, err := s.LoadRun(ctx, "t", "r"); err != nil || got.Seq != 2 {
 		t.Fatalf("a load after the commit returned: Seq %d, %v; want 2", got.Seq, err)
+	}
+}
+
+// A claim caches the active Runs it read, so that the claimant's drives
+// load them without a Badger transaction.
+func TestAClaimCachesTheRunsItRead(t *testing.T) {
+	ctx := context.Background()
+	clock := conformance.NewFakeClock(time.Unix(1_700_000_000, 0))
+	dir := t.TempDir()
+	s, err := Open(dir, Options{Clock: clock, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createRunT(t, s, "r")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir, Options{Clock: clock})
+	now := clock.Now().UnixMilli()
+	if err := s.RegisterNode(ctx, "n", now+60_000); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.snaps.load("t", "r"); ok {
+		t.Fatal("a fresh open has the Run cached")
+	}
+	claims, err := s.ClaimSessions(ctx, "n", now, []runtime.SessionRef{{Tenant: "t", Session: "s"}})
+	if err != nil || len(claims) != 1 || claims[0].Err != nil || len(claims[0].Active) != 1 {
+		t.Fatalf("claim: %+v, %v", claims, err)
+	}
+	got, ok, err := s.snaps.load("t", "r")
+	if !ok || err != nil || !reflect.DeepEqual(got, claims[0].Active[0]) {
+		t.Fatalf("after the claim the cache holds %+v (%v, %v); want the Run the claim read", got, ok, err)
 	}
 }
