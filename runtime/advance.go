@@ -279,10 +279,12 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		}
 		cctx, cancel := rt.commitCtx()
 		began := rt.clock.Now()
+		rt.commits.begin()
 		res, err := rt.store.Commit(cctx, Commit{
 			Tenant: req.tenant, Session: req.session, RunID: req.runID, CommandID: cmd, AlsoCommandIDs: also,
 			ExpectedSeq: run.Seq, Epoch: epoch, Events: batch, Run: next,
 		})
+		rt.commits.end()
 		rt.opts.Observer.Committed(rt.clock.Now().Sub(began), err)
 		cancel()
 		if err != nil || res.Duplicate {

@@ -43,7 +43,9 @@ type Options struct {
 	// MaxCallsInFlight bounds the executor calls (start, poll, attach,
 	// cancel) that advances launch and that are running at once (default
 	// 256): a launch past it waits for a call to answer (launch). The
-	// Watcher's calls have their own bound, MaxConcurrentCalls.
+	// Watcher's calls have their own bound, MaxConcurrentCalls. It also
+	// bounds the Run commits under way past which a session's drive waits
+	// before it begins (backlog.go).
 	MaxCallsInFlight int
 	// MaxDrivers bounds the sessions driven at once (default 128). Session
 	// drivers are cheap, but thousands at once (a recovery pass over
@@ -91,6 +93,9 @@ type Runtime struct {
 	// calls holds a token for each launched executor call in flight
 	// (Options.MaxCallsInFlight; launch).
 	calls chan struct{}
+	// commits counts the Run commits under way; drives wait while they
+	// are MaxCallsInFlight or more (backlog.go).
+	commits *commitBacklog
 	// settles queues the settlements waiting for their commit, so that
 	// one commit takes those of a Run that arrive together.
 	settles *settleQueue
@@ -239,6 +244,7 @@ func New(opts Options) (*Runtime, error) {
 		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
 		drivers:  newDriverSlots(opts.MaxDrivers),
 		calls:    make(chan struct{}, opts.MaxCallsInFlight),
+		commits:  newCommitBacklog(opts.MaxCallsInFlight),
 		attempts: newAttempts(),
 		settles:  newSettleQueue(),
 		sessions: newSessionTable(),

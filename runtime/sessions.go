@@ -286,6 +286,11 @@ func (rt *Runtime) driveSession(tenant, session string) {
 		return ok
 	}
 	for ctx.Err() == nil {
+		// New work waits while too many commits are under way
+		// (backlog.go); it holds no Run's lock here.
+		if !rt.commits.wait(ctx) {
+			return
+		}
 		epoch, err := rt.claim(ctx, tenant, session)
 		if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired) {
 			rt.boundary(tenant, session, err)
