@@ -68,10 +68,3 @@ func (b *commitBacklog) wait(ctx context.Context) bool {
 		}
 	}
 }
-
-// size is the number of commits under way.
-func (b *commitBacklog) size() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.n
-}

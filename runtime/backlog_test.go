@@ -44,7 +44,9 @@ func TestCommitBacklogHoldsNewWorkWhileFull(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cancelled wait does not end")
 	}
-	if b.size() != 2 {
-		t.Fatalf("size %d, want 2", b.size())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n != 2 {
+		t.Fatalf("%d commits under way, want 2", b.n)
 	}
 }
