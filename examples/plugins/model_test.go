@@ -134,6 +134,8 @@ func testRules(t *testing.T, m *host.Executor) {
 	c.Input.Effect.Request = json.RawMessage(`[1,2]`)
 	if r, err := m.Start(ctx, c); err != nil || r.State != abi.StateFailed {
 		t.Errorf("bad request: %+v %v", r, err)
+	} else if msg := r.Error.Message; !strings.Contains(msg, "effect run_1.m3: request is not a model request") || !strings.Contains(msg, "cannot unmarshal") || !strings.Contains(msg, "abi.ModelRequest") {
+		t.Errorf("bad request: the error %q does not say which effect's request is wrong, and how", msg)
 	}
 }
 

@@ -46,7 +46,7 @@ func start() int32 {
 	if in.Effect.Kind != abi.KindModel {
 		return guest.Reply(abi.Failed(fmt.Sprintf("scripted-model: effect %s is of kind %q; this plugin carries out model effects only", in.Effect.ID, in.Effect.Kind), false))
 	}
-	req, err := in.Effect.ModelRequest()
+	req, err := guest.ModelRequest(in.Effect)
 	if err != nil {
 		return guest.Reply(abi.Failed("scripted-model: "+err.Error(), false))
 	}

@@ -6,14 +6,22 @@
 // Each wrapper is a few lines over go-pdk; copy them into your own plugin
 // freely (docs/ABI.md, "Writing a plugin", shows them in full).
 //
+// The JSON codec is github.com/segmentio/encoding/json, a drop-in for
+// encoding/json (the same API, struct tags and decoding rules; a few error
+// messages are worded differently). Compiled to Wasm it handles the ABI's
+// payloads in about half the time, and JSON is most of a Go plugin's call
+// (docs/BENCHMARKS.md, "What a recovered Run's guests cost"). A plugin of
+// your own may use either.
+//
 // It builds only for GOOS=wasip1, like every plugin source.
 package guest
 
 import (
-	"encoding/json"
+	"fmt"
 
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/extism/go-pdk"
+	"github.com/segmentio/encoding/json"
 )
 
 //go:wasmimport extism:host/user agenthost_kv_get
@@ -32,7 +40,17 @@ func hostEmit(event uint64) uint64
 func hostHTTP(request uint64) uint64
 
 // Input decodes the call's JSON input into v.
-func Input(v any) error { return pdk.InputJSON(v) }
+func Input(v any) error { return json.Unmarshal(pdk.Input(), v) }
+
+// ModelRequest is abi.Effect.ModelRequest on this package's codec: the
+// request of a model effect, or an error that names the effect.
+func ModelRequest(e abi.Effect) (abi.ModelRequest, error) {
+	var req abi.ModelRequest
+	if err := json.Unmarshal(e.Request, &req); err != nil {
+		return abi.ModelRequest{}, fmt.Errorf("abi: effect %s: request is not a model request: %w", e.ID, err)
+	}
+	return req, nil
+}
 
 // Reply writes v as the call's JSON output and returns 0, the ok status.
 func Reply(v any) int32 {

@@ -394,10 +394,24 @@ func estimateUsage(req abi.ModelRequest, out abi.Message) abi.Usage {
 	return abi.Usage{InputTokens: tokens(in), OutputTokens: tokens(o)}
 }
 
+// words counts the runs of text between separators (space, newline, tab,
+// and the JSON punctuation " , : { }). It counts what strings.FieldsFunc
+// would split out, without building the fields: every separator is ASCII,
+// so the bytes of a multi-byte character are never one.
 func words(s string) int {
-	return len(strings.FieldsFunc(s, func(r rune) bool {
-		return r == ' ' || r == '\n' || r == '\t' || r == '"' || r == ',' || r == ':' || r == '{' || r == '}'
-	}))
+	n, inWord := 0, false
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '\n', '\t', '"', ',', ':', '{', '}':
+			inWord = false
+		default:
+			if !inWord {
+				n++
+				inWord = true
+			}
+		}
+	}
+	return n
 }
 
 func tokens(words int) int64 { return int64((words*4 + 2) / 3) }

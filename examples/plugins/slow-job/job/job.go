@@ -17,12 +17,12 @@
 package job
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
 
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/segmentio/encoding/json"
 )
 
 // Tool is the tool's name.
