@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -204,4 +205,95 @@ func bareCommitter(b *testing.B, committers int) (func(w, i int) error, func()) 
 		})
 	}
 	return op, func() { _ = db.Close() }
+}
+
+// BenchmarkSessionHistory measures what a builder's history costs at each
+// model step, in a session that already holds n completed Runs: the
+// runtime's read of it (CompletedRunsBefore, the last 20 completed Runs
+// before the current one) against the baseline of reading the whole
+// session (SessionRuns) and keeping the same 20, which is what the
+// runtime did before. Figures: docs/BENCHMARKS.md.
+func BenchmarkSessionHistory(b *testing.B) {
+	const window = runtime.DefaultHistoryRuns
+	for _, n := range []int{10, 100, 1000} {
+		s, err := Open(b.TempDir(), Options{Logger: quietLogger(), GCInterval: -1, NoSyncWrites: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		for i := range n {
+			completeBenchRun(b, s, "long", fmt.Sprintf("done%04d", i))
+		}
+		now := createBenchRun(b, s, "long", "now")
+		check := func(b *testing.B, runs []loop.Run) {
+			if len(runs) != min(n, window) || runs[len(runs)-1].ID != fmt.Sprintf("done%04d", n-1) {
+				b.Fatalf("history of %d Runs, the last %s", len(runs), runs[len(runs)-1].ID)
+			}
+		}
+		b.Run(fmt.Sprintf("runs=%d/completed-runs-before", n), func(b *testing.B) {
+			for b.Loop() {
+				runs, err := s.CompletedRunsBefore(ctx, "bench", "long", now.ID, window)
+				if err != nil {
+					b.Fatal(err)
+				}
+				check(b, runs)
+			}
+		})
+		b.Run(fmt.Sprintf("runs=%d/baseline-whole-session", n), func(b *testing.B) {
+			for b.Loop() {
+				all, err := s.SessionRuns(ctx, "bench", "long", 0, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var runs []loop.Run
+				for _, sr := range all {
+					if sr.Run.ID == now.ID {
+						break
+					}
+					if sr.Run.Status == loop.StatusCompleted {
+						runs = append(runs, sr.Run)
+					}
+				}
+				check(b, runs[max(0, len(runs)-window):])
+			}
+		})
+		_ = s.Close()
+	}
+}
+
+// createBenchRun creates a Run in session and returns its snapshot.
+func createBenchRun(b *testing.B, s *Store, session, id string) loop.Run {
+	spec := loop.Spec{Tenant: "bench", Session: session, ID: id, Input: "benchmark input of a typical size",
+		Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy}
+	ev := loop.RunCreated(spec, 1)
+	r, _ := loop.Apply(loop.Run{}, ev)
+	ev.Seq = 1
+	if _, err := s.CreateRun(context.Background(), runtime.CreateRun{Run: r, Event: ev}); err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// completeBenchRun creates a Run that asks the model once and completes
+// with its answer: a transcript of a question and an answer.
+func completeBenchRun(b *testing.B, s *Store, session, id string) {
+	r := createBenchRun(b, s, session, id)
+	effect := loop.ModelEffectID(id, 1)
+	cur, evs := r, []loop.Event(nil)
+	for _, e := range []loop.Event{{Type: loop.EventRunStarted, At: 2},
+		{Type: loop.EventModelStepPlanned, At: 3, Step: 1, Request: json.RawMessage(`{"model":"m"}`)},
+		{Type: loop.EventEffectDispatched, At: 4, EffectID: effect, Attempt: 1},
+		loop.Settled(effect, 1, loop.Outcome{State: loop.OutcomeDone, Model: &abi.ModelOutcome{Message: abi.Message{Content: "an answer of a typical size, a sentence or two long"}}}, 5),
+		{Type: loop.EventRunCompleted, At: 6}} {
+		next, err := loop.Apply(cur, e)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.Seq = next.Seq
+		evs, cur = append(evs, e), next
+	}
+	if _, err := s.Commit(context.Background(), runtime.Commit{Tenant: "bench", Session: session, RunID: id,
+		ExpectedSeq: r.Seq, Events: evs, Run: cur}); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -594,6 +594,23 @@ func prefetch(limit int) int {
 	return 100
 }
 
+// indexedRecord reads the run record an index entry names (its value is
+// the run ID). An entry with no record is an inconsistent store.
+func indexedRecord(txn *badger.Txn, tenant string, entry *badger.Item) ([]byte, error) {
+	id, err := entry.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	b, ok, err := getRecord(txn, tenant, string(id))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("badgerstore: an index lists run %s/%s, which has no record: the store is inconsistent", tenant, id)
+	}
+	return b, nil
+}
+
 // runsAt loads the Runs an ordinal-keyed index (tOrder or tActive) lists
 // under prefix, from ordinal from on.
 func runsAt(txn *badger.Txn, tenant string, prefix key, from uint64, limit int) ([]runtime.SessionRun, error) {
@@ -604,16 +621,9 @@ func runsAt(txn *badger.Txn, tenant string, prefix key, from uint64, limit int) 
 		if limit > 0 && len(out) == limit {
 			break
 		}
-		id, err := it.Item().ValueCopy(nil)
+		b, err := indexedRecord(txn, tenant, it.Item())
 		if err != nil {
 			return nil, err
-		}
-		b, ok, err := getRecord(txn, tenant, string(id))
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, fmt.Errorf("badgerstore: an index lists run %s/%s, which has no record: the store is inconsistent", tenant, id)
 		}
 		h, r, err := decodeRecord(b)
 		if err != nil {
@@ -643,6 +653,92 @@ func (s *Store) SessionRuns(ctx context.Context, tenant, session string, after i
 	})
 	if err != nil {
 		return nil, wrapErr("session runs of "+tenant+"/"+session, err)
+	}
+	return out, nil
+}
+
+// CompletedRunsBefore implements runtime.Store. It reads the session's
+// order index forwards in windows that end at runID and step back, each
+// as long as the completed Runs still missing: in a session whose Runs
+// mostly complete, one window of limit Runs. Badger iterates forwards far
+// faster than in reverse.
+func (s *Store) CompletedRunsBefore(ctx context.Context, tenant, session, runID string, limit int) ([]loop.Run, error) {
+	if err := checkIDs("tenant", tenant, "session", session, "run", runID); err != nil {
+		return nil, fmt.Errorf("badgerstore: completed runs before: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []loop.Run
+	err := s.db.View(func(txn *badger.Txn) error {
+		b, ok, err := getRecord(txn, tenant, runID)
+		if err != nil {
+			return err
+		}
+		var h runHeader
+		if ok {
+			if h, err = decodeHeader(b); err != nil {
+				return err
+			}
+		}
+		if !ok || h.Session != session {
+			return fmt.Errorf("badgerstore: completed runs before %s/%s in session %s: %w", tenant, runID, session, runtime.ErrRunNotFound)
+		}
+		prefix := orderPrefix(tenant, session)
+		for end := uint64(h.Ordinal); end > 1 && (limit <= 0 || len(out) < limit); {
+			from := uint64(1)
+			if limit > 0 {
+				if need := uint64(max(limit-len(out), 8)); end > need {
+					from = end - need
+				}
+			}
+			window, err := completedRuns(txn, tenant, prefix, from, end)
+			if err != nil {
+				return err
+			}
+			out = append(window, out...)
+			end = from
+		}
+		if limit > 0 && len(out) > limit {
+			out = out[len(out)-limit:]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("completed runs before "+tenant+"/"+runID, err)
+	}
+	return out, nil
+}
+
+// completedRuns returns the completed Runs the order index under prefix
+// lists at ordinals from (inclusive) to end (exclusive), in order. It
+// decodes the snapshot of the completed ones only.
+func completedRuns(txn *badger.Txn, tenant string, prefix key, from, end uint64) ([]loop.Run, error) {
+	var out []loop.Run
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	for it.Seek(append(prefix[:len(prefix):len(prefix)], be64(from)...)); it.ValidForPrefix(prefix); it.Next() {
+		k := it.Item().Key()
+		if binary.BigEndian.Uint64(k[len(k)-8:]) >= end {
+			break
+		}
+		b, err := indexedRecord(txn, tenant, it.Item())
+		if err != nil {
+			return nil, err
+		}
+		h, err := decodeHeader(b)
+		if err != nil {
+			return nil, err
+		}
+		if h.Status != loop.StatusCompleted {
+			continue
+		}
+		_, r, err := decodeRecord(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -704,9 +800,12 @@ func (s *Store) RunsByStatus(ctx context.Context, tenant string, status loop.Sta
 	return out, nil
 }
 
-func checkIDs(what1, id1, what2, id2 string) error {
-	if err := loop.CheckID(what1, id1); err != nil {
-		return err
+// checkIDs checks IDs given as pairs: what the ID names, then the ID.
+func checkIDs(whatAndID ...string) error {
+	for i := 0; i+1 < len(whatAndID); i += 2 {
+		if err := loop.CheckID(whatAndID[i], whatAndID[i+1]); err != nil {
+			return err
+		}
 	}
-	return loop.CheckID(what2, id2)
+	return nil
 }

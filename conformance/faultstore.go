@@ -56,7 +56,7 @@ func (k FaultKind) valid() bool { return k >= FaultError && k <= FaultLostReply 
 // (a FaultLostReply needs a write to lose the reply of).
 var faultMethods = map[string]bool{
 	"CreateRun": true, "Commit": true, "LoadRun": false, "Events": false,
-	"SessionRuns": false, "ActiveRuns": false, "RunsByStatus": false, "TenantStoredBytes": false,
+	"SessionRuns": false, "CompletedRunsBefore": false, "ActiveRuns": false, "RunsByStatus": false, "TenantStoredBytes": false,
 	"RegisterNode": true, "RenewNode": true, "ClaimSession": true, "ClaimSessions": true, "ReleaseSession": true,
 	"OrphanedSessions": false, "ActiveSessions": false, "ExecutingEffects": false,
 	"KVGet": false, "KVSet": true, "KVDelete": true,
@@ -364,6 +364,13 @@ func (f *FaultStore) Events(ctx context.Context, tenant, runID string, fromSeq i
 func (f *FaultStore) SessionRuns(ctx context.Context, tenant, session string, after int64, limit int) ([]runtime.SessionRun, error) {
 	return call(f, "SessionRuns", FaultArgs{Tenant: tenant, Session: session}, func() ([]runtime.SessionRun, error) {
 		return f.inner.SessionRuns(ctx, tenant, session, after, limit)
+	})
+}
+
+// CompletedRunsBefore implements runtime.Store.
+func (f *FaultStore) CompletedRunsBefore(ctx context.Context, tenant, session, runID string, limit int) ([]loop.Run, error) {
+	return call(f, "CompletedRunsBefore", FaultArgs{Tenant: tenant, Session: session, RunID: runID}, func() ([]loop.Run, error) {
+		return f.inner.CompletedRunsBefore(ctx, tenant, session, runID, limit)
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -382,6 +383,30 @@ func (s *MemStore) SessionRuns(ctx context.Context, tenant, session string, afte
 	return out, nil
 }
 
+// CompletedRunsBefore implements runtime.Store.
+func (s *MemStore) CompletedRunsBefore(ctx context.Context, tenant, session, runID string, limit int) ([]loop.Run, error) {
+	if err := checkIDs("tenant", tenant, "session", session, "run", runID); err != nil {
+		return nil, fmt.Errorf("memstore: completed runs before: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	r := s.runs[memRunKey{tenant, runID}]
+	sess := s.sessions[memSessionKey{tenant, session}]
+	if r == nil || sess == nil || r.run.Session != session {
+		return nil, fmt.Errorf("memstore: completed runs before %s/%s in session %s: %w", tenant, runID, session, runtime.ErrRunNotFound)
+	}
+	var out []loop.Run
+	for i := r.ordinal - 2; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
+		if prior := s.runs[memRunKey{tenant, sess.order[i]}]; prior.run.Status == loop.StatusCompleted {
+			out = append(out, decodeRun(prior.snapshot))
+		}
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
 // sessionRunsLocked returns a session's Runs in submission order; s.mu
 // is held.
 func (s *MemStore) sessionRunsLocked(tenant, session string) []*memRun {
@@ -739,11 +764,14 @@ func (s *MemStore) Prune(ctx context.Context, beforeMS int64) (runtime.PruneStat
 	return st, nil
 }
 
-func checkIDs(what1, id1, what2, id2 string) error {
-	if err := loop.CheckID(what1, id1); err != nil {
-		return err
+// checkIDs checks IDs given as pairs: what the ID names, then the ID.
+func checkIDs(whatAndID ...string) error {
+	for i := 0; i+1 < len(whatAndID); i += 2 {
+		if err := loop.CheckID(whatAndID[i], whatAndID[i+1]); err != nil {
+			return err
+		}
 	}
-	return loop.CheckID(what2, id2)
+	return nil
 }
 
 func checkKVScope(tenant, plugin string) error {

@@ -61,6 +61,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"the event log comes back in order from a position with a limit", testEvents},
 		{"indexes follow the snapshots through status changes", testIndexes},
 		{"session runs come back in creation order with paging", testSessionOrder},
+		{"the completed Runs before a Run are the last ones of its session, oldest first", testCompletedRunsBefore},
 		{"lease expiry lets another incarnation take a session over", testTakeover},
 		{"registering a live node again extends its lease and never shortens it", testRegisterAgain},
 		{"orphaned sessions are those with live Runs and a dead or missing owner", testOrphans},
@@ -897,6 +898,62 @@ func testSessionOrder(t *testing.T, h *harness) {
 	}
 }
 
+func testCompletedRunsBefore(t *testing.T, h *harness) {
+	// The session, in order: c1 completed, x cancelled, c2 and c3
+	// completed, the Run "now" in progress, c4 completed after it. Another
+	// session's completed Run sits between them in time.
+	done := func(session, id string) { h.toCompleted(h.toExecuting(h.create("t", session, id, ""), 0), 0) }
+	done("s", "c1")
+	h.commit(h.create("t", "s", "x", ""), 0, "", loop.Event{Type: loop.EventCancelRequested, Reason: "user"}, loop.Event{Type: loop.EventRunCancelled})
+	done("other", "o1")
+	done("s", "c2")
+	done("s", "c3")
+	h.toExecuting(h.create("t", "s", "now", ""), 0)
+	done("s", "c4")
+
+	ids := func(runID string, limit int) string {
+		t.Helper()
+		runs, err := h.s.CompletedRunsBefore(h.ctx, "t", "s", runID, limit)
+		if err != nil {
+			t.Fatalf("CompletedRunsBefore(%s, %d): %v", runID, limit, err)
+		}
+		for _, r := range runs {
+			if r.Status != loop.StatusCompleted || r.Session != "s" || len(r.Transcript) == 0 {
+				t.Errorf("CompletedRunsBefore(%s, %d) returned run %s %s of session %s with %d transcript messages", runID, limit, r.ID, r.Status, r.Session, len(r.Transcript))
+			}
+		}
+		return fmt.Sprint(runIDs(runs))
+	}
+	for _, tc := range []struct {
+		run   string
+		limit int
+		want  string
+	}{
+		{"now", 0, "[c1 c2 c3]"},
+		{"now", 2, "[c2 c3]"},
+		{"now", 1, "[c3]"},
+		{"now", 10, "[c1 c2 c3]"},
+		{"c4", 0, "[c1 c2 c3]"}, // "now" is not completed
+		{"c2", 5, "[c1]"},       // x was cancelled
+		{"c1", 0, "[]"},
+		{"x", 0, "[c1]"},
+	} {
+		if got := ids(tc.run, tc.limit); got != tc.want {
+			t.Errorf("CompletedRunsBefore(%s, limit %d) = %s, want %s", tc.run, tc.limit, got, tc.want)
+		}
+	}
+	for _, tc := range []struct{ session, run string }{{"s", "missing"}, {"other", "now"}, {"nobody", "c1"}} {
+		if _, err := h.s.CompletedRunsBefore(h.ctx, "t", tc.session, tc.run, 0); !errors.Is(err, runtime.ErrRunNotFound) {
+			t.Errorf("CompletedRunsBefore of run %s in session %s: %v, want ErrRunNotFound", tc.run, tc.session, err)
+		}
+	}
+	for _, bad := range []string{"", "a b", strings.Repeat("x", 300)} {
+		if _, err := h.s.CompletedRunsBefore(h.ctx, "t", "s", bad, 0); !errors.Is(err, loop.ErrInvalidID) {
+			t.Errorf("CompletedRunsBefore of run ID %q: %v, want loop.ErrInvalidID", bad, err)
+		}
+	}
+}
+
 func testTakeover(t *testing.T, h *harness) {
 	_, err := h.s.ClaimSession(h.ctx, "t", "s", "ghost", h.nowMS())
 	h.wantErr(err, runtime.ErrNodeExpired, "claim by a node that never registered")
@@ -1574,6 +1631,7 @@ func testClose(t *testing.T, h *harness) {
 	_, calls["Commit"] = h.s.Commit(h.ctx, h.step(r, 0, "", started()))
 	_, calls["Events"] = h.s.Events(h.ctx, "t", "r", 0, 0)
 	_, calls["SessionRuns"] = h.s.SessionRuns(h.ctx, "t", "s", 0, 0)
+	_, calls["CompletedRunsBefore"] = h.s.CompletedRunsBefore(h.ctx, "t", "s", "r", 0)
 	_, calls["ActiveRuns"] = h.s.ActiveRuns(h.ctx, "t", "s")
 	_, calls["RunsByStatus"] = h.s.RunsByStatus(h.ctx, "t", loop.StatusPending, "", 0)
 	_, calls["TenantStoredBytes"] = h.s.TenantStoredBytes(h.ctx, "t")

@@ -39,7 +39,7 @@
 //	  sessions_live (tenant, session) WHERE live_count > 0     OrphanedSessions, ActiveSessions
 //	runs (tenant, run_id) PK               session, ordinal, seq, status, live, has_executing, updated_at,
 //	                                       create_cmd, executing, snapshot, stored_bytes
-//	  runs_by_session UNIQUE (tenant, session, ordinal)        SessionRuns
+//	  runs_by_session UNIQUE (tenant, session, ordinal)        SessionRuns, CompletedRunsBefore
 //	  runs_active (tenant, session, ordinal) WHERE live        ActiveRuns
 //	  runs_by_status (tenant, status, run_id)                  RunsByStatus
 //	  runs_executing (tenant, session, ordinal) WHERE has_executing   ExecutingEffects

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -481,6 +482,35 @@ func (s *Store) SessionRuns(ctx context.Context, tenant, session string, after i
 	return out, nil
 }
 
+// CompletedRunsBefore implements runtime.Store, through runs_by_session
+// read backwards from the Run's ordinal.
+func (s *Store) CompletedRunsBefore(ctx context.Context, tenant, session, runID string, limit int) ([]loop.Run, error) {
+	if err := checkIDs("tenant", tenant, "session", session, "run", runID); err != nil {
+		return nil, fmt.Errorf("pgstore: completed runs before: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var ord int64
+	err := s.pool.QueryRow(ctx, `SELECT ordinal FROM runs WHERE tenant = $1 AND run_id = $2 AND session = $3`, tenant, runID, session).Scan(&ord)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgstore: completed runs before %s/%s in session %s: %w", tenant, runID, session, runtime.ErrRunNotFound)
+	}
+	if err != nil {
+		return nil, fail("completed runs before "+tenant+"/"+runID, err)
+	}
+	var out []loop.Run
+	err = s.scanRuns(ctx, func(_ int64, r loop.Run) { out = append(out, r) },
+		`SELECT ordinal, snapshot FROM runs WHERE tenant = $1 AND session = $2 AND ordinal < $3 AND status = $4 ORDER BY ordinal DESC LIMIT $5`,
+		tenant, session, ord, string(loop.StatusCompleted), limitParam(limit))
+	if err != nil {
+		return nil, fail("completed runs before "+tenant+"/"+runID, err)
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
 // ActiveRuns implements runtime.Store, through runs_active: it never reads
 // a terminal Run.
 func (s *Store) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.Run, error) {
@@ -566,9 +596,12 @@ func (s *Store) TenantStoredBytes(ctx context.Context, tenant string) (int64, er
 	return n, nil
 }
 
-func checkIDs(what1, id1, what2, id2 string) error {
-	if err := loop.CheckID(what1, id1); err != nil {
-		return err
+// checkIDs checks IDs given as pairs: what the ID names, then the ID.
+func checkIDs(whatAndID ...string) error {
+	for i := 0; i+1 < len(whatAndID); i += 2 {
+		if err := loop.CheckID(whatAndID[i], whatAndID[i+1]); err != nil {
+			return err
+		}
 	}
-	return loop.CheckID(what2, id2)
+	return nil
 }

@@ -472,21 +472,9 @@ func (rt *Runtime) history(ctx context.Context, run loop.Run) ([]abi.Message, er
 	if t != nil && t.HistoryRuns > 0 {
 		limit = t.HistoryRuns
 	}
-	runs, err := rt.store.SessionRuns(ctx, run.Tenant, run.Session, 0, 0)
+	earlier, err := rt.store.CompletedRunsBefore(ctx, run.Tenant, run.Session, run.ID, limit)
 	if err != nil {
 		return nil, err
-	}
-	var earlier []loop.Run
-	for _, sr := range runs {
-		if sr.Run.ID == run.ID {
-			break
-		}
-		if sr.Run.Status == loop.StatusCompleted {
-			earlier = append(earlier, sr.Run)
-		}
-	}
-	if len(earlier) > limit {
-		earlier = earlier[len(earlier)-limit:]
 	}
 	msgs := []abi.Message{}
 	for _, r := range earlier {

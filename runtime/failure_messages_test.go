@@ -154,7 +154,7 @@ func TestAFailedPlanningShowsTheTenantNoInternals(t *testing.T) {
 			storeFault: true,
 			class:      abi.ClassExecutorUnavailable,
 			message:    "planning model step 1 failed (executor_unavailable): the session's earlier Runs could not be read for the builder",
-			logged:     "faultstore: SessionRuns",
+			logged:     "faultstore: CompletedRunsBefore",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,7 +164,7 @@ func TestAFailedPlanningShowsTheTenantNoInternals(t *testing.T) {
 				}
 			})
 			if tc.storeFault {
-				e.faults.FailNext("SessionRuns", conformance.FaultError, 1)
+				e.faults.FailNext("CompletedRunsBefore", conformance.FaultError, 1)
 			}
 			run := e.execute("answer:never")
 			if run.Status != loop.StatusFailed || run.Failure == nil {

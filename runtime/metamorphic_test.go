@@ -394,7 +394,7 @@ func (m *meta) openStore() {
 		m.fs.FailWhen(m.faultByContent)
 	} else {
 		m.fs = conformance.NewFaultStore(m.inner, conformance.FaultOptions{Seed: uint64(m.sc.seed)<<8 | uint64(m.gen), Rate: m.sc.faultRate,
-			Methods: []string{"CreateRun", "Commit", "LoadRun", "Events", "SessionRuns", "ActiveRuns", "RegisterNode", "RenewNode",
+			Methods: []string{"CreateRun", "Commit", "LoadRun", "Events", "SessionRuns", "CompletedRunsBefore", "ActiveRuns", "RegisterNode", "RenewNode",
 				"ClaimSession", "ReleaseSession", "OrphanedSessions", "ActiveSessions", "ExecutingEffects"}})
 		m.fs.SetEnabled(m.on.Load() && m.sc.faultRate > 0)
 		m.fs.FailWhen(func(string, any) (conformance.FaultKind, bool) { m.calls.Add(1); return 0, false })

@@ -72,6 +72,14 @@ type Store interface {
 	// (0 means from the first). limit <= 0 means all.
 	SessionRuns(ctx context.Context, tenant, session string, after int64, limit int) ([]SessionRun, error)
 
+	// CompletedRunsBefore returns the last limit completed Runs of a
+	// session among those created before the Run runID, oldest first
+	// (limit <= 0 means all of them): a builder's history. It reads back
+	// from runID and stops at the limit, so what it costs does not grow
+	// with the session's length. When runID is not a Run of that session:
+	// ErrRunNotFound.
+	CompletedRunsBefore(ctx context.Context, tenant, session, runID string, limit int) ([]loop.Run, error)
+
 	// ActiveRuns returns the non-terminal Runs of a session, in session
 	// order, through an index (it does not read terminal Runs). The first
 	// one is the session's head: the only one that may run.
