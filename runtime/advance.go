@@ -292,6 +292,14 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		} else {
 			committed = true
 			rt.stats.MergedSettlements.Add(int64(len(merged)))
+			// The merged settlements are durable with this commit: their
+			// attempts are settled from now on, before perform starts what
+			// the commit obliges. Their own advances, which wait for the
+			// Run's lock, give their holds back later; until then a reply
+			// that ends the Run must not find them still in flight.
+			for _, m := range merged {
+				rt.attempts.markSettled(m.key)
+			}
 		}
 		settleMerged()
 		switch {

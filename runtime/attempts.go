@@ -333,8 +333,10 @@ func (t *attempts) settledDurably(key string, runEnded bool) error {
 	return nil
 }
 
-// markSettled records that an attempt the watcher held was found settled
-// on record (by another path, before its poll fell due).
+// markSettled records that an attempt is settled on record without
+// giving back a hold: the watcher found it settled by another path before
+// its poll fell due, or another advance of the Run committed its queued
+// settlement, whose own advance gives its hold back later.
 func (t *attempts) markSettled(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
