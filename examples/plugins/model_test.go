@@ -139,7 +139,10 @@ func testRules(t *testing.T, m *host.Executor) {
 	}
 }
 
-func TestPromptBuilder(t *testing.T) {
+func TestPromptBuilder(t *testing.T) { testPromptBuilder(t, "prompt-builder") }
+
+// testPromptBuilder checks the prompt builder built from dir.
+func testPromptBuilder(t *testing.T, dir string) {
 	e := newEnv(t)
 	ctx := context.Background()
 	history := []abi.Message{
@@ -153,7 +156,7 @@ func TestPromptBuilder(t *testing.T) {
 		Tools:      []abi.Tool{calculateTool},
 	}
 	build := func(cfg map[string]string) (abi.BuildOutput, error) {
-		b, err := e.load(t, "prompt-builder", abi.RoleBuilder, func(s *host.PluginSpec) {
+		b, err := e.load(t, dir, abi.RoleBuilder, func(s *host.PluginSpec) {
 			s.Name = "prompt-builder-" + cfg["history_window"] + cfg["system_prompt"]
 			s.Sandbox.Config = cfg
 		}).Builder()
