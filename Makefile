@@ -9,7 +9,8 @@
 #   make bench   the go test benchmarks (figures in docs/BENCHMARKS.md)
 #   make plugins the Go example plugins, into build/plugins/NAME.wasm, and the
 #                conformance plugins (agenthost bench loads some), into build/plugins/conformance/
-#   make plugins-c  the C example plugin (needs clang, lld and wasi-libc)
+#   make plugins-c  the C example plugins, every examples/plugins/*-c (needs clang,
+#                lld and wasi-libc)
 #   make plugins-as the AssemblyScript example plugin (needs node and npm; npm ci
 #                fetches the compiler and Extism's AssemblyScript PDK the first time)
 #   make run     the host and the Go plugins, then one Run on config.example.yaml
@@ -68,11 +69,17 @@ plugins:
 	  GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(PLUGINS)/conformance/$$n.wasm ./conformance/plugins/$$n; \
 	done
 
-# The C example (clang, lld, wasi-libc and libclang-rt-14-dev-wasm32; make deps
-# installs them). `make test` builds and verifies it through the example tests.
+# The C examples, each examples/plugins/NAME-c built by its build.sh into
+# build/plugins/NAME-c.wasm (clang, lld, wasi-libc and libclang-rt-14-dev-wasm32;
+# make deps installs them). `make test` builds and verifies them through the
+# example tests; `agenthost bench runs|recovery --guests c` loads them.
 plugins-c:
 	@mkdir -p $(PLUGINS)
-	examples/plugins/calculator-c/build.sh $(PLUGINS)/calculator-c.wasm
+	@set -e; for d in examples/plugins/*-c/; do \
+	  n=$$(basename $$d); \
+	  echo "building $(PLUGINS)/$$n.wasm"; \
+	  sh $$d/build.sh $(PLUGINS)/$$n.wasm; \
+	done
 
 # The AssemblyScript example (node and npm; make deps installs them). Its
 # build.sh runs npm ci from package-lock.json when node_modules is missing or

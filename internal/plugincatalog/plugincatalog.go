@@ -39,12 +39,45 @@ const (
 	// CalculatorC is the C calculator (examples/plugins/calculator-c),
 	// which `make plugins-c` builds, not `make plugins`: it needs clang.
 	CalculatorC = "calculator-c"
+	// PromptBuilderC is the C build of the prompt builder (`make
+	// plugins-c`): the same requests as the Go build, which the examples'
+	// differential test holds it to, at a small part of the guest's CPU.
+	PromptBuilderC = "prompt-builder-c"
 )
+
+// Guests names which build of the example plugins a bench loads.
+type Guests string
+
+const (
+	// GuestsGo loads the Go builds (`make plugins`).
+	GuestsGo Guests = "go"
+	// GuestsC loads the C builds (`make plugins-c`) in place of the
+	// plugins that have one (the calculator and the prompt builder); the
+	// others stay Go.
+	GuestsC Guests = "c"
+)
+
+// cBuilds maps each example plugin that has a C build to it.
+var cBuilds = map[string]string{
+	PromptBuilder: PromptBuilderC,
+	Calculator:    CalculatorC,
+}
+
+// Build returns the name under the plugins directory of the build of
+// example plugin name that g loads: name itself for GuestsGo and for a
+// plugin with no C build, its C build's for GuestsC.
+func Build(name string, g Guests) string {
+	if c, ok := cBuilds[name]; ok && g == GuestsC {
+		return c
+	}
+	return name
+}
 
 // Bench lists, as paths relative to the plugins directory without the
 // .wasm suffix, every plugin some `agenthost bench` command loads.
 var Bench = []string{
-	PromptBuilder, ScriptedModel, Calculator, SlowJobTool, CalculatorC,
+	PromptBuilder, ScriptedModel, Calculator, SlowJobTool,
+	PromptBuilderC, CalculatorC,
 	ConformanceName(Builder), ConformanceName(Executor), ConformanceName(Scripted), ConformanceName(Hostile),
 }
 
@@ -56,6 +89,6 @@ const ConformanceDir = "conformance/"
 // directory: conformance/NAME.
 func ConformanceName(name string) string { return ConformanceDir + name }
 
-// Path is where `make plugins` (`make plugins-c` for CalculatorC) puts
+// Path is where `make plugins` (`make plugins-c` for the C builds) puts
 // the plugin named rel (a name of Bench) under the plugins directory dir.
 func Path(dir, rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)+".wasm") }

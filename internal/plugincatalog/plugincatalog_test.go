@@ -37,3 +37,25 @@ func TestNamesAreTheDirectoriesMakePluginsBuilds(t *testing.T) {
 		t.Errorf("Conformance lists %v, conformance/plugins holds %v", got, dirs)
 	}
 }
+
+// Build gives the C build for GuestsC where there is one, and the plugin
+// itself otherwise.
+func TestBuildNamesTheCBuilds(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		g    Guests
+		want string
+	}{
+		{PromptBuilder, GuestsGo, PromptBuilder},
+		{PromptBuilder, GuestsC, PromptBuilderC},
+		{ScriptedModel, GuestsC, ScriptedModel},
+		{SlowJobTool, GuestsC, SlowJobTool},
+		{Calculator, GuestsC, CalculatorC},
+		{Calculator, GuestsGo, Calculator},
+		{ConformanceName(Builder), GuestsC, ConformanceName(Builder)},
+	} {
+		if got := Build(c.name, c.g); got != c.want {
+			t.Errorf("Build(%q, %q) = %q, want %q", c.name, c.g, got, c.want)
+		}
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 )
 
 // benchFlags are the flags every `agenthost bench` command shares, and
@@ -125,9 +126,56 @@ func (bf *benchFlags) pluginPath(name string) (string, error) {
 		return "", err
 	}
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("bench: plugin %s: %w: build the plugins first with `make plugins`, or point --plugins at the directory that holds them", name, err)
+		make := "`make plugins`"
+		if strings.HasSuffix(name, "-c") {
+			make = "`make plugins-c` (clang, lld, wasi-libc)"
+		}
+		return "", fmt.Errorf("bench: plugin %s: %w: build the plugins first with %s, or point --plugins at the directory that holds them", name, err, make)
 	}
 	return p, nil
+}
+
+// guestsFlag binds --guests, which build of the example plugins a bench
+// loads through guestPaths, to v.
+func guestsFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "guests", string(plugincatalog.GuestsGo),
+		"which `BUILD` of the example plugins to load: go (make plugins) or c (make plugins-c: the C builds, same replies at a small part of the guest's CPU, of the plugins that have one: prompt-builder, calculator)")
+}
+
+// checkGuests reports a --guests value that names no build.
+func checkGuests(g string) error {
+	switch plugincatalog.Guests(g) {
+	case plugincatalog.GuestsGo, plugincatalog.GuestsC:
+		return nil
+	}
+	return fmt.Errorf("bench: --guests %q: want %s (the Go example plugins) or %s (their C builds)", g, plugincatalog.GuestsGo, plugincatalog.GuestsC)
+}
+
+// guestsTitle names the build of the example plugins g loads, for a
+// table's title.
+func guestsTitle(g string) string {
+	if plugincatalog.Guests(g) == plugincatalog.GuestsC {
+		return "C builds where there are"
+	}
+	return "Go builds"
+}
+
+// guestPaths is pluginPaths over the builds of the example plugins that g
+// names (see checkGuests; "" is go), keyed by the names asked for.
+func (bf *benchFlags) guestPaths(g string, names ...string) (map[string]string, error) {
+	builds := make([]string, len(names))
+	for i, n := range names {
+		builds[i] = plugincatalog.Build(n, plugincatalog.Guests(g))
+	}
+	paths, err := bf.pluginPaths(builds...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(names))
+	for i, n := range names {
+		out[n] = paths[builds[i]]
+	}
+	return out, nil
 }
 
 // pluginPaths resolves several plugins at once, reporting every missing one.

@@ -58,6 +58,8 @@ type recoveryParams struct {
 	LeaseTTL time.Duration `json:"lease_ttl"`
 	// PluginCallPath is both processes' plugin_call_path.
 	PluginCallPath string `json:"plugin_call_path"`
+	// Guests is the build of the three plugins: go or c.
+	Guests string `json:"guests"`
 }
 
 // recoveryResult is what the recovery bench measured. The times run from
@@ -185,6 +187,9 @@ at once): that wait is reported apart, and the times start after it.`,
 			if p.PluginCallPath != config.PluginCallNative && p.PluginCallPath != config.PluginCallSDK {
 				return fmt.Errorf("bench recovery: --plugin-call-path %q: want %s or %s", p.PluginCallPath, config.PluginCallNative, config.PluginCallSDK)
 			}
+			if err := checkGuests(p.Guests); err != nil {
+				return err
+			}
 			p.Store = sf.store
 			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile, memProfile)
 		},
@@ -200,6 +205,7 @@ at once): that wait is reported apart, and the times start after it.`,
 	f.StringVar(&memProfile, "memprofile", "", "write a heap profile of this process to `FILE` when every Run is terminal (go tool pprof)")
 	f.StringVar(&p.PluginCallPath, "plugin-call-path", config.PluginCallNative, "both processes' plugin_call_path: native or extism-sdk")
 	sf.add(cmd)
+	guestsFlag(cmd, &p.Guests)
 	return cmd
 }
 
@@ -215,7 +221,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		defer pg.stop()
 		p.PostgreSQL, store = pg.version, pg.storeYAML()
 	}
-	paths, err := bf.pluginPaths(plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, recoveryJobTool)
+	paths, err := bf.guestPaths(p.Guests, plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, recoveryJobTool)
 	if err != nil {
 		return err
 	}
@@ -305,7 +311,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		storeName = "pgstore on PostgreSQL " + p.PostgreSQL
 	}
 	tbl := table{
-		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 on %s, plugin_call_path %s (from the start of the restart)", p.Runs, storeName, p.PluginCallPath),
+		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 on %s, plugin_call_path %s, %s of the plugins (from the start of the restart)", p.Runs, storeName, p.PluginCallPath, guestsTitle(p.Guests)),
 		Header: []string{"phase", "ms", "Runs/s"},
 		Rows: [][]string{
 			{"open (store, plugins, runtime)", fmt.Sprintf("%.1f", res.OpenMS), ""},

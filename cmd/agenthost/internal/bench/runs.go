@@ -56,6 +56,8 @@ type runsParams struct {
 	// extism-sdk, or both (bench runs alone): a runtime on each, their
 	// rounds alternating. Empty for bench http, which runs the default.
 	PluginCallPath string `json:"plugin_call_path,omitempty"`
+	// Guests is the build of the three Wasm plugins: go or c ("" is go).
+	Guests string `json:"guests,omitempty"`
 
 	pg *benchPostgres // with Store postgres
 }
@@ -74,7 +76,7 @@ func (p *runsParams) storeTitle() string {
 	if p.Store == config.DriverPostgres {
 		store = "pgstore on " + p.pg.where()
 	}
-	plugins := "Wasm prompt-builder, scripted-model, calculator"
+	plugins := "Wasm prompt-builder, scripted-model, calculator (" + guestsTitle(p.Guests) + ")"
 	if p.InProcess {
 		plugins = "in-process Go twins of prompt-builder, scripted-model, calculator"
 	} else if p.PluginCallPath == pluginCallBoth {
@@ -287,6 +289,9 @@ and plugin time per Run against extism-sdk's.`,
 			default:
 				return fmt.Errorf("bench runs: --plugin-call-path %q: want %s, %s or %s", p.PluginCallPath, config.PluginCallNative, config.PluginCallSDK, pluginCallBoth)
 			}
+			if err := checkGuests(p.Guests); err != nil {
+				return err
+			}
 			p.Store = sf.store
 			return benchRuns(cmd, bf, p, sf.dsn)
 		},
@@ -296,6 +301,7 @@ and plugin time per Run against extism-sdk's.`,
 	cmd.Flags().BoolVar(&p.InProcess, "in-process", false, "run Go twins of the three plugins in process instead of the Wasm plugins (the runtime and the store alone)")
 	cmd.Flags().StringVar(&p.PluginCallPath, "plugin-call-path", config.PluginCallNative,
 		"the config's plugin_call_path: native, extism-sdk, or both (a runtime on each, in alternating rounds, with their ratio)")
+	guestsFlag(cmd, &p.Guests)
 	return cmd
 }
 
@@ -332,7 +338,7 @@ func benchRunsConfigOn(bf *benchFlags, dir string, p *runsParams, store, callPat
 			paths[id] = filepath.Join(dir, "in-process", id+".wasm")
 		}
 	} else {
-		if paths, err = bf.pluginPaths(plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, plugincatalog.Calculator); err != nil {
+		if paths, err = bf.guestPaths(p.Guests, plugincatalog.PromptBuilder, plugincatalog.ScriptedModel, plugincatalog.Calculator); err != nil {
 			return "", err
 		}
 		if cache, err = bf.cachePath(); err != nil {
