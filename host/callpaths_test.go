@@ -660,6 +660,11 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 				s.Sandbox.Config = map[string]string{"system_prompt": "Be brief.", "history_window": "2"}
 			},
 			calls: builderCalls, exports: []string{abi.ExportBuild}},
+		{name: "prompt-builder-c", wasm: example("prompt-builder-c"), role: abi.RoleBuilder,
+			spec: func(s *PluginSpec) {
+				s.Sandbox.Config = map[string]string{"system_prompt": "Be brief.", "history_window": "2"}
+			},
+			calls: builderCalls, exports: []string{abi.ExportBuild}},
 		{name: "scripted-model", wasm: example("scripted-model"), role: abi.RoleExecutor, kind: abi.KindModel,
 			calls: append([]cpCall{
 				start("arithmetic", cpModelCall("run1.m1", 1, abi.Message{Role: abi.MessageSystem, Content: "You are careful."}, user("What is (2+3)*4?"))),
