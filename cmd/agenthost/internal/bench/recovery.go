@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,14 +90,19 @@ type recoveryResult struct {
 
 	// Commits and ExecutorCalls are the new incarnation's store commits
 	// and plugin calls until every Run was terminal.
-	Commits       int64            `json:"commits"`
-	ExecutorCalls int64            `json:"executor_calls"`
-	SessionsTaken int64            `json:"sessions_taken"`
-	Decisions     map[string]int64 `json:"decisions"`
-	Completed     int              `json:"completed"`
-	Failed        int              `json:"failed"`
-	Cancelled     int              `json:"cancelled"`
-	NotTerminal   int              `json:"not_terminal"`
+	Commits       int64 `json:"commits"`
+	ExecutorCalls int64 `json:"executor_calls"`
+	// CommitGroups and GroupedCommits are the Badger store's group
+	// transactions (one sync each) and the Run commits they wrote
+	// (badgerstore.Store.CommitGroups); 0 on PostgreSQL.
+	CommitGroups   int64            `json:"commit_groups,omitempty"`
+	GroupedCommits int64            `json:"grouped_commits,omitempty"`
+	SessionsTaken  int64            `json:"sessions_taken"`
+	Decisions      map[string]int64 `json:"decisions"`
+	Completed      int              `json:"completed"`
+	Failed         int              `json:"failed"`
+	Cancelled      int              `json:"cancelled"`
+	NotTerminal    int              `json:"not_terminal"`
 	// LogViolations counts what loop.CheckEnded finds wrong in the event
 	// logs (an attempt settled twice, a gap in the numbering, a Run not
 	// ended, attempts beyond the policy, …); JobsRerun counts slow jobs
@@ -135,6 +141,11 @@ type recoveryResult struct {
 	OK       bool     `json:"ok"`
 }
 
+// commitGrouper is the Badger store's count of its group commits.
+type commitGrouper interface {
+	CommitGroups() (groups, commits int64)
+}
+
 // recoveryBareConcurrency is the bare baseline's committers: the
 // runtime's default MaxDrivers, the sessions recovery drives at once.
 const recoveryBareConcurrency = 128
@@ -143,7 +154,7 @@ func newBenchRecoveryCmd(bf *benchFlags) *cobra.Command {
 	p := recoveryParams{SyncWrites: true}
 	sf := &storeFlags{}
 	var timeout time.Duration
-	var cpuProfile, memProfile string
+	var cpuProfile, memProfile, traceFile string
 	cmd := &cobra.Command{
 		Use:   "recovery",
 		Short: "Kill -9 a process with N Runs in flight, restart, and time the recovery",
@@ -191,7 +202,7 @@ at once): that wait is reported apart, and the times start after it.`,
 				return err
 			}
 			p.Store = sf.store
-			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile, memProfile)
+			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile, memProfile, traceFile)
 		},
 	}
 	f := cmd.Flags()
@@ -202,6 +213,7 @@ at once): that wait is reported apart, and the times start after it.`,
 	f.DurationVar(&p.LeaseTTL, "lease-ttl", config.DefaultLeaseTTL, "both processes' lease_ttl; with --store postgres the restart waits it out first")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up when the child or the recovery takes longer than this")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process from the open until every Run is terminal to `FILE` (go tool pprof)")
+	f.StringVar(&traceFile, "trace", "", "write an execution trace of this process from the open until every Run is terminal to `FILE` (go tool trace): where the restart waits, not only where it burns CPU")
 	f.StringVar(&memProfile, "memprofile", "", "write a heap profile of this process to `FILE` when every Run is terminal (go tool pprof)")
 	f.StringVar(&p.PluginCallPath, "plugin-call-path", config.PluginCallNative, "both processes' plugin_call_path: native or extism-sdk")
 	sf.add(cmd)
@@ -209,7 +221,7 @@ at once): that wait is reported apart, and the times start after it.`,
 	return cmd
 }
 
-func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn string, timeout time.Duration, cpuProfile, memProfile string) error {
+func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn string, timeout time.Duration, cpuProfile, memProfile, traceFile string) error {
 	started := time.Now()
 	store := ""
 	if p.Store == config.DriverPostgres {
@@ -281,6 +293,19 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		// every Run is terminal, before its checks.
 		defer pprof.StopCPUProfile()
 	}
+	if traceFile != "" {
+		tf, err := os.Create(traceFile)
+		if err != nil {
+			return fmt.Errorf("bench: recovery: --trace: %w", err)
+		}
+		defer tf.Close()
+		if err := trace.Start(tf); err != nil {
+			return fmt.Errorf("bench: recovery: --trace: %w", err)
+		}
+		// Stopped at the latest here; measureRecovery stops it with the
+		// CPU profile, as soon as every Run is terminal.
+		defer trace.Stop()
+	}
 	res, err := measureRecovery(cmd, bf, cfg, logf, p.Runs, timeout, memProfile)
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, serveproc.TailFile(logf.Name(), 20))
@@ -330,6 +355,10 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 			fmt.Sprintf("Runs completed %d, failed %d, cancelled %d, not terminal %d; event log violations %d; jobs run twice %d; jobs not finished %d",
 				res.Completed, res.Failed, res.Cancelled, res.NotTerminal, res.LogViolations, res.JobsRerun, res.JobsFailed),
 		},
+	}
+	if res.CommitGroups > 0 {
+		tbl.Notes = append(tbl.Notes, fmt.Sprintf("Run commits grouped: %d transactions, one sync each, wrote %d (%.1f a transaction)",
+			res.CommitGroups, res.GroupedCommits, float64(res.GroupedCommits)/float64(res.CommitGroups)))
 	}
 	if res.BareMS > 0 {
 		tbl.Rows = append(tbl.Rows, []string{fmt.Sprintf("bare Badger: %d synced commits, %d committers", res.BareCommits, recoveryBareConcurrency),
@@ -499,8 +528,9 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 			return res, err
 		}
 	}
-	// --cpuprofile covers the recovery, not the checks.
+	// --cpuprofile and --trace cover the recovery, not the checks.
 	pprof.StopCPUProfile()
+	trace.Stop()
 	// The last Run may have ended before a poll saw Ready.
 	if ready == 0 {
 		ready = terminalAt
@@ -514,6 +544,9 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	res.SessionsTaken = r.SessionsTaken
 	st := rt.Stats()
 	res.Commits, res.ExecutorCalls = st.Commits, st.ExecutorCalls
+	if g, ok := sys.Store().(commitGrouper); ok {
+		res.CommitGroups, res.GroupedCommits = g.CommitGroups()
+	}
 	res.LeaseRenewals, res.LeaseGapMaxMS, res.LeaseRenewMaxMS = st.LeaseRenewals, msf(st.LeaseGapMax), msf(st.LeaseRenewMax)
 	res.Decisions = map[string]int64{"reattach": r.Reattach, "settle": r.Settle, "retry": r.Retry,
 		"fail": r.Fail, "fail_run": r.FailRun, "defer": r.Defer}
