@@ -406,9 +406,10 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 }
 
 // Commit implements runtime.Store, in the order the port gives: the
-// command-ID lookup, the Seq check, the epoch check, then one transaction.
-// A Badger conflict with a concurrent transaction runs it again from the
-// lookup.
+// command-ID lookup, the Seq check, the epoch check, then the writes, in
+// one transaction that it shares with the Run commits queued with it (one
+// sync for all of them: groupcommit.go). A Badger conflict with a
+// concurrent transaction runs it again from the lookup.
 func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitResult, error) {
 	if err := c.CheckIDs(); err != nil {
 		return runtime.CommitResult{}, fmt.Errorf("badgerstore: commit: %w", err)
@@ -419,85 +420,72 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 	defer s.leave()
 	t, id := c.Tenant, c.RunID
 	var (
-		encoded   bool
 		payloadOK error
 		evbs      [][]byte
 		snap      []byte
 		newHeader runHeader
 		res       runtime.CommitResult
-		delta     int64
 	)
 	s.snaps.begin(t, id)
 	defer s.snaps.end(t, id)
-	err := s.write(ctx, t, &delta, func(txn *badger.Txn) error {
+	// apply is the commit in a transaction: its checks, which only read,
+	// then its writes (wrote says they began). It runs in a group's
+	// transaction (groupcommit.go) or, when the group could not take it,
+	// in one of its own.
+	apply := func(txn *badger.Txn) (added int64, wrote bool, err error) {
 		res = runtime.CommitResult{}
 		if c.CommandID != "" {
 			seq, err := getU64(txn, commandKey(t, id, c.CommandID))
 			if err != nil {
-				return err
+				return 0, false, err
 			}
 			if seq > 0 {
 				res = runtime.CommitResult{Seq: int64(seq), Duplicate: true}
-				return nil
+				return 0, false, nil
 			}
 		}
 		b, ok, err := getRecord(txn, t, id)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		if !ok {
-			return fmt.Errorf("badgerstore: commit to run %s/%s: %w", t, id, runtime.ErrRunNotFound)
-		}
-		if !encoded {
-			encoded = true
-			payloadOK = c.Check()
-			if payloadOK == nil {
-				evbs = make([][]byte, len(c.Events))
-				for i, ev := range c.Events {
-					if evbs[i], payloadOK = json.Marshal(ev); payloadOK != nil {
-						break
-					}
-				}
-			}
-			if payloadOK == nil {
-				snap = encodeSnapshot(&c.Run)
-			}
+			return 0, false, fmt.Errorf("badgerstore: commit to run %s/%s: %w", t, id, runtime.ErrRunNotFound)
 		}
 		if payloadOK != nil {
-			return fmt.Errorf("badgerstore: commit: %w", payloadOK)
+			return 0, false, fmt.Errorf("badgerstore: commit: %w", payloadOK)
 		}
 		old, err := decodeHeader(b)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		if old.Session != c.Session {
-			return fmt.Errorf("badgerstore: commit to run %s: %w: it belongs to session %s, not %s", id, runtime.ErrInvalidRequest, old.Session, c.Session)
+			return 0, false, fmt.Errorf("badgerstore: commit to run %s: %w: it belongs to session %s, not %s", id, runtime.ErrInvalidRequest, old.Session, c.Session)
 		}
 		if old.Seq != c.ExpectedSeq {
-			return fmt.Errorf("badgerstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)", t, id, c.ExpectedSeq, runtime.ErrVersionConflict, old.Seq)
+			return 0, false, fmt.Errorf("badgerstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)", t, id, c.ExpectedSeq, runtime.ErrVersionConflict, old.Seq)
 		}
 		epoch, err := readEpoch(txn, t, c.Session)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		if epoch != c.Epoch {
-			return fmt.Errorf("badgerstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
+			return 0, false, fmt.Errorf("badgerstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
 		}
 		for _, also := range c.AlsoCommandIDs {
 			seq, err := getU64(txn, commandKey(t, id, also))
 			if err != nil {
-				return err
+				return 0, false, err
 			}
 			if seq > 0 {
-				return fmt.Errorf("badgerstore: commit to run %s/%s: %w: command %s, which it also applies, was applied at Seq %d", t, id, runtime.ErrVersionConflict, also, seq)
+				return 0, false, fmt.Errorf("badgerstore: commit to run %s/%s: %w: command %s, which it also applies, was applied at Seq %d", t, id, runtime.ErrVersionConflict, also, seq)
 			}
 		}
 		_, oldSnap, _ := splitRecord(b)
 		held, err := storedBytesOf(txn, t, id, old, len(oldSnap))
 		if err != nil {
-			return err
+			return 0, false, err
 		}
-		added := int64(len(snap)-len(oldSnap)) + int64(len(c.CommandID))
+		added = int64(len(snap)-len(oldSnap)) + int64(len(c.CommandID))
 		for _, also := range c.AlsoCommandIDs {
 			added += int64(len(also))
 		}
@@ -507,31 +495,57 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		newHeader = headerOf(c.Run, old.Ordinal, old.CreateCmd, held+added)
 		rec, err := encodeRecord(newHeader, snap)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		for i, ev := range c.Events {
 			if err := txn.Set(eventKey(t, id, ev.Seq), evbs[i]); err != nil {
-				return err
+				return 0, true, err
 			}
 		}
 		if err := txn.Set(runKey(t, id), rec); err != nil {
-			return err
+			return 0, true, err
 		}
 		if err := writeIndexes(txn, t, id, &old, newHeader); err != nil {
-			return err
+			return 0, true, err
 		}
 		for _, cmd := range append([]string{c.CommandID}, c.AlsoCommandIDs...) {
 			if cmd == "" {
 				continue
 			}
 			if err := txn.Set(commandKey(t, id, cmd), be64(uint64(c.Run.Seq))); err != nil {
-				return err
+				return 0, true, err
 			}
 		}
 		res = runtime.CommitResult{Seq: c.Run.Seq}
-		delta = added
-		return nil
-	})
+		return added, true, nil
+	}
+	if payloadOK = c.Check(); payloadOK == nil {
+		evbs = make([][]byte, len(c.Events))
+		for i, ev := range c.Events {
+			if evbs[i], payloadOK = json.Marshal(ev); payloadOK != nil {
+				break
+			}
+		}
+	}
+	// The encoding is done here, by each caller, not by the group's
+	// leader for all of them.
+	bytes := 0
+	if payloadOK == nil {
+		snap = encodeSnapshot(&c.Run)
+		bytes = len(snap) + commitKeysBytes
+		for _, evb := range evbs {
+			bytes += len(evb)
+		}
+	}
+	err := s.commitGrouped(&groupedCommit{tenant: t, bytes: bytes, apply: apply})
+	if errors.Is(err, errCommitAlone) {
+		var delta int64
+		err = s.write(ctx, t, &delta, func(txn *badger.Txn) error {
+			var err error
+			delta, _, err = apply(txn)
+			return err
+		})
+	}
 	if err != nil {
 		// The write may have happened (a lost reply), or the Run moved on
 		// (a conflict): the next load reads Badger.

@@ -78,6 +78,11 @@ type Options struct {
 	// without a Badger read (snapcache.go); zero takes
 	// DefaultSnapshotCacheBytes, a negative value turns the cache off.
 	SnapshotCacheBytes int
+
+	// MaxGroupCommits bounds the Run commits that share one transaction,
+	// and so one sync (groupcommit.go); zero takes DefaultMaxGroupCommits,
+	// 1 gives every commit a transaction and a sync of its own.
+	MaxGroupCommits int
 }
 
 // DefaultSnapshotCacheBytes is the snapshot cache's bound when Options sets
@@ -96,6 +101,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SnapshotCacheBytes == 0 {
 		o.SnapshotCacheBytes = DefaultSnapshotCacheBytes
+	}
+	if o.MaxGroupCommits <= 0 {
+		o.MaxGroupCommits = DefaultMaxGroupCommits
 	}
 	if o.GCInterval == 0 {
 		o.GCInterval = DefaultGCInterval
@@ -136,8 +144,9 @@ type Store struct {
 	kvWriters map[string]*kvWriter // by tenant and plugin: KVSet's write queues
 	kvView    kvView               // the read transaction KVGet shares while no KV write begins (kvview.go)
 
-	totals tenantTotals // each tenant's stored bytes, kept by the writes (usage.go)
-	snaps  *snapCache   // the snapshots written or read lately, for LoadRun (snapcache.go)
+	commits commitQueue  // the Run commits waiting to share a transaction (groupcommit.go)
+	totals  tenantTotals // each tenant's stored bytes, kept by the writes (usage.go)
+	snaps   *snapCache   // the snapshots written or read lately, for LoadRun (snapcache.go)
 
 	// afterCommitWrite, when set (by tests), runs in Commit after its
 	// transaction committed and before its snapshot is cached.
@@ -172,7 +181,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("badgerstore: %s is damaged or unreadable; restore it from a backup, or move it aside to start with an empty store: %w", dir, err)
 	}
 	s := &Store{dir: dir, db: db, opts: opts, log: opts.Logger, stopGC: make(chan struct{}), gcDone: make(chan struct{}),
-		snaps: newSnapCache(opts.SnapshotCacheBytes)}
+		snaps: newSnapCache(opts.SnapshotCacheBytes), commits: commitQueue{maxGroup: opts.MaxGroupCommits}}
 	if err := s.initMeta(); err != nil {
 		_ = db.Close()
 		return nil, err
