@@ -443,3 +443,28 @@ func TestServeRetention(t *testing.T) {
 		t.Errorf("the pruned Run: %+v", r)
 	}
 }
+
+// On the Badger store, /metrics counts the group transactions of the Run
+// commits and the commits they wrote.
+func TestServeCountsCommitGroups(t *testing.T) {
+	srv := startInProcess(t, e2eConfig(t, t.TempDir()))
+	acme := newClient(srv.Addr(), acmeToken)
+	run := acme.submit(t, "grouped", "answer:done")
+	acme.waitRun(t, run.ID, 30*time.Second, "completed", func(r runView) bool { return r.Status == "completed" })
+	code, raw, err := newClient(srv.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	got := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		for _, name := range []string{"agenthost_store_commit_groups_total", "agenthost_store_grouped_commits_total"} {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				got[name], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	groups, commits := got["agenthost_store_commit_groups_total"], got["agenthost_store_grouped_commits_total"]
+	if groups < 1 || commits < groups {
+		t.Fatalf("after a completed Run: %v group transactions wrote %v commits; want at least 1, and at least one commit each", groups, commits)
+	}
+}

@@ -136,3 +136,29 @@ func mustCounter(t *testing.T, m *metrics.Metrics, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// groupCounts is a store's count of its group commits.
+type groupCounts struct{ groups, commits int64 }
+
+func (g *groupCounts) CommitGroups() (int64, int64) { return g.groups, g.commits }
+
+// A store that groups its commits has their two counters, read at scrape
+// time; one that does not has neither.
+func TestCommitGroupsAreCountedForAStoreThatGroups(t *testing.T) {
+	m := metrics.New()
+	g := &groupCounts{groups: 3, commits: 10}
+	require.NoError(t, m.RegisterCommitGroups(g))
+	g.groups, g.commits = 4, 12
+	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP agenthost_store_commit_groups_total Transactions, one sync each, that wrote a group of Run commits (Badger store).
+# TYPE agenthost_store_commit_groups_total counter
+agenthost_store_commit_groups_total 4
+# HELP agenthost_store_grouped_commits_total Run commits written by group transactions (Badger store); divided by agenthost_store_commit_groups_total, the commits that shared a sync.
+# TYPE agenthost_store_grouped_commits_total counter
+agenthost_store_grouped_commits_total 12
+`), "agenthost_store_commit_groups_total", "agenthost_store_grouped_commits_total"))
+
+	none := metrics.New()
+	require.NoError(t, none.RegisterCommitGroups(conformance.NewMemStore(conformance.NewFakeClock(time.Unix(0, 0)), conformance.KVLimits{})))
+	require.Equal(t, 0, testutil.CollectAndCount(none.Registry(), "agenthost_store_commit_groups_total"))
+}

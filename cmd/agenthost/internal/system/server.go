@@ -125,6 +125,9 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			if err := m.RegisterActiveRuns(s.store, tenantIDs, activeRunsScrapeLimit, log); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
+			if err := m.RegisterCommitGroups(s.store); err != nil {
+				return fmt.Errorf("serve: metrics: %w", err)
+			}
 			refusals := map[string]metrics.HTTPRefusals{}
 			for id, p := range s.plugins {
 				refusals[id] = func() (int64, int64) { st := p.HTTPStats(); return st.Denied, st.Refused }
