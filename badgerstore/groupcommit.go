@@ -2,7 +2,6 @@ package badgerstore
 
 import (
 	"errors"
-	"sync"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
@@ -17,16 +16,16 @@ import (
 // 10,000 Runs made 20,666 syncs, and spent 5.0 of its 9 s in them.
 //
 // So the Run commits that arrive while one is being written queue on the
-// store's commitQueue, and one writer at a time, the leader, applies the
-// ones queued at its head in one Badger transaction, in order, each
-// against what the ones before it wrote (the transaction reads its own
-// writes), then commits it: one sync for the lot. A commit whose checks
+// store's commitQueue (a leaderQueue), and one writer at a time, the
+// leader, applies the ones queued at its head in one Badger transaction,
+// in order, each against what the ones before it wrote (the transaction
+// reads its own writes), then commits it: one sync for the lot. A commit whose checks
 // fail (a stale Seq, a fence, a duplicate command) is answered alone and
 // writes nothing; the others go on. Nothing becomes visible before it is
 // durable: Badger shows a transaction to readers only after its write and
 // its sync, as before. Then the first of the commits that queued
 // meanwhile leads the next batch, so that no caller serves the others'
-// commits for long (the KV writes' queue works the same way, kv.go).
+// commits for long (the KV writes of a plugin queue the same way, kv.go).
 
 // DefaultMaxGroupCommits bounds the commits one transaction carries
 // (Options.MaxGroupCommits); groupCommitBytes bounds what they write, well
@@ -56,26 +55,19 @@ type groupedCommit struct {
 	apply func(txn *badger.Txn) (delta int64, wrote bool, err error)
 
 	err error
-	// lead is set (before done is closed, under the queue's mu) on the
-	// commit that is to lead the next group instead of being committed.
-	lead bool
-	done chan struct{}
 }
 
-// commitQueue is the store's queue of Run commits: busy while a leader
-// commits a group of it.
+// commitQueue is the store's queue of Run commits, with its counts.
 type commitQueue struct {
-	mu    sync.Mutex
-	busy  bool
-	queue []*groupedCommit
-	// maxGroup bounds a group (Options.MaxGroupCommits).
-	maxGroup int
+	leaderQueue[*groupedCommit]
 	// groups and grouped count the group transactions committed and the
 	// commits they wrote (CommitGroups).
 	groups, grouped atomic.Int64
-	// beforeTake, when set (by tests), runs in the leader before it takes
-	// its group from the queue.
-	beforeTake func()
+}
+
+func newCommitQueue(maxGroup int) *commitQueue {
+	return &commitQueue{leaderQueue: leaderQueue[*groupedCommit]{maxItems: maxGroup, maxBytes: groupCommitBytes,
+		size: func(c *groupedCommit) int { return c.bytes }}}
 }
 
 // CommitGroups returns how many group transactions have committed since
@@ -90,57 +82,8 @@ func (s *Store) CommitGroups() (groups, commits int64) {
 // answer: nil once it is durable, or the error of its checks or of the
 // group's transaction, or errCommitAlone.
 func (s *Store) commitGrouped(c *groupedCommit) error {
-	q := &s.commits
-	c.done = make(chan struct{})
-	q.mu.Lock()
-	q.queue = append(q.queue, c)
-	lead := !q.busy
-	if lead {
-		q.busy, c.lead = true, true
-	}
-	q.mu.Unlock()
-	if !lead {
-		<-c.done // committed by a leader, or made the leader
-		lead = c.lead
-	}
-	if lead {
-		s.leadCommits()
-	}
+	s.commits.submit(c, s.commitGroup)
 	return c.err
-}
-
-// leadCommits commits one group from the head of the queue, which is the
-// leader's own commit, then hands the lead to the next queued commit (or
-// marks the queue idle).
-func (s *Store) leadCommits() {
-	q := &s.commits
-	if q.beforeTake != nil {
-		q.beforeTake()
-	}
-	q.mu.Lock()
-	n, bytes := 0, 0
-	for n < len(q.queue) && n < q.maxGroup && (n == 0 || bytes+q.queue[n].bytes <= groupCommitBytes) {
-		bytes += q.queue[n].bytes
-		n++
-	}
-	group := q.queue[:n:n]
-	if q.queue = q.queue[n:]; len(q.queue) == 0 {
-		q.queue = nil // let the committed ones go
-	}
-	q.mu.Unlock()
-	s.commitGroup(group)
-	for _, c := range group[1:] { // group[0] is the leader's own
-		close(c.done)
-	}
-	q.mu.Lock()
-	if len(q.queue) == 0 {
-		q.busy = false
-	} else {
-		next := q.queue[0]
-		next.lead = true
-		close(next.done)
-	}
-	q.mu.Unlock()
 }
 
 // commitGroup applies group in order in one transaction and commits it,

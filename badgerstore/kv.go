@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -53,10 +52,10 @@ func (s *Store) KVGet(ctx context.Context, tenant, plugin string, k []byte) ([]b
 // Every write of a (tenant, plugin) reads and writes its usage key, so
 // concurrent writes would conflict with each other in Badger and, past a
 // few writers, lose every retry. Instead they queue on the plugin's
-// kvWriter: one writer at a time, the leader, commits the writes queued
-// at its head in one transaction, each judged against the quota in
-// order, while the next ones queue behind it; then the first of those
-// leads (one fsync for many writes, no conflicts).
+// kvWriter (a leaderQueue): one writer at a time, the leader, commits the
+// writes queued at its head in one transaction, each judged against the
+// quota in order, while the next ones queue behind it; then the first of
+// those leads (one fsync for many writes, no conflicts).
 func (s *Store) KVSet(ctx context.Context, tenant, plugin string, k, value []byte) error {
 	if err := checkKVScope(tenant, plugin); err != nil {
 		return fmt.Errorf("badgerstore: kv set: %w", err)
@@ -71,22 +70,9 @@ func (s *Store) KVSet(ctx context.Context, tenant, plugin string, k, value []byt
 		return err
 	}
 	defer s.leave()
-	op := &kvOp{key: kvKey(tenant, plugin, k), size: int64(len(k)), value: append([]byte(nil), value...), done: make(chan struct{})}
-	w := s.kvWriter(tenant, plugin)
-	w.mu.Lock()
-	w.queue = append(w.queue, op)
-	lead := !w.busy
-	if lead {
-		w.busy, op.lead = true, true
-	}
-	w.mu.Unlock()
-	if !lead {
-		<-op.done // committed by a leader, or made the leader
-		lead = op.lead
-	}
-	if lead {
-		s.leadKV(context.WithoutCancel(ctx), tenant, plugin, w)
-	}
+	op := &kvOp{key: kvKey(tenant, plugin, k), size: int64(len(k)), value: append([]byte(nil), value...)}
+	lctx := context.WithoutCancel(ctx) // a leader commits the others' writes too
+	s.kvWriter(tenant, plugin).submit(op, func(batch []*kvOp) { s.commitKV(lctx, tenant, plugin, batch) })
 	if err := op.err; err != nil {
 		if errors.Is(err, runtime.ErrKVQuota) || errors.Is(err, runtime.ErrClosed) {
 			return err
@@ -102,68 +88,26 @@ type kvOp struct {
 	size  int64 // of the plugin's key
 	value []byte
 	err   error
-	// lead is set (before done is closed, under the writer's mu) on the
-	// op whose caller commits the next batch.
-	lead bool
-	done chan struct{}
-}
-
-// kvWriter is the write queue of one (tenant, plugin): busy while a
-// leader commits a batch of it.
-type kvWriter struct {
-	mu    sync.Mutex
-	busy  bool
-	queue []*kvOp
 }
 
 // kvBatchBytes bounds the values one KV transaction carries, well below
 // Badger's transaction size limit.
 const kvBatchBytes = 4 << 20
 
-func (s *Store) kvWriter(tenant, plugin string) *kvWriter {
+// kvWriter returns the write queue of one (tenant, plugin).
+func (s *Store) kvWriter(tenant, plugin string) *leaderQueue[*kvOp] {
 	id := tenant + "\x00" + plugin
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
 	if s.kvWriters == nil {
-		s.kvWriters = map[string]*kvWriter{}
+		s.kvWriters = map[string]*leaderQueue[*kvOp]{}
 	}
 	w := s.kvWriters[id]
 	if w == nil {
-		w = &kvWriter{}
+		w = &leaderQueue[*kvOp]{maxBytes: kvBatchBytes, size: func(op *kvOp) int { return len(op.value) }}
 		s.kvWriters[id] = w
 	}
 	return w
-}
-
-// leadKV commits one batch from the head of w's queue, which is the
-// leader's own write, then hands the lead to the next queued write (or
-// marks w idle). A leader commits one batch only, so that no caller
-// serves the others' writes for long.
-func (s *Store) leadKV(ctx context.Context, tenant, plugin string, w *kvWriter) {
-	w.mu.Lock()
-	n, bytes := 0, 0
-	for n < len(w.queue) && (n == 0 || bytes+len(w.queue[n].value) <= kvBatchBytes) {
-		bytes += len(w.queue[n].value)
-		n++
-	}
-	batch := w.queue[:n:n]
-	if w.queue = w.queue[n:]; len(w.queue) == 0 {
-		w.queue = nil // let the committed ops go
-	}
-	w.mu.Unlock()
-	s.commitKV(ctx, tenant, plugin, batch)
-	for _, op := range batch[1:] { // batch[0] is the leader's own
-		close(op.done)
-	}
-	w.mu.Lock()
-	if len(w.queue) == 0 {
-		w.busy = false
-	} else {
-		next := w.queue[0]
-		next.lead = true
-		close(next.done)
-	}
-	w.mu.Unlock()
 }
 
 // commitKV applies a batch of writes in order in one transaction: each

@@ -141,10 +141,10 @@ type Store struct {
 	gcDone chan struct{}
 
 	kvMu      sync.Mutex
-	kvWriters map[string]*kvWriter // by tenant and plugin: KVSet's write queues
-	kvView    kvView               // the read transaction KVGet shares while no KV write begins (kvview.go)
+	kvWriters map[string]*leaderQueue[*kvOp] // by tenant and plugin: KVSet's write queues
+	kvView    kvView                         // the read transaction KVGet shares while no KV write begins (kvview.go)
 
-	commits commitQueue  // the Run commits waiting to share a transaction (groupcommit.go)
+	commits *commitQueue // the Run commits waiting to share a transaction (groupcommit.go)
 	totals  tenantTotals // each tenant's stored bytes, kept by the writes (usage.go)
 	snaps   *snapCache   // the snapshots written or read lately, for LoadRun (snapcache.go)
 
@@ -181,7 +181,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("badgerstore: %s is damaged or unreadable; restore it from a backup, or move it aside to start with an empty store: %w", dir, err)
 	}
 	s := &Store{dir: dir, db: db, opts: opts, log: opts.Logger, stopGC: make(chan struct{}), gcDone: make(chan struct{}),
-		snaps: newSnapCache(opts.SnapshotCacheBytes), commits: commitQueue{maxGroup: opts.MaxGroupCommits}}
+		snaps: newSnapCache(opts.SnapshotCacheBytes), commits: newCommitQueue(opts.MaxGroupCommits)}
 	if err := s.initMeta(); err != nil {
 		_ = db.Close()
 		return nil, err
