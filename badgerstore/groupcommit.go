@@ -1,13 +1,14 @@
 package badgerstore
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
 )
 
-// Group commit of Run commits.
+// Group commit of Run writes: CreateRun and Commit.
 //
 // Badger syncs its write-ahead log once per transaction, even when it
 // writes many transactions in one batch (writeToLSM calls SyncWAL for
@@ -15,17 +16,19 @@ import (
 // the other, on Badger's single writer goroutine. A restart that recovers
 // 10,000 Runs made 20,666 syncs, and spent 5.0 of its 9 s in them.
 //
-// So the Run commits that arrive while one is being written queue on the
-// store's commitQueue (a leaderQueue), and one writer at a time, the
-// leader, applies the ones queued at its head in one Badger transaction,
-// in order, each against what the ones before it wrote (the transaction
-// reads its own writes), then commits it: one sync for the lot. A commit whose checks
-// fail (a stale Seq, a fence, a duplicate command) is answered alone and
-// writes nothing; the others go on. Nothing becomes visible before it is
-// durable: Badger shows a transaction to readers only after its write and
-// its sync, as before. Then the first of the commits that queued
-// meanwhile leads the next batch, so that no caller serves the others'
-// commits for long (the KV writes of a plugin queue the same way, kv.go).
+// So the Run writes (creations and commits; "commits" below) that
+// arrive while one is being written queue on the store's commitQueue (a
+// leaderQueue), and one writer at a time, the leader, applies the ones
+// queued at its head in one Badger transaction, in order, each against
+// what the ones before it wrote (the transaction reads its own writes),
+// then commits it: one sync for the lot. A commit whose checks fail (a
+// stale Seq, a fence, a duplicate command, a Run that exists) is
+// answered alone and writes nothing; the others go on. Nothing becomes
+// visible before it is durable: Badger shows a transaction to readers
+// only after its write and its sync, as before. Then the first of the
+// commits that queued meanwhile leads the next batch, so that no caller
+// serves the others' commits for long (the KV writes of a plugin queue
+// the same way, kv.go).
 
 // DefaultMaxGroupCommits bounds the commits one transaction carries
 // (Options.MaxGroupCommits); groupCommitBytes bounds what they write, well
@@ -44,7 +47,7 @@ const (
 // conflict retries). The commit's own transaction then gives the answer.
 var errCommitAlone = errors.New("badgerstore: commit alone")
 
-// groupedCommit is one Run commit in the queue.
+// groupedCommit is one Run write in the queue.
 type groupedCommit struct {
 	tenant string
 	bytes  int // what it writes, about
@@ -57,7 +60,7 @@ type groupedCommit struct {
 	err error
 }
 
-// commitQueue is the store's queue of Run commits, with its counts.
+// commitQueue is the store's queue of Run writes, with its counts.
 type commitQueue struct {
 	leaderQueue[*groupedCommit]
 	// groups and grouped count the group transactions committed and the
@@ -71,19 +74,31 @@ func newCommitQueue(maxGroup int) *commitQueue {
 }
 
 // CommitGroups returns how many group transactions have committed since
-// Open, and how many Run commits they wrote: commits/groups is how many
+// Open, and how many Run writes (creations and commits) they carried: commits/groups is how many
 // commits shared one sync, on average. (A commit that its group could not
 // take, and that ran alone, is in neither; nor is one whose checks failed.)
 func (s *Store) CommitGroups() (groups, commits int64) {
 	return s.commits.groups.Load(), s.commits.grouped.Load()
 }
 
-// commitGrouped commits c with the commits queued with it and returns its
-// answer: nil once it is durable, or the error of its checks or of the
-// group's transaction, or errCommitAlone.
-func (s *Store) commitGrouped(c *groupedCommit) error {
+// writeRun commits a Run's creation or commit, apply, with the ones
+// queued with it, and returns its answer: nil once it is durable, or the
+// error of its checks or of the group's transaction. When the group could
+// not take it, apply runs again in a transaction of its own (retried on
+// conflicts with ctx), which gives the answer. bytes is about what it
+// writes.
+func (s *Store) writeRun(ctx context.Context, tenant string, bytes int, apply func(txn *badger.Txn) (delta int64, wrote bool, err error)) error {
+	c := &groupedCommit{tenant: tenant, bytes: bytes, apply: apply}
 	s.commits.submit(c, s.commitGroup)
-	return c.err
+	if !errors.Is(c.err, errCommitAlone) {
+		return c.err
+	}
+	var delta int64
+	return s.write(ctx, tenant, &delta, func(txn *badger.Txn) error {
+		var err error
+		delta, _, err = apply(txn)
+		return err
+	})
 }
 
 // commitGroup applies group in order in one transaction and commits it,

@@ -138,6 +138,7 @@ func TestConcurrentCommitsShareOneTransaction(t *testing.T) {
 	for i := range runs {
 		runs[i] = createRunT(t, s, fmt.Sprintf("r%d", i))
 	}
+	groups0, commits0 := s.CommitGroups()
 	queued, release := holdFirstGroup(t, s)
 	answers := make([]<-chan commitAnswer, n)
 	for i, r := range runs {
@@ -150,8 +151,8 @@ func TestConcurrentCommitsShareOneTransaction(t *testing.T) {
 			t.Fatalf("commit to r%d: %+v, %v; want Seq 2", i, a.res, a.err)
 		}
 	}
-	if groups, commits := s.CommitGroups(); groups != 1 || commits != n {
-		t.Fatalf("%d group transactions wrote %d commits; want 1 for all %d", groups, commits, n)
+	if groups, commits := s.CommitGroups(); groups-groups0 != 1 || commits-commits0 != n {
+		t.Fatalf("%d group transactions wrote %d commits; want 1 for all %d", groups-groups0, commits-commits0, n)
 	}
 	for i := range runs {
 		r, err := s.LoadRun(context.Background(), "t", fmt.Sprintf("r%d", i))
@@ -199,6 +200,7 @@ func TestAGroupAnswersEachCommitByItsOwnChecks(t *testing.T) {
 		{"r3's command again", done, nil, 2, true},
 		{"r4's first", startCommit(t, r4, "start", 1, 0), nil, 2, false},
 	}
+	groups0, commits0 := s.CommitGroups()
 	queued, release := holdFirstGroup(t, s)
 	answers := make([]<-chan commitAnswer, len(cases))
 	for i, tc := range cases {
@@ -215,9 +217,8 @@ func TestAGroupAnswersEachCommitByItsOwnChecks(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want Seq %d, duplicate %v", tc.name, a.res, a.err, tc.wantSeq, tc.dup)
 		}
 	}
-	if groups, commits := s.CommitGroups(); groups != 2+1 || commits != 2+3 {
-		// r3's and r1's commits before the test's group were groups of one.
-		t.Fatalf("%d group transactions wrote %d commits; want 3 writing 5 (r3's, r1's, then r0's two and r4's)", groups, commits)
+	if groups, commits := s.CommitGroups(); groups-groups0 != 1 || commits-commits0 != 3 {
+		t.Fatalf("%d group transactions wrote %d commits; want 1 writing 3 (r0's two and r4's)", groups-groups0, commits-commits0)
 	}
 	for id, want := range map[string]int64{"r0": 3, "r1": 2, "r2": 1, "r3": 2, "r4": 2} {
 		r, err := s.LoadRun(ctx, "t", id)
@@ -331,4 +332,77 @@ func TestAGroupThatLosesAConflictRunsAgain(t *testing.T) {
 	}); err != nil || got != "other+group" {
 		t.Fatalf("k = %q, %v; want the group's write on the other's", got, err)
 	}
+}
+
+// Creations share a group too, and each reads what the ones before it in
+// the group wrote: Runs of one session get the next ordinals in turn, a
+// repeated command names the first Run, and a Run that exists is refused.
+func TestAGroupOfCreationsTakesOrdinalsInTurn(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, Options{})
+	ctx := context.Background()
+	createRunT(t, s, "before")
+	create := func(id, cmd string) runtime.CreateRun {
+		spec := loop.Spec{Tenant: "t", Session: "s", ID: id, Input: "hi", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy}
+		ev := loop.RunCreated(spec, 1)
+		r, err := loop.Apply(loop.Run{}, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runtime.CreateRun{Run: r, Event: ev, CommandID: cmd}
+	}
+	cases := []struct {
+		name    string
+		c       runtime.CreateRun
+		wantErr error
+		ord     int64
+		run     string
+		dup     bool
+	}{
+		{"c1", create("c1", "k1"), nil, 2, "c1", false},
+		{"c2", create("c2", ""), nil, 3, "c2", false},
+		{"k1 again", create("c9", "k1"), nil, 2, "c1", true},
+		{"an existing Run", create("before", ""), runtime.ErrRunExists, 0, "", false},
+		{"c3", create("c3", "k3"), nil, 4, "c3", false},
+	}
+	type answer struct {
+		res runtime.CreateResult
+		err error
+	}
+	groups0, commits0 := s.CommitGroups()
+	queued, release := holdFirstGroup(t, s)
+	answers := make([]chan answer, len(cases))
+	for i, tc := range cases {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			res, err := s.CreateRun(ctx, tc.c)
+			answers[i] <- answer{res, err}
+		}()
+		queued(i + 1)
+	}
+	release()
+	for i, tc := range cases {
+		a := <-answers[i]
+		switch {
+		case tc.wantErr != nil && !errors.Is(a.err, tc.wantErr):
+			t.Errorf("%s: %v; want %v", tc.name, a.err, tc.wantErr)
+		case tc.wantErr == nil && (a.err != nil || a.res.Ordinal != tc.ord || a.res.Run.ID != tc.run || a.res.Duplicate != tc.dup):
+			t.Errorf("%s: run %s, ordinal %d, duplicate %v, %v; want %s, %d, %v", tc.name, a.res.Run.ID, a.res.Ordinal, a.res.Duplicate, a.err, tc.run, tc.ord, tc.dup)
+		}
+	}
+	if groups, commits := s.CommitGroups(); groups-groups0 != 1 || commits-commits0 != 3 {
+		t.Fatalf("%d group transactions wrote %d creations; want 1 writing 3", groups-groups0, commits-commits0)
+	}
+	runs, err := s.SessionRuns(ctx, "t", "s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, r := range runs {
+		order = append(order, fmt.Sprintf("%s@%d", r.Run.ID, r.Ordinal))
+	}
+	if got := fmt.Sprint(order); got != "[before@1 c1@2 c2@3 c3@4]" {
+		t.Fatalf("the session's Runs: %s", got)
+	}
+	wantStoredBytesRecounted(t, s, dir)
 }

@@ -262,11 +262,10 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	}
 	defer s.leave()
 	t, id, session := c.Run.Tenant, c.Run.ID, c.Run.Session
-	var (
-		res   runtime.CreateResult
-		added int64
-	)
-	err = s.write(ctx, t, &added, func(txn *badger.Txn) error {
+	var res runtime.CreateResult
+	// apply is the creation in a transaction, as Commit's is: checks,
+	// then writes; it shares a group's transaction with Run commits.
+	apply := func(txn *badger.Txn) (added int64, wrote bool, err error) {
 		res = runtime.CreateResult{}
 		if c.CommandID != "" {
 			item, err := txn.Get(createCmdKey(t, c.CommandID))
@@ -274,40 +273,40 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 			case err == nil:
 				first, err := item.ValueCopy(nil)
 				if err != nil {
-					return err
+					return 0, false, err
 				}
 				b, ok, err := getRecord(txn, t, string(first))
 				if err != nil {
-					return err
+					return 0, false, err
 				}
 				if !ok {
-					return fmt.Errorf("badgerstore: command %q names run %s/%s, which has no record: the store is inconsistent", c.CommandID, t, first)
+					return 0, false, fmt.Errorf("badgerstore: command %q names run %s/%s, which has no record: the store is inconsistent", c.CommandID, t, first)
 				}
 				h, r, err := decodeRecord(b)
 				if err != nil {
-					return err
+					return 0, false, err
 				}
 				res = runtime.CreateResult{Run: r, Ordinal: h.Ordinal, Duplicate: true}
-				return nil
+				return 0, false, nil
 			case !errors.Is(err, badger.ErrKeyNotFound):
-				return err
+				return 0, false, err
 			}
 		}
 		if _, exists, err := getRecord(txn, t, id); err != nil {
-			return err
+			return 0, false, err
 		} else if exists {
-			return fmt.Errorf("badgerstore: create run %s/%s: %w", t, id, runtime.ErrRunExists)
+			return 0, false, fmt.Errorf("badgerstore: create run %s/%s: %w", t, id, runtime.ErrRunExists)
 		}
 		last, err := getU64(txn, ordinalKey(t, session))
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		ord := int64(last) + 1
 		held := int64(len(snap) + len(evb) + len(c.CommandID))
 		h := headerOf(c.Run, ord, c.CommandID, held)
 		rec, err := encodeRecord(h, snap)
 		if err != nil {
-			return err
+			return 0, false, err
 		}
 		sets := []struct {
 			k key
@@ -326,16 +325,16 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		}
 		for _, kv := range sets {
 			if err := txn.Set(kv.k, kv.v); err != nil {
-				return err
+				return 0, true, err
 			}
 		}
 		if err := writeIndexes(txn, t, id, nil, h); err != nil {
-			return err
+			return 0, true, err
 		}
 		res = runtime.CreateResult{Run: c.Run, Ordinal: ord}
-		added = held
-		return nil
-	})
+		return held, true, nil
+	}
+	err = s.writeRun(ctx, t, len(snap)+len(evb)+commitKeysBytes, apply)
 	if err != nil {
 		s.snaps.drop(t, id)
 		return runtime.CreateResult{}, wrapErr("create run "+t+"/"+id, err)
@@ -537,15 +536,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 			bytes += len(evb)
 		}
 	}
-	err := s.commitGrouped(&groupedCommit{tenant: t, bytes: bytes, apply: apply})
-	if errors.Is(err, errCommitAlone) {
-		var delta int64
-		err = s.write(ctx, t, &delta, func(txn *badger.Txn) error {
-			var err error
-			delta, _, err = apply(txn)
-			return err
-		})
-	}
+	err := s.writeRun(ctx, t, bytes, apply)
 	if err != nil {
 		// The write may have happened (a lost reply), or the Run moved on
 		// (a conflict): the next load reads Badger.
