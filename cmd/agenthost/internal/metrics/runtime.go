@@ -61,16 +61,16 @@ func (m *Metrics) RegisterRuntime(rt RuntimeCounters) error {
 }
 
 // CommitGrouper is the Badger store's count of the transactions its
-// Run commits shared (*badgerstore.Store has it).
+// Run creations and commits shared (*badgerstore.Store has it).
 type CommitGrouper interface {
 	CommitGroups() (groups, commits int64)
 }
 
 // RegisterCommitGroups registers, for a store that groups its Run
-// commits, agenthost_store_commit_groups_total (the group transactions,
-// one sync each) and agenthost_store_grouped_commits_total (the commits
-// they wrote): their ratio is the commits that shared a sync. A store
-// without groups (PostgreSQL) registers nothing.
+// writes, agenthost_store_commit_groups_total (the group transactions,
+// one sync each) and agenthost_store_grouped_commits_total (the Run
+// creations and commits they wrote): their ratio is how many shared a
+// sync. A store without groups (PostgreSQL) registers nothing.
 func (m *Metrics) RegisterCommitGroups(store any) error {
 	g, ok := store.(CommitGrouper)
 	if !ok {
@@ -78,10 +78,10 @@ func (m *Metrics) RegisterCommitGroups(store any) error {
 	}
 	for _, c := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agenthost_store_commit_groups_total",
-			Help: "Transactions, one sync each, that wrote a group of Run commits (Badger store)."},
+			Help: "Transactions, one sync each, that wrote a group of Run creations and commits (Badger store)."},
 			func() float64 { n, _ := g.CommitGroups(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agenthost_store_grouped_commits_total",
-			Help: "Run commits written by group transactions (Badger store); divided by agenthost_store_commit_groups_total, the commits that shared a sync."},
+			Help: "Run creations and commits written by group transactions (Badger store); divided by agenthost_store_commit_groups_total, how many shared a sync."},
 			func() float64 { _, n := g.CommitGroups(); return float64(n) }),
 	} {
 		if err := m.reg.Register(c); err != nil {
