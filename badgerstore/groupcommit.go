@@ -74,9 +74,10 @@ func newCommitQueue(maxGroup int) *commitQueue {
 }
 
 // CommitGroups returns how many group transactions have committed since
-// Open, and how many Run writes (creations and commits) they carried: commits/groups is how many
-// commits shared one sync, on average. (A commit that its group could not
-// take, and that ran alone, is in neither; nor is one whose checks failed.)
+// Open, and how many Run writes (creations and commits) they carried:
+// commits/groups is how many shared one sync, on average. (A write that
+// its group could not take, and that ran alone, is in neither; nor is
+// one whose checks failed, nor a duplicate.)
 func (s *Store) CommitGroups() (groups, commits int64) {
 	return s.commits.groups.Load(), s.commits.grouped.Load()
 }

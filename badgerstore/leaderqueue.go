@@ -7,7 +7,7 @@ import "sync"
 // in one transaction and so one sync, while the next ones queue behind it.
 // Then the first of those leads the next batch, so that no caller serves
 // the others' writes for long. The KV writes of one plugin (kv.go) and
-// the Run commits (groupcommit.go) queue on one each.
+// the Run creations and commits (groupcommit.go) queue on one each.
 type leaderQueue[T any] struct {
 	// maxItems and maxBytes bound a batch (0: no bound on its length);
 	// size is what an item counts against maxBytes. A batch holds at
@@ -33,9 +33,10 @@ type queued[T any] struct {
 	done chan struct{}
 }
 
-// submit queues item and returns once a leader has committed it, with
-// commit, in a batch; the caller leads that batch itself when no leader
-// was busy, or when the lead is handed to it.
+// submit queues item and returns once a leader has committed it in a
+// batch; the caller leads that batch itself when no leader was busy, or
+// when the lead is handed to it. A leader commits its batch with the
+// commit it was given, so every caller of one queue must give the same.
 func (q *leaderQueue[T]) submit(item T, commit func(batch []T)) {
 	e := &queued[T]{item: item, done: make(chan struct{})}
 	q.mu.Lock()

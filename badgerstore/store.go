@@ -79,9 +79,10 @@ type Options struct {
 	// DefaultSnapshotCacheBytes, a negative value turns the cache off.
 	SnapshotCacheBytes int
 
-	// MaxGroupCommits bounds the Run commits that share one transaction,
-	// and so one sync (groupcommit.go); zero takes DefaultMaxGroupCommits,
-	// 1 gives every commit a transaction and a sync of its own.
+	// MaxGroupCommits bounds the Run creations and commits that share one
+	// transaction, and so one sync (groupcommit.go); zero takes
+	// DefaultMaxGroupCommits, 1 gives each a transaction and a sync of
+	// its own.
 	MaxGroupCommits int
 }
 
@@ -144,7 +145,7 @@ type Store struct {
 	kvWriters map[string]*leaderQueue[*kvOp] // by tenant and plugin: KVSet's write queues
 	kvView    kvView                         // the read transaction KVGet shares while no KV write begins (kvview.go)
 
-	commits *commitQueue // the Run commits waiting to share a transaction (groupcommit.go)
+	commits *commitQueue // the Run creations and commits waiting to share a transaction (groupcommit.go)
 	totals  tenantTotals // each tenant's stored bytes, kept by the writes (usage.go)
 	snaps   *snapCache   // the snapshots written or read lately, for LoadRun (snapcache.go)
 

@@ -183,6 +183,7 @@ at once): that wait is reported apart, and the times start after it.`,
 		Example: `  bin/agenthost bench recovery --runs 1000
   bin/agenthost bench recovery --runs 10000 --json
   bin/agenthost bench recovery --runs 10000 --cpuprofile recovery.pprof
+  bin/agenthost bench recovery --runs 10000 --trace recovery.trace
   bin/agenthost bench recovery --runs 10000 --store postgres`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
