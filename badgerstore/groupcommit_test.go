@@ -9,7 +9,6 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
-	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -17,58 +16,40 @@ import (
 // The store suite again with every Run commit in a transaction of its
 // own, the path a commit takes when its group cannot take it.
 func TestStoreConformanceOneCommitATransaction(t *testing.T) {
-	conformance.StoreSuite(t, func(t *testing.T, cfg conformance.StoreConfig) runtime.Store {
-		s, err := Open(t.TempDir(), Options{Clock: cfg.Clock, KVMaxKeyBytes: cfg.KV.MaxKeyBytes, KVMaxValueBytes: cfg.KV.MaxValueBytes,
-			KVQuotaBytes: cfg.KV.QuotaBytes, Logger: quietLogger(), MaxGroupCommits: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+	storeSuite(t, Options{MaxGroupCommits: 1})
 }
 
-// holdFirstGroup makes the first leader wait before it takes its group
-// until want() is true of the queue's length, so that the commits a test
-// sends meanwhile queue behind it. It returns a function that waits until
-// the queue holds n commits (the test sends them one at a time, to fix
-// their order) and one that lets the leader go.
-func holdFirstGroup(t *testing.T, s *Store) (queued func(n int), release func()) {
+// inOneGroup has the n writes that start(i) begins, each on a goroutine
+// of its own, queue in order behind a leader held before it takes its
+// group, then lets the leader go: they are committed in one group.
+func inOneGroup(t *testing.T, s *Store, n int, start func(i int)) {
 	t.Helper()
-	held, free := make(chan struct{}), make(chan struct{})
+	free := make(chan struct{})
+	defer close(free) // on a t.Fatal too
 	first := true
 	s.commits.beforeTake = func() {
-		if !first {
-			return
+		if first {
+			first = false
+			<-free
 		}
-		first = false
-		close(held)
-		<-free
 	}
-	queued = func(n int) {
-		t.Helper()
+	for i := range n {
+		start(i)
+		// Wait until it has queued, so that the next one queues after it.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			s.commits.mu.Lock()
 			got := len(s.commits.queue)
 			s.commits.mu.Unlock()
-			if got >= n {
-				return
+			if got > i {
+				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the commit queue holds %d commits after 10 s, want %d", got, n)
+				t.Fatalf("the commit queue holds %d writes after 10 s, want %d", got, i+1)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-	var once bool
-	release = func() {
-		if !once {
-			once = true
-			close(free)
-		}
-	}
-	t.Cleanup(release)
-	return queued, release
 }
 
 // startCommit is the commit of the event that starts Run r (Seq+1) under
@@ -139,13 +120,8 @@ func TestConcurrentCommitsShareOneTransaction(t *testing.T) {
 		runs[i] = createRunT(t, s, fmt.Sprintf("r%d", i))
 	}
 	groups0, commits0 := s.CommitGroups()
-	queued, release := holdFirstGroup(t, s)
 	answers := make([]<-chan commitAnswer, n)
-	for i, r := range runs {
-		answers[i] = sendCommit(s, startCommit(t, r, "start", 1, 0))
-		queued(i + 1)
-	}
-	release()
+	inOneGroup(t, s, n, func(i int) { answers[i] = sendCommit(s, startCommit(t, runs[i], "start", 1, 0)) })
 	for i, ch := range answers {
 		if a := <-ch; a.err != nil || a.res.Seq != 2 || a.res.Duplicate {
 			t.Fatalf("commit to r%d: %+v, %v; want Seq 2", i, a.res, a.err)
@@ -201,13 +177,8 @@ func TestAGroupAnswersEachCommitByItsOwnChecks(t *testing.T) {
 		{"r4's first", startCommit(t, r4, "start", 1, 0), nil, 2, false},
 	}
 	groups0, commits0 := s.CommitGroups()
-	queued, release := holdFirstGroup(t, s)
 	answers := make([]<-chan commitAnswer, len(cases))
-	for i, tc := range cases {
-		answers[i] = sendCommit(s, tc.c)
-		queued(i + 1)
-	}
-	release()
+	inOneGroup(t, s, len(cases), func(i int) { answers[i] = sendCommit(s, cases[i].c) })
 	for i, tc := range cases {
 		a := <-answers[i]
 		switch {
@@ -370,17 +341,14 @@ func TestAGroupOfCreationsTakesOrdinalsInTurn(t *testing.T) {
 		err error
 	}
 	groups0, commits0 := s.CommitGroups()
-	queued, release := holdFirstGroup(t, s)
 	answers := make([]chan answer, len(cases))
-	for i, tc := range cases {
+	inOneGroup(t, s, len(cases), func(i int) {
 		answers[i] = make(chan answer, 1)
 		go func() {
-			res, err := s.CreateRun(ctx, tc.c)
+			res, err := s.CreateRun(ctx, cases[i].c)
 			answers[i] <- answer{res, err}
 		}()
-		queued(i + 1)
-	}
-	release()
+	})
 	for i, tc := range cases {
 		a := <-answers[i]
 		switch {

@@ -15,14 +15,7 @@ import (
 // The store suite again with the snapshot cache off, so that both of
 // LoadRun's paths meet it.
 func TestStoreConformanceWithoutTheSnapshotCache(t *testing.T) {
-	conformance.StoreSuite(t, func(t *testing.T, cfg conformance.StoreConfig) runtime.Store {
-		s, err := Open(t.TempDir(), Options{Clock: cfg.Clock, KVMaxKeyBytes: cfg.KV.MaxKeyBytes, KVMaxValueBytes: cfg.KV.MaxValueBytes,
-			KVQuotaBytes: cfg.KV.QuotaBytes, Logger: quietLogger(), SnapshotCacheBytes: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+	storeSuite(t, Options{SnapshotCacheBytes: -1})
 }
 
 // createRunT creates Run id, pending, in tenant t and session s.
