@@ -55,6 +55,8 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"a commit from an old epoch is fenced after a takeover", testFencing},
 		{"a commit records the further command IDs it applies, and is refused if one was applied", testAlsoCommandIDs},
 		{"ClaimSessions claims a batch as ClaimSession would each, and reads each claimed session's active Runs", testClaimSessions},
+		{"ClaimSessions refused for an expired node writes nothing", testClaimSessionsRefusedForAnExpiredNodeWritesNothing},
+		{"ClaimSessions racing the end of its node's lease claims all of the batch or none", testClaimSessionsRacingTheNodesDeathClaimsAllOrNothing},
 		{"a retried commit whose ack was lost returns the first result and writes nothing", testCommitIdempotent},
 		{"command IDs of commits are scoped to their Run", testCommandScope},
 		{"malformed commits are refused", testMalformedCommit},

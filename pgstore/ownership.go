@@ -53,16 +53,17 @@ var sqlClaimState = `SELECT s.owner, s.epoch,
 	FROM (SELECT ` + dbNow(4) + ` AS now) AS c
 	LEFT JOIN sessions s ON s.tenant = $1 AND s.session = $2`
 
-// sqlClaimTake reads, after the session row is locked, its owner and
-// epoch and whether the claiming node and the owner are alive, and takes
-// the session (owner $3, epoch + 1) if the claim goes ahead: the node is
-// alive, and the owner is none, or dead, and not the node itself. A claim
-// refused deletes the session's row again if it is empty (no Run, never
-// claimed). $1 tenant, $2 session, $4 now. It returns what it read and
-// whether it wrote.
-var sqlClaimTake = `WITH c AS (SELECT ` + dbNow(4) + ` AS now),
-	st AS (SELECT s.owner, s.epoch,
-			coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false) AS self,
+// claimTakeSQL is the statement that reads, after the session row is
+// locked, its owner and epoch and whether the claiming node and the owner
+// are alive, and takes the session (owner $3, epoch + 1) if the claim goes
+// ahead: the node is alive, and the owner is none, or dead, and not the
+// node itself. A claim refused deletes the session's row again if it is
+// empty (no Run, never claimed). $1 tenant, $2 session, $4 now. It
+// returns what it read and whether it wrote. self is the SQL that tells
+// whether the claiming node is alive.
+func claimTakeSQL(self string) string {
+	return `WITH c AS (SELECT ` + dbNow(4) + ` AS now),
+	st AS (SELECT s.owner, s.epoch, ` + self + ` AS self,
 			coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = s.owner), false) AS owner_alive
 		FROM sessions s, c WHERE s.tenant = $1 AND s.session = $2),
 	ok AS (SELECT st.epoch + 1 AS epoch FROM st WHERE st.self AND st.owner <> $3 AND (st.owner = '' OR NOT st.owner_alive)),
@@ -71,6 +72,30 @@ var sqlClaimTake = `WITH c AS (SELECT ` + dbNow(4) + ` AS now),
 	j AS (DELETE FROM sessions WHERE tenant = $1 AND session = $2 AND NOT EXISTS (SELECT 1 FROM ok)
 		AND last_ordinal = 0 AND owner = '' AND epoch = 0 AND live_count = 0)
 	SELECT st.owner, st.epoch, st.self, st.owner_alive, EXISTS (SELECT 1 FROM u) FROM st`
+}
+
+// sqlClaimTake is ClaimSession's take: it reads the claiming node's lease
+// after the session's lock, in the same statement as the write.
+var sqlClaimTake = claimTakeSQL(`coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false)`)
+
+// sqlBatchClaimTake is a batch claim's take. It does not judge the
+// claiming node's lease again: sqlClaimant judged it once for the whole
+// batch, and the batch gets this far only if the node was alive. Were
+// each take to judge it anew, a lease that ran out midway (the database's
+// clock moves on, another process marks the node dead) would refuse the
+// later sessions after the earlier ones were claimed, and the COMMIT
+// already queued behind them would keep those claims.
+var sqlBatchClaimTake = claimTakeSQL(`true`)
+
+// sqlClaimant judges, once for a batch claim and before its first write,
+// whether the claiming node $1 is alive at $2 (its now, or NULL). A node
+// found dead makes the transaction read-only: the batch's first write
+// then fails, nothing after it runs (not the COMMIT), and the transaction
+// rolls back, so that the refused batch writes nothing and waits for no
+// session's lock.
+var sqlClaimant = `SELECT j.alive, CASE WHEN j.alive THEN '' ELSE set_config('transaction_read_only', 'on', true) END
+	FROM (SELECT coalesce((SELECT ` + alive + ` FROM nodes n, (SELECT ` + dbNow(2) + ` AS now) AS c
+		WHERE n.node_id = $1), false) AS alive) AS j`
 
 // RegisterNode implements runtime.Ownership: one statement. Registering a
 // live incarnation again renews it (never shortening its lease); one
@@ -201,11 +226,17 @@ const sqlClaimedActiveRuns = `SELECT r.tenant, r.session, r.snapshot
 	ORDER BY r.tenant, r.session, r.ordinal`
 
 // ClaimSessions implements runtime.Ownership: one transaction of one round
-// trip for the whole batch: BEGIN; for each session, in (tenant, session)
-// order so that two nodes' batches lock their rows in the same order and
-// cannot deadlock, what ClaimSession's transaction does (create the row if
-// missing, lock it, take it if the claim goes ahead); then the active Runs
-// of the sessions the node now owns; COMMIT.
+// trip for the whole batch: BEGIN; judge the claiming node's lease, once
+// (sqlClaimant); for each session, in (tenant, session) order so that two
+// nodes' batches lock their rows in the same order and cannot deadlock,
+// what ClaimSession's transaction does (create the row if missing, lock
+// it, take it if the claim goes ahead); then the active Runs of the
+// sessions the node now owns; COMMIT. A node found dead gets
+// ErrNodeExpired, and its batch stops at its first write and rolls back.
+// The lease is judged when the batch begins, as Badger judges it at
+// nowMS: one that runs out while the batch waits for a session's lock
+// refuses none of the sessions after it, and the epochs fence the claims
+// of a node that died meanwhile as they fence its commits.
 func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, sessions []runtime.SessionRef) ([]runtime.SessionClaim, error) {
 	if err := runtime.CheckClaimBatch(nodeID, sessions); err != nil {
 		return nil, fmt.Errorf("pgstore: claim sessions: %w", err)
@@ -233,10 +264,11 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 		out = make([]runtime.SessionClaim, len(sessions))
 		b := &pgx.Batch{}
 		b.Queue(sqlBegin)
+		b.Queue(sqlClaimant, nodeID, now)
 		for _, i := range order {
 			b.Queue(sqlEnsureSession, sessions[i].Tenant, sessions[i].Session)
 			b.Queue(sqlLockSessionEpoch, sessions[i].Tenant, sessions[i].Session)
-			b.Queue(sqlClaimTake, sessions[i].Tenant, sessions[i].Session, nodeID, now)
+			b.Queue(sqlBatchClaimTake, sessions[i].Tenant, sessions[i].Session, nodeID, now)
 		}
 		b.Queue(sqlClaimedActiveRuns, tenants, names, nodeID)
 		b.Queue(sqlCommit)
@@ -244,6 +276,18 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 		defer br.Close()
 		if err := execAll(br, 1); err != nil {
 			return err
+		}
+		var (
+			self     bool
+			readOnly string
+		)
+		if _, err := queryOne(br, &self, &readOnly); err != nil {
+			return err
+		}
+		if !self {
+			// The rest of the batch fails at its first write; br.Close
+			// reads that failure and txOnce rolls the transaction back.
+			return fmt.Errorf("pgstore: claim %d sessions by %s: %w", len(sessions), nodeID, runtime.ErrNodeExpired)
 		}
 		for _, i := range order {
 			ref := sessions[i]
@@ -269,9 +313,6 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 			if wrote == done {
 				return fmt.Errorf("pgstore: claim session %s/%s by %s: the write's checks (wrote: %v) and the rows read disagree: %w",
 					ref.Tenant, ref.Session, nodeID, wrote, runtime.ErrStoreUnavailable)
-			}
-			if errors.Is(refused, runtime.ErrNodeExpired) {
-				return refused
 			}
 			out[i] = runtime.SessionClaim{Epoch: e, Err: refused}
 			if refused != nil {
