@@ -74,7 +74,7 @@ func (r *Run) checkDeadline(now int64) bool {
 		return false
 	}
 	r.beginEnd(Verdict{Status: StatusFailed, Failure: &Failure{Class: abi.ClassDeadlineExceeded,
-		Message: fmt.Sprintf("the run's deadline (%d ms) passed at %d ms", r.Limits.DeadlineMS, now)}})
+		Message: deadlineMessage(r.CreatedAt, r.Limits.DeadlineMS)}})
 	return true
 }
 
