@@ -179,6 +179,10 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 	}
 	defer s.leave()
 	var out []runtime.SessionClaim
+	// Begun before the first read, so that the Runs the claim finds are
+	// cached only if no commit changed them since (snapcache.go).
+	rd := s.snaps.beginRead()
+	defer s.snaps.endRead(rd)
 	err := s.update(ctx, func(txn *badger.Txn) error {
 		out = make([]runtime.SessionClaim, len(sessions))
 		self, err := s.alive(txn, nodeID, nowMS)
@@ -218,7 +222,7 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 	for i, c := range out {
 		for j := range c.Active {
 			r := &out[i].Active[j]
-			s.snaps.putRead(sessions[i].Tenant, r.ID, r.Seq, encodeSnapshot(r))
+			s.snaps.putRead(rd, sessions[i].Tenant, r.ID, r.Seq, encodeSnapshot(r))
 		}
 	}
 	return out, nil

@@ -341,9 +341,11 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	}
 	if !res.Duplicate {
 		s.snaps.put(t, id, c.Run.Seq, snap)
-		// Hand back a copy decoded from the stored bytes, which shares
-		// nothing with the caller's argument.
-		r, err := runcodec.Decode(snap)
+		// Hand back a Run decoded from a copy of the stored bytes: the
+		// decoded Run's raw fields share the bytes they were decoded
+		// from, and those the cache now holds are never to change. The
+		// Run shares nothing with the caller's argument either.
+		r, err := runcodec.Decode(append([]byte(nil), snap...))
 		if err != nil {
 			return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: %w", id, err)
 		}
@@ -379,6 +381,10 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 		r    loop.Run
 		snap []byte
 	)
+	// Begun before the read, so that what it finds is cached only if no
+	// commit of the Run changed it since (snapcache.go).
+	rd := s.snaps.beginRead()
+	defer s.snaps.endRead(rd)
 	err := s.db.View(func(txn *badger.Txn) error {
 		b, ok, err := getRecord(txn, tenant, runID)
 		if err != nil {
@@ -399,7 +405,7 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 	if snap != nil {
 		// b is this call's copy (getRecord), and the decoded Run shares
 		// it: the cache keeps its own.
-		s.snaps.putRead(tenant, runID, r.Seq, append([]byte(nil), snap...))
+		s.snaps.putRead(rd, tenant, runID, r.Seq, append([]byte(nil), snap...))
 	}
 	return r, nil
 }

@@ -410,23 +410,48 @@ func (rt *Runtime) recordPending(run loop.Run, e loop.Effect, key string, reply 
 // stays executing, for recovery), when the session has another owner, the
 // Run is gone, or the runtime's life ends. It reports whether the news is
 // durable (req.onDurable ran).
+//
+// The Loop refusing the news as an unknown effect means the Run it was
+// applied to does not know an effect this runtime dispatched from a
+// committed snapshot: that snapshot was older than the committed one (a
+// store that answered a stale version), so the advance, which loads the
+// Run afresh, is tried again, up to unknownEffectReloads times, before
+// the effect is taken to be truly unknown.
 func (rt *Runtime) commitOutcome(key, what string, req advanceReq) bool {
 	backoff := commitRetryMin
+	reloads := 0
 	for {
 		ctx, cancel := rt.commitCtx()
-		_, err := rt.advance(ctx, req)
+		cur, err := rt.advance(ctx, req)
 		cancel()
 		if err == nil {
+			if reloads > 0 {
+				rt.log.Warn(what+" committed once the Run was loaded again: a load had answered a version that did not know the effect",
+					"assignment_key", key, "reloads", reloads)
+			}
 			return true
 		}
-		if !errors.Is(err, errStoreFailed) || rt.life.Err() != nil || rt.halted.Load() {
-			if rt.life.Err() == nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrSessionOwned) && !errors.Is(err, ErrNodeExpired) {
+		unknown := errors.Is(err, loop.ErrUnknownEffect)
+		retry := errors.Is(err, errStoreFailed) || (unknown && reloads < unknownEffectReloads)
+		if !retry || rt.life.Err() != nil || rt.halted.Load() {
+			switch {
+			case rt.life.Err() != nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrNodeExpired):
+			case unknown:
+				rt.log.Error(what+" refused as an unknown effect, by every load of the Run; the effect stays executing for recovery",
+					"assignment_key", key, "reloads", reloads, "run_seq", cur.Seq, "err", err)
+			default:
 				rt.log.Error(what+" not committed; the effect stays executing for recovery", "assignment_key", key, "err", err)
 			}
 			rt.abandon(key)
 			return false
 		}
-		rt.log.Warn(what+" not committed; retrying under the same command ID", "assignment_key", key, "retry_in", backoff, "err", err)
+		if unknown {
+			reloads++
+			rt.log.Warn(what+" refused as an unknown effect by the Run as loaded, which may be an older version than the committed one; loading it again",
+				"assignment_key", key, "run_seq", cur.Seq, "reload", reloads, "of", unknownEffectReloads, "retry_in", backoff, "err", err)
+		} else {
+			rt.log.Warn(what+" not committed; retrying under the same command ID", "assignment_key", key, "retry_in", backoff, "err", err)
+		}
 		if !rt.sleep(backoff) {
 			rt.abandon(key)
 			return false
@@ -440,6 +465,11 @@ const (
 	commitRetryMin = 50 * time.Millisecond
 	commitRetryMax = 5 * time.Second
 )
+
+// unknownEffectReloads bounds the loads of a Run, after the first, that
+// may refuse an outcome as an unknown effect before commitOutcome takes
+// the effect to be truly unknown.
+const unknownEffectReloads = 3
 
 // sleep waits d on the runtime's Clock; false when the runtime's life
 // ended first.
