@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func formatOneRecord(t *testing.T, h runHeader, r loop.Run) []byte {
 // TestAFormatOneStoreIsReadAndMoved: a directory whose run records are
 // format 1's JSON opens, its Runs load as they were, a commit rewrites a
 // record in the binary form with the tenant's stored bytes still exact,
-// and the directory is moved to format 2.
+// and the directory is moved to the current format (formatVersion).
 func TestAFormatOneStoreIsReadAndMoved(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -131,8 +132,8 @@ func TestAFormatOneStoreIsReadAndMoved(t *testing.T) {
 			return err
 		}
 		return item.Value(func(v []byte) error {
-			if string(v) != "2" {
-				t.Errorf("store format after the open = %q, want 2", v)
+			if want := strconv.Itoa(formatVersion); string(v) != want {
+				t.Errorf("store format after the open = %q, want %s", v, want)
 			}
 			return nil
 		})

@@ -3,8 +3,10 @@ package badgerstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,11 +114,12 @@ func TestOpenRefusesAnUnknownFormatVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(metaFormat), []byte("3")) }); err != nil {
+	newer := strconv.Itoa(formatVersion + 1)
+	if err := db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(metaFormat), []byte(newer)) }); err != nil {
 		t.Fatal(err)
 	}
 	_ = db.Close()
-	wantOpenError(t, dir, `format "3"`, "reads formats 1 to 2")
+	wantOpenError(t, dir, `format "`+newer+`"`, fmt.Sprintf("reads formats %d to %d", oldestFormat, formatVersion))
 }
 
 // Reopening the directory proves every earlier incarnation is gone: their

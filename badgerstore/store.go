@@ -23,8 +23,13 @@ import (
 // (encodeRecord); it reads format 1's JSON records as well, so Open moves
 // a format-1 store to 2 (after which an older agenthost refuses it
 // instead of misreading a binary record), and each Run's next commit
-// rewrites its record.
-const formatVersion = 2
+// rewrites its record. Format 3 is format 2 with each tool of a Run's
+// spec carrying the descriptor the builder shows the model (runcodec
+// version 0x02); it reads format 2's records, which have none, so Open
+// moves a format-1 or -2 store to 3, after which an agenthost that knows
+// only 0x01 snapshots refuses the directory instead of failing on each
+// Run written since.
+const formatVersion = 3
 
 // oldestFormat is the oldest format Open takes, and moves to formatVersion.
 const oldestFormat = 1

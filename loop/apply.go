@@ -103,6 +103,11 @@ func applyCreated(run Run, ev Event) (Run, error) {
 			return run, fmt.Errorf("%w: tool names must be unique and non-empty (%q)", ErrInvalidEvent, t.Name)
 		}
 		seen[t.Name] = true
+		if t.Descriptor != nil && t.Descriptor.Name != t.Name {
+			// The builder offers the descriptor's name and the Loop
+			// accepts calls by the spec's: they must be the same tool.
+			return run, fmt.Errorf("%w: tool %s: its descriptor names %q", ErrInvalidEvent, t.Name, t.Descriptor.Name)
+		}
 		if err := t.Policy.check(); err != nil {
 			return run, fmt.Errorf("%w: tool %s policy: %v", ErrInvalidEvent, t.Name, err)
 		}

@@ -72,6 +72,12 @@ type ToolSpec struct {
 	// set, a call whose arguments fail it settles at once as
 	// invalid_arguments and is never dispatched (arguments.go).
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// Descriptor is the tool as the Run's builder shows it to the model
+	// (name, description, input schema...), pinned when the Run is created
+	// so that the builder offers the tools the Loop accepts calls of, as
+	// they were then, whatever the tenant's tools have become since. It is
+	// nil in a Run created before descriptors were pinned.
+	Descriptor *abi.Tool `json:"descriptor,omitempty"`
 }
 
 // Limits bound a Run.

@@ -458,10 +458,10 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 		Run:        abi.RunView{ID: run.ID, Tenant: run.Tenant, Session: run.Session, Step: run.Step + 1, Input: run.Input, Metadata: run.Metadata},
 		History:    history,
 		Transcript: run.Transcript,
-		Tools:      make([]abi.Tool, 0, len(t.Tools)),
-	}
-	for _, tl := range t.Tools {
-		in.Tools = append(in.Tools, tl.Descriptor)
+		// The Run's own tools, as the Loop accepts calls of them: never
+		// the tenant's current set, which may have changed since the Run
+		// was created.
+		Tools: t.toolsOffered(run),
 	}
 	cctx, cancel := rt.callCtxFrom(ctx, t.Builder)
 	defer cancel()

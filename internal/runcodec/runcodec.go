@@ -27,18 +27,26 @@ import (
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
-// Version1 is the first byte of a snapshot in this encoding. A JSON
-// snapshot starts with '{' (or white space), never with it, so a reader
-// tells the two forms apart (IsBinary).
+// Version1 is the first byte of a snapshot in the first version of this
+// encoding. A JSON snapshot starts with '{' (or white space), never with a
+// version byte, so a reader tells the two forms apart (IsBinary). Stores
+// also mark the records they frame around a snapshot with it
+// (badgerstore's run header).
 const Version1 byte = 0x01
 
-// IsBinary reports whether b is a snapshot in this encoding rather than
-// JSON.
-func IsBinary(b []byte) bool { return len(b) > 0 && b[0] == Version1 }
+// Version2 is the first byte of a snapshot in the current version: the
+// first, plus each tool's pinned descriptor (loop.ToolSpec.Descriptor).
+// Append writes it; Decode reads both, and a Run decoded from version 1
+// has no descriptors.
+const Version2 byte = 0x02
 
-// Append appends r's encoding to dst.
+// IsBinary reports whether b is a snapshot (or a record) in this encoding,
+// of any version, rather than JSON.
+func IsBinary(b []byte) bool { return len(b) > 0 && (b[0] == Version1 || b[0] == Version2) }
+
+// Append appends r's encoding to dst, in the current version.
 func Append(dst []byte, r *loop.Run) []byte {
-	w := Writer{B: append(dst, Version1)}
+	w := Writer{B: append(dst, Version2)}
 	// Spec.
 	w.String(r.Tenant)
 	w.String(r.Session)
@@ -57,6 +65,14 @@ func Append(dst []byte, r *loop.Run) []byte {
 		w.Bool(t.Approval)
 		w.policy(t.Policy)
 		w.Raw(t.InputSchema)
+		w.Bool(t.Descriptor != nil)
+		if d := t.Descriptor; d != nil {
+			w.String(d.Name)
+			w.String(d.Description)
+			w.Raw(d.InputSchema)
+			w.Bool(d.Idempotent)
+			w.String(string(d.Approval))
+		}
 	}
 	// The Run's state.
 	w.String(string(r.Status))
@@ -88,13 +104,14 @@ func Append(dst []byte, r *loop.Run) []byte {
 	return w.B
 }
 
-// Decode decodes a snapshot Append wrote. The strings it returns are
-// copies; the raw JSON fields (metadata, arguments) share b's memory, so
-// b must not be changed while the Run is in use.
+// Decode decodes a snapshot Append wrote, in any version. The strings it
+// returns are copies; the raw JSON fields (metadata, arguments) share b's
+// memory, so b must not be changed while the Run is in use.
 func Decode(b []byte) (loop.Run, error) {
 	if !IsBinary(b) {
 		return loop.Run{}, errors.New("runcodec: not a binary snapshot (no version byte)")
 	}
+	version := b[0]
 	rd := Reader{B: b[1:]}
 	var r loop.Run
 	r.Tenant = rd.String()
@@ -112,6 +129,10 @@ func Decode(b []byte) (loop.Run, error) {
 		r.Tools = make([]loop.ToolSpec, n)
 		for i := range r.Tools {
 			r.Tools[i] = loop.ToolSpec{Name: rd.String(), Approval: rd.Bool(), Policy: rd.policy(), InputSchema: rd.Raw()}
+			if version >= Version2 && rd.Bool() {
+				r.Tools[i].Descriptor = &abi.Tool{Name: rd.String(), Description: rd.String(), InputSchema: rd.Raw(),
+					Idempotent: rd.Bool(), Approval: abi.Approval(rd.String())}
+			}
 		}
 	}
 	r.Status = loop.Status(rd.String())

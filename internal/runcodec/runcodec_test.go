@@ -1,6 +1,7 @@
 package runcodec
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -197,6 +198,54 @@ func TestScenarioSnapshotsDecideAlike(t *testing.T) {
 	}
 }
 
+// version1Snapshot is a freshly created Run (two tools, one with an input
+// schema) as the codec wrote it in version 1, before tools carried their
+// descriptors: the bytes a store written then holds.
+const version1Snapshot = "010461636d650273310272310b63616c6c3a6563686f282900202008000005726574727906d00fe0d40303046563686f00" +
+	"05726574727906d00fe0d403127b2274797065223a226f626a656374227d047769726501046661696c000000000770656e64696e670280a0abfef962" +
+	"80a0abfef962000204757365720b63616c6c3a6563686f282900000000000000000000"
+
+// TestAVersion1SnapshotStillDecodes: a snapshot stored before descriptors
+// were pinned decodes as the same Run with no descriptors (the runtime
+// then offers the tenant's current descriptors of the Run's own tools),
+// and is written again in the current version.
+func TestAVersion1SnapshotStillDecodes(t *testing.T) {
+	b, err := hex.DecodeString(version1Snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := loop.Spec{Tenant: "acme", Session: "s1", ID: "r1", Input: "call:echo()", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy,
+		Tools: []loop.ToolSpec{
+			{Name: "echo", Policy: loop.DefaultToolPolicy(true), InputSchema: json.RawMessage(`{"type":"object"}`)},
+			{Name: "wire", Approval: true, Policy: loop.DefaultToolPolicy(false)},
+		}}
+	want, err := loop.Apply(loop.Run{}, loop.Event{Type: loop.EventRunCreated, Spec: &spec, Seq: 1, At: 1700000000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsBinary(b) {
+		t.Fatal("a version-1 snapshot is not taken for the binary form")
+	}
+	for _, decode := range []func([]byte) (loop.Run, error){Decode, Unmarshal} {
+		got, err := decode(b)
+		if err != nil {
+			t.Fatalf("decode a version-1 snapshot: %v", err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(want)
+			t.Fatalf("a version-1 snapshot decodes as\n %s\nwant\n %s", gj, wj)
+		}
+	}
+	again := Append(nil, &want)
+	if again[0] != Version2 {
+		t.Fatalf("Append writes version %#x, want %#x", again[0], Version2)
+	}
+	if got, err := Decode(again); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("rewritten in version 2: %+v, %v", got, err)
+	}
+}
+
 // TestMalformedIsAnError cuts and corrupts a real encoding at every byte:
 // Decode returns an error or a Run, and never panics.
 func TestMalformedIsAnError(t *testing.T) {
@@ -227,6 +276,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Append(nil, &r))
 	f.Add(Append(nil, &loop.Run{}))
 	f.Add([]byte{Version1, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	if v1, err := hex.DecodeString(version1Snapshot); err == nil {
+		f.Add(v1)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := Decode(b)
 		if err != nil {
