@@ -333,6 +333,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		rt.observeCommit(run, next, batch)
 		rt.hub.Publish(Notice{Tenant: req.tenant, RunID: req.runID, Seq: next.Seq})
 		rt.countTerminal(run, next)
+		rt.logRunFailed(run, next)
 		if guest {
 			rt.stats.GuestInputs.Add(1)
 			return next, nil
@@ -498,6 +499,23 @@ func (rt *Runtime) dropOutcome(req advanceReq, why error) {
 		key = loop.AssignmentKey{Tenant: req.tenant, Session: req.session, EffectID: req.pre.EffectID, Attempt: req.pre.Attempt}.String()
 	}
 	rt.log.Info("outcome dropped", "assignment_key", key, "reason", why)
+}
+
+// logRunFailed logs a Run that a commit ended as failed. It is called
+// once per commit, on the node that made it, and only a commit that moves
+// the Run from a live status to failed logs: a Run ends once, and an
+// advance that finds it ended (a recovery, a duplicate) commits nothing.
+func (rt *Runtime) logRunFailed(before, after loop.Run) {
+	if before.Status.Terminal() || after.Status != loop.StatusFailed {
+		return
+	}
+	var class abi.ErrorClass
+	msg := ""
+	if f := after.Failure; f != nil {
+		class, msg = f.Class, f.Message
+	}
+	rt.log.Warn("a Run failed", "tenant", after.Tenant, "session", after.Session, "run", after.ID,
+		"class", class, "message", msg, "step", after.Step)
 }
 
 func (rt *Runtime) countTerminal(before, after loop.Run) {
