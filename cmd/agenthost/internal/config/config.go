@@ -262,7 +262,8 @@ type ToolOverride struct {
 	// Approval is "never" or "always"; "" keeps the tool's own.
 	Approval abi.Approval
 	// Policy is the missing-effect policy; nil keeps the default (retry
-	// for an idempotent tool, fail otherwise).
+	// for an idempotent tool, fail otherwise). Its Mode is "" when the
+	// block set none: ToolPolicy then takes the tool's default mode.
 	Policy *loop.Policy
 }
 
@@ -310,7 +311,12 @@ var (
 // tool declares itself idempotent.
 func (t Tenant) ToolPolicy(tool string, idempotent bool) loop.Policy {
 	if o, ok := t.Tools[tool]; ok && o.Policy != nil {
-		return *o.Policy
+		p := *o.Policy
+		if p.Mode == "" {
+			// The block set no mode: the tool's default one.
+			p.Mode = loop.DefaultToolPolicy(idempotent).Mode
+		}
+		return p
 	}
 	return loop.DefaultToolPolicy(idempotent)
 }

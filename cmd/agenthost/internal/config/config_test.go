@@ -111,7 +111,7 @@ tenants:
     model: nope
     limits: {max_steps: "many", max_parallel_tool_calls: 0}
     tools:
-      calc: {approval: sometimes, policy: {mode: retry}}
+      calc: {approval: sometimes, policy: {mode: retry, max_attempts: 0}}
 `)
 	ps := problems(t, err)
 	text := strings.Join(ps, "\n")

@@ -453,7 +453,7 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 		seen[pid] = true
 		d.reference(k+"tool_executors", pid, abi.RoleExecutor, plugins, true)
 	}
-	if mp := d.policy(m, k+"model_policy", "model_policy"); mp != nil {
+	if mp := d.policy(m, k+"model_policy", "model_policy", loop.DefaultModelPolicy); mp != nil {
 		t.ModelPolicy = *mp
 	} else {
 		t.ModelPolicy = loop.DefaultModelPolicy
@@ -482,15 +482,29 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 			default:
 				d.problem(tk+".approval", "%q is not an approval: want never or always", a)
 			}
-			o.Policy = d.policy(om, tk+".policy", "policy")
+			o.Policy = d.policy(om, tk+".policy", "policy", toolPolicyDefaults)
 			t.Tools[name] = o
 		}
 	}
 	return t
 }
 
-// policy decodes a missing-effect policy under key (nil when absent).
-func (d *decoder) policy(m map[string]any, full, key string) *loop.Policy {
+// toolPolicyDefaults are the defaults of the keys a tool's policy block
+// leaves out: the retry parameters of an idempotent tool's default policy
+// (3 attempts, backoff 1s doubling up to 30s), and no mode, which
+// Tenant.ToolPolicy picks by the tool's idempotency as a tool without a
+// policy block gets it (retry if idempotent, else fail).
+var toolPolicyDefaults = func() loop.Policy {
+	p := loop.DefaultToolPolicy(true)
+	p.Mode = ""
+	return p
+}()
+
+// policy decodes a missing-effect policy under key (nil when absent). Each
+// key the block leaves out takes its value from def, field by field: a
+// block that sets only max_attempts keeps the documented backoff and
+// max_backoff, instead of dropping them to 0 (no backoff, no cap).
+func (d *decoder) policy(m map[string]any, full, key string, def loop.Policy) *loop.Policy {
 	raw, ok := m[key]
 	if !ok || raw == nil {
 		return nil
@@ -500,21 +514,37 @@ func (d *decoder) policy(m map[string]any, full, key string) *loop.Policy {
 		d.problem(full, "want a map (mode, max_attempts, backoff, max_backoff), got %s", typeName(raw))
 		return nil
 	}
-	p := loop.Policy{}
-	switch mode := loop.PolicyMode(d.strAt(pm, full+".", "mode", "")); mode {
-	case loop.PolicyRetry, loop.PolicyFail, loop.PolicyFailRun:
-		p.Mode = mode
-	case "":
-		d.problem(full+".mode", "is required: retry, fail or fail_run")
-	default:
-		d.problem(full+".mode", "%q is not a policy: want retry, fail or fail_run", mode)
+	p := def
+	if _, set := lookup(pm, "mode"); set {
+		switch mode := loop.PolicyMode(d.strAt(pm, full+".", "mode", "")); mode {
+		case loop.PolicyRetry, loop.PolicyFail, loop.PolicyFailRun:
+			p.Mode = mode
+		default:
+			d.problem(full+".mode", "%q is not a policy: want retry, fail or fail_run (or leave mode out for the default)", mode)
+		}
 	}
-	p.MaxAttempts = d.integerAt(pm, full+".", "max_attempts", 0, 0)
-	if p.Mode == loop.PolicyRetry && p.MaxAttempts < 1 {
+	_, attemptsSet := lookup(pm, "max_attempts")
+	p.MaxAttempts = d.integerAt(pm, full+".", "max_attempts", def.MaxAttempts, 0)
+	switch {
+	case p.Mode == loop.PolicyRetry && p.MaxAttempts < 1:
 		d.problem(full+".max_attempts", "retry needs max_attempts of at least 1")
+	case p.Mode == "" && attemptsSet && p.MaxAttempts < 1:
+		// The mode is left to the tool: retry when it is idempotent.
+		d.problem(full+".max_attempts", "must be at least 1: without a mode, an idempotent tool retries, and retry needs max_attempts of at least 1")
 	}
-	p.BackoffMS = d.durationAt(pm, full+".", "backoff", 0).Milliseconds()
-	p.MaxBackoffMS = d.durationAt(pm, full+".", "max_backoff", 0).Milliseconds()
+	p.BackoffMS = d.durationAt(pm, full+".", "backoff", time.Duration(def.BackoffMS)*time.Millisecond).Milliseconds()
+	_, capSet := lookup(pm, "max_backoff")
+	p.MaxBackoffMS = d.durationAt(pm, full+".", "max_backoff", time.Duration(def.MaxBackoffMS)*time.Millisecond).Milliseconds()
+	if p.MaxBackoffMS > 0 && p.BackoffMS > p.MaxBackoffMS {
+		// The cap would cut the first backoff already: say so rather
+		// than let a default max_backoff shorten the backoff silently.
+		which := "max_backoff"
+		if !capSet {
+			which = "max_backoff (by default)"
+		}
+		d.problem(full+".max_backoff", "%s is %s, less than backoff %s, which it would cut: raise max_backoff, or set it to 0 for no cap",
+			which, time.Duration(p.MaxBackoffMS)*time.Millisecond, time.Duration(p.BackoffMS)*time.Millisecond)
+	}
 	return &p
 }
 
