@@ -252,7 +252,7 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	}
 	ev := c.Event
 	ev.Seq = 1
-	evb, err := json.Marshal(ev)
+	evb, err := runcodec.MarshalJSON(ev)
 	if err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("badgerstore: create run %s: encode event: %w", c.Run.ID, err)
 	}
@@ -527,7 +527,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 	if payloadOK = c.Check(); payloadOK == nil {
 		evbs = make([][]byte, len(c.Events))
 		for i, ev := range c.Events {
-			if evbs[i], payloadOK = json.Marshal(ev); payloadOK != nil {
+			if evbs[i], payloadOK = runcodec.MarshalJSON(ev); payloadOK != nil {
 				break
 			}
 		}

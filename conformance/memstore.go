@@ -203,7 +203,7 @@ func (s *MemStore) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.
 	snap := runcodec.Append(nil, &c.Run)
 	ev := c.Event
 	ev.Seq = 1
-	evb, err := json.Marshal(ev)
+	evb, err := runcodec.MarshalJSON(ev)
 	if err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("memstore: create run %s: encode event: %w", c.Run.ID, err)
 	}
@@ -306,7 +306,7 @@ func (s *MemStore) Commit(ctx context.Context, c runtime.Commit) (runtime.Commit
 	evs := make([][]byte, len(c.Events))
 	var err error
 	for i, ev := range c.Events {
-		if evs[i], err = json.Marshal(ev); err != nil {
+		if evs[i], err = runcodec.MarshalJSON(ev); err != nil {
 			return runtime.CommitResult{}, fmt.Errorf("memstore: commit to run %s: encode event %d: %w", c.RunID, ev.Seq, err)
 		}
 	}

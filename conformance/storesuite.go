@@ -75,6 +75,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"tenants sessions and plugins whose IDs are prefixes of each other stay apart", testIsolation},
 		{"prune removes old terminal logs and command IDs and keeps snapshots", testPrune},
 		{"stored bytes count each Run's snapshot, log and command IDs, per tenant, through commits and prune", testStoredBytes},
+		{"JSON escapes are not stored six times over", testJSONEscapesAreNotStoredSixTimesOver},
 		{"close is safe twice and later calls give ErrClosed", testClose},
 		{"concurrent committers see exactly the CAS winners", testHammer},
 		{"concurrent creators get distinct session ordinals", testConcurrentCreate},
@@ -230,8 +231,9 @@ func (h *harness) events(tenant, id string, from int64, limit int) []loop.Event 
 
 // held is what a Run holds in the store as TenantStoredBytes counts it,
 // read back through the port: its snapshot in the stores' binary form
-// (internal/runcodec), its events' JSON, and the command IDs cmds, which
-// the caller knows are recorded for it.
+// (internal/runcodec), its events' JSON as the stores write it
+// (runcodec.MarshalJSON), and the command IDs cmds, which the caller
+// knows are recorded for it.
 func (h *harness) held(tenant, id string, cmds ...string) int64 {
 	h.t.Helper()
 	r := h.load(tenant, id)
@@ -263,9 +265,10 @@ func (h *harness) wantStored(tenant string, want int64, when string) {
 	}
 }
 
+// mustJSON is v's JSON as the stores write it.
 func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
-	b, err := json.Marshal(v)
+	b, err := runcodec.MarshalJSON(v)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,11 @@
 // Badger's keys do. Snapshots are bytea in the binary form of
 // internal/runcodec (from schema version 3; a row written before holds
 // the snapshot's JSON, which is read as well, and the Run's next commit
-// rewrites it); events are bytea holding the bytes json.Marshal gave
-// (jsonb would rewrite them). The tables are logged.
+// rewrites it); events are bytea holding the bytes runcodec.MarshalJSON
+// gave (JSON without encoding/json's HTML escapes; a row written before
+// holds json.Marshal's, which reads the same), as the other stores keep
+// them: jsonb would rewrite them, and the tenant's stored bytes would no
+// longer be the same in every store. The tables are logged.
 // Schema version 2:
 //
 //	sessions (tenant, session) PK          last_ordinal, owner ('' when none), epoch, live_count (non-terminal Runs)

@@ -153,7 +153,7 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	}
 	ev := c.Event
 	ev.Seq = 1
-	evb, err := json.Marshal(ev)
+	evb, err := runcodec.MarshalJSON(ev)
 	if err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s: encode event: %w", c.Run.ID, err)
 	}
@@ -300,7 +300,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		}
 		for i, ev := range c.Events {
 			seqs[i] = ev.Seq
-			if bodies[i], payloadErr = json.Marshal(ev); payloadErr != nil {
+			if bodies[i], payloadErr = runcodec.MarshalJSON(ev); payloadErr != nil {
 				payloadErr = fmt.Errorf("%w: encode event %d: %v", runtime.ErrInvalidRequest, ev.Seq, payloadErr)
 				break
 			}

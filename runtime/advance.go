@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
@@ -470,7 +471,10 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(out.Request)
+	// The request is stored, in its ModelStepPlanned event and in the
+	// snapshot, as the stores write JSON: without HTML escapes, which
+	// would store each <, > or & of the transcript as six bytes.
+	return runcodec.MarshalJSON(out.Request)
 }
 
 // history returns the transcripts of the session's completed Runs before

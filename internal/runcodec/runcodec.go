@@ -5,7 +5,8 @@
 // on the hot path of every Run; this form decodes without reflection and
 // several times faster than the snapshot's JSON. The JSON form stays the
 // one the API serves and the one to read when debugging (json.Marshal of
-// the decoded Run).
+// the decoded Run). The package also holds MarshalJSON, the JSON the
+// stores write their events and the runtime its model requests in.
 //
 // The encoding is exact: Decode(Append(nil, r)) is deeply equal to r, nil
 // slices and empty ones apart, so a snapshot decides the same Actions
