@@ -39,8 +39,11 @@ func newCallCmd() *cobra.Command {
 the system clock and, for agenthost_http, only the hosts --allow-host
 lists), calls one export once with the input you give, and prints the
 reply in full, pretty-printed, then what the plugin emitted
-(agenthost_emit), what it logged (log_*), what its KV holds after the call,
-how long the call took and how much linear memory its instance holds.
+(agenthost_emit) and what it logged (log_*): the first 1000 events and
+lines, 1 MiB of each at most, with a count of the rest, so that a plugin
+that logs in a loop cannot exhaust memory; then what its KV holds after
+the call, how long the call took and how much linear memory its instance
+holds.
 
 The input is --input JSON, --input @FILE.json, or - (or --input -) for
 stdin. describe takes {"abi":1} when no input is given. With --tool NAME,
@@ -216,13 +219,12 @@ func printCall(ctx context.Context, w io.Writer, s *pluginverify.Subject, rec *c
 		}
 	}
 	events, logs := rec.take()
-	fmt.Fprintf(w, "emitted: %d\n", len(events))
-	for _, e := range events {
-		b, _ := json.Marshal(e)
-		fmt.Fprintf(w, "  %s\n", b)
+	fmt.Fprintf(w, "emitted: %d%s\n", events.total, events.dropped("events"))
+	for _, e := range events.kept {
+		fmt.Fprintf(w, "  %s\n", e)
 	}
-	fmt.Fprintf(w, "logged:  %d\n", len(logs))
-	for _, l := range logs {
+	fmt.Fprintf(w, "logged:  %d%s\n", logs.total, logs.dropped("lines"))
+	for _, l := range logs.kept {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
 	kv := s.KV()
@@ -280,13 +282,62 @@ func indentJSON(b []byte, prefix string) string {
 	return buf.String()
 }
 
+// What plugin call keeps of what a plugin emits and logs in one call:
+// the first maxKeptLines events and as many log lines, maxKeptBytes of
+// each at most, every one cut at maxKeptLineBytes. A plugin that logs or
+// emits in a loop would otherwise have the command hold all of it in
+// memory until the call ends (the host bounds each message, not how
+// many); past the bounds the recorder counts what it drops, and the
+// output says so.
+const (
+	maxKeptLines     = 1000
+	maxKeptBytes     = 1 << 20
+	maxKeptLineBytes = 4 << 10
+)
+
+// keptLines is the part of a stream of lines a callRecorder keeps, and
+// the count of all of them.
+type keptLines struct {
+	kept         []string
+	keptBytes    int
+	total        int64
+	droppedBytes int64
+}
+
+// add keeps line if the bounds leave room for it, cut at
+// maxKeptLineBytes, and counts it either way.
+func (k *keptLines) add(line string) {
+	k.total++
+	if len(line) > maxKeptLineBytes {
+		line = fmt.Sprintf("%s… (%d bytes in all)", strings.ToValidUTF8(line[:maxKeptLineBytes], ""), len(line))
+	}
+	if len(k.kept) >= maxKeptLines || k.keptBytes+len(line) > maxKeptBytes {
+		k.droppedBytes += int64(len(line))
+		return
+	}
+	k.kept = append(k.kept, line)
+	k.keptBytes += len(line)
+}
+
+// dropped says how many of the lines (what: "lines", "events") were not
+// kept, or "" when all were.
+func (k *keptLines) dropped(what string) string {
+	n := k.total - int64(len(k.kept))
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the first %d shown; %d more %s, %d bytes, were not kept: plugin call keeps %d %s and %d KiB of a call)",
+		len(k.kept), n, what, k.droppedBytes, maxKeptLines, what, maxKeptBytes>>10)
+}
+
 // callRecorder keeps what the plugin emits (a runtime.EventSink) and logs
 // (a slog.Handler that takes the host's "plugin log" records, at debug so
-// that the plugin's get_log_level answers debug).
+// that the plugin's get_log_level answers debug), within the bounds
+// above.
 type callRecorder struct {
 	mu     sync.Mutex
-	events []abi.EmitEvent
-	logs   []string
+	events keptLines // each event as JSON
+	logs   keptLines // "LEVEL: message"
 }
 
 var (
@@ -295,9 +346,10 @@ var (
 )
 
 func (r *callRecorder) Emit(_ context.Context, _ runtime.EmitScope, ev abi.EmitEvent) error {
+	b, _ := json.Marshal(ev)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, ev)
+	r.events.add(string(b))
 	return nil
 }
 
@@ -319,17 +371,17 @@ func (r *callRecorder) Handle(_ context.Context, rec slog.Record) error {
 	})
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.logs = append(r.logs, level+": "+msg)
+	r.logs.add(level + ": " + msg)
 	return nil
 }
 
 func (r *callRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *callRecorder) WithGroup(string) slog.Handler      { return r }
 
-func (r *callRecorder) take() ([]abi.EmitEvent, []string) {
+func (r *callRecorder) take() (events, logs keptLines) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e, l := r.events, r.logs
-	r.events, r.logs = nil, nil
-	return e, l
+	events, logs = r.events, r.logs
+	r.events, r.logs = keptLines{}, keptLines{}
+	return events, logs
 }

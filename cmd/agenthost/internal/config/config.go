@@ -137,6 +137,17 @@ type HTTP struct {
 	// UnauthenticatedRate bounds, per client address, the requests that
 	// carry no valid token; past it they answer 429 instead of 401.
 	UnauthenticatedRate Rate
+	// MaxUnauthenticatedConnections is how many of MaxConnections may be
+	// held by connections that have carried no valid token yet (0: half
+	// of MaxConnections); the rest stays for the tenants.
+	MaxUnauthenticatedConnections int
+	// UnauthenticatedIdleTimeout bounds every wait of a connection that
+	// has carried no valid token yet: idle, or reading a request (0: the
+	// other timeouts only).
+	UnauthenticatedIdleTimeout time.Duration
+	// IPv6ClientPrefix is how many leading bits of an IPv6 address name
+	// one client, for MaxConnectionsPerClient and UnauthenticatedRate.
+	IPv6ClientPrefix int
 	// MaxStreamsPerTenant bounds the event streams one tenant may have
 	// open on a node (0: no limit); StreamWriteTimeout each send of one
 	// (a client that takes nothing for that long is dropped).
@@ -144,6 +155,14 @@ type HTTP struct {
 	StreamWriteTimeout  time.Duration
 	// MaxPageBytes bounds the JSON of one page of a session's Runs.
 	MaxPageBytes int
+	// MaxInputBytes bounds a submission's input and an answer's message,
+	// MaxMetadataBytes a submission's metadata, MaxReasonBytes the reason
+	// of an approval, a denial or a cancellation; past one a request
+	// answers 413 field_too_large. 0 is the server's default
+	// (httpapi.DefaultMaxInputBytes and its kin: 512 KiB, 64 KiB, 4 KiB).
+	MaxInputBytes    int
+	MaxMetadataBytes int
+	MaxReasonBytes   int
 }
 
 // Rate is a token bucket: PerSecond tokens a second, up to Burst at
@@ -295,6 +314,14 @@ var (
 	DefaultMaxStreamsPerTenant     = 256
 	DefaultStreamWriteTimeout      = 10 * time.Second
 	DefaultMaxPageBytes            = 1 << 20
+	// MaxFieldBytes is the most http.max_input_bytes,
+	// http.max_metadata_bytes and http.max_reason_bytes may be: the
+	// request body cap.
+	MaxFieldBytes = 1 << 20
+	// DefaultUnauthenticatedIdleTimeout is http.unauthenticated_idle_timeout.
+	DefaultUnauthenticatedIdleTimeout = 5 * time.Second
+	// DefaultIPv6ClientPrefix is http.ipv6_client_prefix: a /64.
+	DefaultIPv6ClientPrefix = 64
 	// DefaultMetricsListen serves /metrics on loopback only.
 	DefaultMetricsListen = "127.0.0.1:9464"
 	// The tenants' defaults: requests and submissions a second, per node,

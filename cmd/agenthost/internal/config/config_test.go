@@ -396,6 +396,7 @@ func TestHTTPLimitsDefaults(t *testing.T) {
 		IdleTimeout: DefaultIdleTimeout, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxConnections: 0,
 		MaxConnectionsPerClient: DefaultMaxConnectionsPerClient, UnauthenticatedRate: DefaultUnauthenticatedRate,
 		MaxStreamsPerTenant: DefaultMaxStreamsPerTenant, StreamWriteTimeout: DefaultStreamWriteTimeout, MaxPageBytes: DefaultMaxPageBytes,
+		UnauthenticatedIdleTimeout: DefaultUnauthenticatedIdleTimeout, IPv6ClientPrefix: DefaultIPv6ClientPrefix,
 	}
 	if cfg.HTTP != want {
 		t.Errorf("http defaults %+v, want %+v", cfg.HTTP, want)

@@ -42,7 +42,9 @@ var (
 		"http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout", "http.max_header_bytes",
 		"http.max_connections", "http.max_connections_per_client",
 		"http.unauthenticated_rate.per_second", "http.unauthenticated_rate.burst",
+		"http.max_unauthenticated_connections", "http.unauthenticated_idle_timeout", "http.ipv6_client_prefix",
 		"http.max_streams_per_tenant", "http.stream_write_timeout", "http.max_page_bytes",
+		"http.max_input_bytes", "http.max_metadata_bytes", "http.max_reason_bytes",
 		"metrics.listen",
 	}
 	pluginKeys = []string{
@@ -205,6 +207,18 @@ func (d *decoder) decode(all map[string]any) *Config {
 	}
 	if c.HTTP.MaxPageBytes < 4096 {
 		d.problem("http.max_page_bytes", "%d is too small for a page of Run summaries: want 4096 or more (default %d)", c.HTTP.MaxPageBytes, DefaultMaxPageBytes)
+	}
+	// The bounds of the strings a tenant sends that the store keeps; 0
+	// leaves the server's defaults. A request body is at most 1 MiB, so
+	// a larger bound would never be reached.
+	c.HTTP.MaxInputBytes = d.integer(all, "http.max_input_bytes", 0, MaxFieldBytes)
+	c.HTTP.MaxMetadataBytes = d.integer(all, "http.max_metadata_bytes", 0, MaxFieldBytes)
+	c.HTTP.MaxReasonBytes = d.integer(all, "http.max_reason_bytes", 0, MaxFieldBytes)
+	c.HTTP.MaxUnauthenticatedConnections = d.integer(all, "http.max_unauthenticated_connections", 0, 1<<20)
+	c.HTTP.UnauthenticatedIdleTimeout = d.duration(all, "http.unauthenticated_idle_timeout", DefaultUnauthenticatedIdleTimeout)
+	c.HTTP.IPv6ClientPrefix = d.integer(all, "http.ipv6_client_prefix", DefaultIPv6ClientPrefix, 128)
+	if c.HTTP.IPv6ClientPrefix < 16 {
+		d.problem("http.ipv6_client_prefix", "%d is too short a prefix: it would count whole networks of IPv6 clients as one; want 16 to 128 bits (default %d: a /64, the block one host or home network is commonly given; 128: each address alone)", c.HTTP.IPv6ClientPrefix, DefaultIPv6ClientPrefix)
 	}
 	if c.HTTP.MaxHeaderBytes != 0 && c.HTTP.MaxHeaderBytes < 4096 {
 		d.problem("http.max_header_bytes", "%d is too small for ordinary requests: want 4096 or more (default %d)", c.HTTP.MaxHeaderBytes, DefaultMaxHeaderBytes)

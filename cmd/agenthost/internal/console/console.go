@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"path"
 	"strings"
 )
 
@@ -39,6 +40,27 @@ func Handler() http.Handler {
 		}
 		files.ServeHTTP(w, r)
 	})
+}
+
+// WithHeaders sets the console's security headers, before next runs, on
+// the answer to every request for a path of the console in any spelling
+// that path cleaning turns into one (/console, /console//x,
+// /x/../console/): the redirects to the clean path and the 405s that the
+// server's routing answers before Handler is reached carry them too.
+func WithHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if IsPath(r.URL.Path) {
+			SetHeaders(w.Header())
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// IsPath reports whether p, once cleaned, is the console's: Prefix
+// without its slash, or under Prefix.
+func IsPath(p string) bool {
+	clean := path.Clean("/" + p)
+	return clean == strings.TrimSuffix(Prefix, "/") || strings.HasPrefix(clean, Prefix)
 }
 
 // SetHeaders sets the console's security headers on h.

@@ -113,10 +113,10 @@ func parseInputRequest(body []byte) (InputRequest, error) {
 			return InputRequest{}, badRequest(`approvals[%d] has no "tool_call_id"; GET the Run to see the IDs under waiting.approvals`, i)
 		}
 		if a.Approved == nil {
-			return InputRequest{}, badRequest(`approvals[%d] (tool call %q) has no "approved"; set it to true to approve or false to deny`, i, a.ToolCallID)
+			return InputRequest{}, badRequest(`approvals[%d] (tool call %q) has no "approved"; set it to true to approve or false to deny`, i, truncate(a.ToolCallID, 80))
 		}
 		if seen[a.ToolCallID] {
-			return InputRequest{}, badRequest("tool call %q appears twice in approvals; send one decision per tool call", a.ToolCallID)
+			return InputRequest{}, badRequest("tool call %q appears twice in approvals; send one decision per tool call", truncate(a.ToolCallID, 80))
 		}
 		seen[a.ToolCallID] = true
 	}

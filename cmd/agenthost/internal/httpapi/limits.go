@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -259,7 +260,7 @@ func closeWithoutBody(w http.ResponseWriter, r *http.Request) {
 // rest of the body.
 func (s *Server) refuseUnauthenticated(w http.ResponseWriter, r *http.Request) {
 	closeWithoutBody(w, r)
-	if wait, ok := s.unauth.allow(r.RemoteAddr, time.Now()); !ok {
+	if wait, ok := s.unauth.allow(clientKey(r).String(), time.Now()); !ok {
 		s.cfg.OnLimit(LimitUnauthenticatedRate, "")
 		e := rateLimited("requests without a valid token from this address exceed their rate (http.unauthenticated_rate)", s.unauth.rate, wait)
 		writeAPIError(w, e)
@@ -291,4 +292,109 @@ func (s *Server) shedOverCap(w http.ResponseWriter, r *http.Request) bool {
 	e.RetryAfter = s.cfg.RetryAfter
 	writeAPIError(w, e)
 	return true
+}
+
+// CodeFieldTooLarge is the code of a request one of whose strings is
+// longer than the server takes for that field (FieldLimits): 413, the
+// message naming the field, its size and the limit.
+const CodeFieldTooLarge = "field_too_large"
+
+// The field limits as OnLimit names them, after their config keys.
+const (
+	LimitInputBytes    = "max_input_bytes"
+	LimitMetadataBytes = "max_metadata_bytes"
+	LimitReasonBytes   = "max_reason_bytes"
+)
+
+// FieldLimits bound the strings a tenant sends that the store keeps with
+// its Runs. The body cap alone does not do it: a string is stored several
+// times over (StoredBytesBound), and each Run, answer and approval is a
+// body of its own. Every field sent to the API is bounded: session and
+// Run IDs by loop.ValidID (64 bytes), the Idempotency-Key at 255 bytes,
+// these here, and an approval's tool_call_id by having to name a tool
+// call the Run waits on (nothing is stored otherwise). A zero field is
+// its default.
+type FieldLimits struct {
+	// MaxInputBytes bounds a submission's "input" and an answer's
+	// "message" (POST /v1/runs/{id}/input), in bytes of UTF-8.
+	MaxInputBytes int
+	// MaxMetadataBytes bounds a submission's "metadata", as the JSON
+	// sent.
+	MaxMetadataBytes int
+	// MaxReasonBytes bounds the "reason" of each approval or denial, and
+	// of a cancellation.
+	MaxReasonBytes int
+}
+
+// The defaults of FieldLimits. An answer is bounded like an input.
+const (
+	DefaultMaxInputBytes    = 512 << 10
+	DefaultMaxMetadataBytes = 64 << 10
+	DefaultMaxReasonBytes   = 4 << 10
+)
+
+func (f FieldLimits) withDefaults() FieldLimits {
+	if f.MaxInputBytes <= 0 {
+		f.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if f.MaxMetadataBytes <= 0 {
+		f.MaxMetadataBytes = DefaultMaxMetadataBytes
+	}
+	if f.MaxReasonBytes <= 0 {
+		f.MaxReasonBytes = DefaultMaxReasonBytes
+	}
+	return f
+}
+
+// fieldTooLarge refuses a field of n bytes over its limit, and reports
+// the refusal to OnLimit under limitName.
+func (s *Server) fieldTooLarge(tenant, field string, n, limit int, limitName, fix string) *apiError {
+	s.cfg.OnLimit(limitName, tenant)
+	return errorf(http.StatusRequestEntityTooLarge, CodeFieldTooLarge,
+		"%q is %d bytes, over the limit of %d bytes this server takes for it (http.%s); %s",
+		field, n, limit, limitName, fix)
+}
+
+// checkSubmitFields refuses a submission whose input or metadata is over
+// its limit.
+func (s *Server) checkSubmitFields(tenant string, req SubmitRequest) error {
+	f := s.cfg.Fields
+	if n := len(req.Input); n > f.MaxInputBytes {
+		return s.fieldTooLarge(tenant, "input", n, f.MaxInputBytes, LimitInputBytes,
+			"send a shorter input (a tool can fetch large documents), or ask the operator to raise the limit")
+	}
+	if n := len(req.Metadata); n > f.MaxMetadataBytes {
+		return s.fieldTooLarge(tenant, "metadata", n, f.MaxMetadataBytes, LimitMetadataBytes,
+			"send less metadata (keep large data elsewhere and send its reference), or ask the operator to raise the limit")
+	}
+	return nil
+}
+
+// checkInputFields refuses an answer whose message, or an approval whose
+// reason, is over its limit.
+func (s *Server) checkInputFields(tenant string, req InputRequest) error {
+	f := s.cfg.Fields
+	if req.Message != nil {
+		if n := len(*req.Message); n > f.MaxInputBytes {
+			return s.fieldTooLarge(tenant, "message", n, f.MaxInputBytes, LimitInputBytes,
+				"send a shorter message, or ask the operator to raise the limit")
+		}
+	}
+	for i, a := range req.Approvals {
+		if n := len(a.Reason); n > f.MaxReasonBytes {
+			return s.fieldTooLarge(tenant, "approvals["+strconv.Itoa(i)+"].reason", n, f.MaxReasonBytes, LimitReasonBytes,
+				"send a shorter reason, or ask the operator to raise the limit")
+		}
+	}
+	return nil
+}
+
+// checkCancelFields refuses a cancellation whose reason is over its
+// limit.
+func (s *Server) checkCancelFields(tenant string, req CancelRequest) error {
+	if n, limit := len(req.Reason), s.cfg.Fields.MaxReasonBytes; n > limit {
+		return s.fieldTooLarge(tenant, "reason", n, limit, LimitReasonBytes,
+			"send a shorter reason, or ask the operator to raise the limit")
+	}
+	return nil
 }

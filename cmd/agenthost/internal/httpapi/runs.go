@@ -37,23 +37,29 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
+	if err := s.checkSubmitFields(tenant, req); err != nil {
+		return err
+	}
 	// A tenant's submissions are serialized only when it has a quota, so
 	// that the check and the submission are one step; without one they
 	// share the store's group commits.
+	var res *Reservation
 	if q := s.cfg.Quotas[tenant]; q.bounded() {
-		if err := s.checkSubmissionFits(tenant, req); err != nil {
+		stored := SubmissionStoredBytes(req, key)
+		if err := s.checkSubmissionFits(tenant, req, stored); err != nil {
 			return err
 		}
 		lock := s.tenantLock(tenant)
 		lock.Lock()
 		defer lock.Unlock()
-		if err := s.checkQuota(r.Context(), tenant); err != nil {
+		if res, err = s.checkQuota(r.Context(), tenant, stored); err != nil {
 			return err
 		}
 	}
 	run, dup, err := s.cfg.Runtime.Submit(r.Context(), runtime.Request{
 		Tenant: tenant, Session: session, Input: req.Input, Metadata: req.Metadata, IdempotencyKey: key,
 	})
+	settleReservation(res, err, dup)
 	if err != nil {
 		return err
 	}
@@ -176,8 +182,19 @@ func (s *Server) postInput(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
+	if err := s.checkInputFields(tenant, req); err != nil {
+		return err
+	}
 	if err := im.check(run); err != nil {
 		return err
+	}
+	// An ended Run takes nothing (the runtime answers 409): only the
+	// others are weighed against the storage quota.
+	var res *Reservation
+	if !run.Status.Terminal() {
+		if res, err = s.reserveInput(r.Context(), tenant, req); err != nil {
+			return err
+		}
 	}
 	var cur loop.Run
 	if req.Message != nil {
@@ -185,6 +202,7 @@ func (s *Server) postInput(w http.ResponseWriter, r *http.Request, tenant string
 	} else {
 		cur, err = s.cfg.Runtime.Approve(r.Context(), tenant, run.ID, req.Decisions(), im.opts()...)
 	}
+	settleReservation(res, err, false)
 	if err != nil {
 		return approvalError(s.runError(r, run.ID, err), run, req)
 	}
@@ -227,6 +245,12 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	req, err := decodeCancelRequest(r)
 	if err != nil {
+		return err
+	}
+	// A cancellation's reason is bounded, but the storage quota never
+	// refuses one: it is how a tenant at its quota ends the Runs it no
+	// longer needs, and it adds at most StoredBytesBound of the reason.
+	if err := s.checkCancelFields(tenant, req); err != nil {
 		return err
 	}
 	if err := im.check(run); err != nil {

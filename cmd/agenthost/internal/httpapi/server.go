@@ -47,9 +47,16 @@ type Config struct {
 	Quotas map[string]Quota
 	// Usage sums token usage for the token budgets. It must also be an
 	// Observer of the runtime. Required when a quota sets a TokenBudget.
+	// It also keeps the tenants' stored bytes and reservations for the
+	// storage quotas; when nil, the server keeps a ledger of its own for
+	// them.
 	Usage *UsageLedger
 	// MaxBodyBytes caps a request body (default 1 MiB); past it: 413.
 	MaxBodyBytes int64
+	// Fields bound the strings of a request that the store keeps: input,
+	// metadata, answers, reasons (FieldLimits; zero fields take the
+	// defaults). Past one: 413 field_too_large.
+	Fields FieldLimits
 	// MaxStreamsPerTenant bounds the event streams one tenant may have
 	// open on this server at once (default DefaultMaxStreamsPerTenant);
 	// past it a stream answers 429 too_many_streams. Negative: no limit.
@@ -125,6 +132,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.Fields.MaxInputBytes < 0 || cfg.Fields.MaxMetadataBytes < 0 || cfg.Fields.MaxReasonBytes < 0 {
+		return nil, errors.New("httpapi: field limits must be 0 (the default) or positive")
+	}
+	cfg.Fields = cfg.Fields.withDefaults()
+	if cfg.Usage == nil {
+		cfg.Usage = NewUsageLedger()
+	}
 	if cfg.MaxPageBytes <= 0 {
 		cfg.MaxPageBytes = DefaultMaxPageBytes
 	}
@@ -158,7 +172,7 @@ func New(cfg Config) (*Server, error) {
 		tenantLimits: newTenantLimiters(cfg.Limits), unauth: newUnauthenticated(cfg.UnauthenticatedRate)}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.routes()
-	s.handler = s.logRequests(http.HandlerFunc(s.dispatch))
+	s.handler = s.logRequests(s.guardConnection(console.WithHeaders(http.HandlerFunc(s.dispatch))))
 	return s, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -36,10 +37,13 @@ func TestStorageQuotaRefusesATenantThatHoldsItsQuota(t *testing.T) {
 	q := httpapi.Quota{MaxStoredBytes: quota}
 	e := newEnv(t, withQuota("acme", q), withQuota("globex", q), withLedgerClock())
 
-	// acme holds nothing yet: the first fits, and its Run holds the
-	// input at least twice (its snapshot and its first event).
-	r := e.do("POST", "/v1/sessions/s1/runs", tokenAcme, bigInput(12_000))
+	// acme holds nothing yet: the first fits (the most it stores up to
+	// its first model step, 4 bytes an input byte and an allowance, is
+	// within the quota), and once the scripted model has answered with
+	// the whole input, its Run holds the input 10 times: past the quota.
+	r := e.do("POST", "/v1/sessions/s1/runs", tokenAcme, bigInput(3_000))
 	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+	e.waitStatus(tokenAcme, r.run(t).ID, loop.StatusCompleted)
 	held, err := e.store.TenantStoredBytes(context.Background(), "acme")
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, held, int64(quota))
@@ -47,7 +51,7 @@ func TestStorageQuotaRefusesATenantThatHoldsItsQuota(t *testing.T) {
 	// Once the figure is read again, acme is at its quota: big or small,
 	// its submissions are refused, and nothing of them is stored.
 	e.clock.Advance(httpapi.StoredBytesMaxAge)
-	for _, body := range []string{bigInput(12_000), `{"input": "answer:x"}`} {
+	for _, body := range []string{bigInput(3_000), `{"input": "answer:x"}`} {
 		r = e.do("POST", "/v1/sessions/s2/runs", tokenAcme, body)
 		require.Equal(t, http.StatusTooManyRequests, r.Status, "body: %s", r.Body)
 		require.Equal(t, httpapi.CodeQuotaStoredBytes, r.errCode(t))
@@ -66,7 +70,7 @@ func TestStorageQuotaRefusesATenantThatHoldsItsQuota(t *testing.T) {
 	require.Empty(t, runs, "a refused submission stored a Run")
 
 	// globex has a quota of its own, and acme's Runs do not count in it.
-	e.submit(tokenGlobex, "s1", "answer:"+strings.Repeat("y", 12_000))
+	e.submit(tokenGlobex, "s1", "answer:"+strings.Repeat("y", 3_000))
 }
 
 // countingStore counts the reads of the tenants' stored bytes.
@@ -130,5 +134,5 @@ func TestStorageQuotaRefusesASubmissionThatCouldNeverFit(t *testing.T) {
 	held, err := e.store.TenantStoredBytes(context.Background(), "acme")
 	require.NoError(t, err)
 	require.Zero(t, held, "a refused submission stored something")
-	e.submit(tokenAcme, "s1", "answer:"+strings.Repeat("x", 5_000))
+	e.submit(tokenAcme, "s1", "answer:"+strings.Repeat("x", 3_000))
 }

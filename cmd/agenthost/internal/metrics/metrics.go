@@ -91,7 +91,7 @@ func New() *Metrics {
 		}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agenthost_http_limited_total",
-			Help: "Connections and requests a limit of the API refused, by limit (max_connections, max_connections_per_client, max_connections_hard, unauthenticated_rate, request_rate, submission_rate, max_concurrent_reads, ...) and tenant (empty when the request had none).",
+			Help: "Connections and requests a limit of the API refused, by limit (max_connections, max_connections_per_client, max_connections_hard, max_unauthenticated_connections, unauthenticated_rate, request_rate, submission_rate, max_concurrent_reads, ...) and tenant (empty when the request had none).",
 		}, []string{"limit", "tenant"}),
 	}
 	reg.MustRegister(m.runTransitions, m.effectsSettled, m.pluginCalls, m.pluginErrors, m.commitDuration,

@@ -89,6 +89,9 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if warn != "" {
 		log.Warn(warn)
 	}
+	caps.MaxUnauthenticated = connlimit.UnauthenticatedShare(cfg.HTTP.MaxUnauthenticatedConnections, caps.Max)
+	caps.UnauthenticatedIdleTimeout = cfg.HTTP.UnauthenticatedIdleTimeout
+	caps.IPv6ClientPrefix = cfg.HTTP.IPv6ClientPrefix
 	inner, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen on %s: %w (pick another address with --listen or listen in %s)", cfg.Listen, err, cfg.File)
@@ -150,6 +153,8 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		Limits: limits, UnauthenticatedRate: httpapi.Rate(cfg.HTTP.UnauthenticatedRate), OnLimit: m.Limited,
 		MaxStreamsPerTenant: cfg.HTTP.MaxStreamsPerTenant, StreamWriteTimeout: cfg.HTTP.StreamWriteTimeout,
 		MaxPageBytes: cfg.HTTP.MaxPageBytes,
+		Fields: httpapi.FieldLimits{MaxInputBytes: cfg.HTTP.MaxInputBytes, MaxMetadataBytes: cfg.HTTP.MaxMetadataBytes,
+			MaxReasonBytes: cfg.HTTP.MaxReasonBytes},
 	}
 	if cfg.HTTP.MaxStreamsPerTenant == 0 {
 		apiCfg.MaxStreamsPerTenant = -1 // 0 in the config is no limit
@@ -174,6 +179,7 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			IdleTimeout:       cfg.HTTP.IdleTimeout,
 			MaxHeaderBytes:    cfg.HTTP.MaxHeaderBytes,
 			ConnContext:       connlimit.WithConn,
+			ConnState:         connlimit.ConnState,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 	}
@@ -210,7 +216,8 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	rctx, s.stopRetention = context.WithCancel(context.WithoutCancel(ctx))
 	go s.retain(rctx)
 	log.Info("serving", "addr", s.Addr(), "tenants", tenantIDs, "store", cfg.StoreLocation(),
-		"metrics", s.MetricsAddr(), "max_connections", caps.Max, "max_connections_per_client", caps.PerClient, "hard_connections", caps.Hard)
+		"metrics", s.MetricsAddr(), "max_connections", caps.Max, "max_connections_per_client", caps.PerClient, "hard_connections", caps.Hard,
+		"max_unauthenticated_connections", caps.MaxUnauthenticated)
 	return s, nil
 }
 

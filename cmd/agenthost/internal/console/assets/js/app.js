@@ -9,6 +9,7 @@ import {el, replace} from './dom.js';
 import {token, setToken, clearToken, whenUnauthorized, request, get, ApiError} from './api.js';
 import {runsPage} from './runs.js';
 import {runPage} from './run.js';
+import {parseRoute} from './route.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -92,27 +93,32 @@ async function showTenant() {
   }
 }
 
+// invalidLinkPage says that the route's link is broken, instead of
+// leaving the page that was shown before.
+function invalidLinkPage(r) {
+  replace(main, el('section', {class: 'card notfound', id: 'invalid-link'},
+    el('h1', {text: 'Not a valid ' + r.what + ' link'}),
+    el('p', {text: r.message}),
+    el('p', {}, el('a', {href: '#/runs', text: 'Back to the Runs'}))));
+  return () => {};
+}
+
 function route() {
   stopPage();
   banner.hidden = true;
-  const hash = location.hash || '#/runs';
-  const [path, query] = hash.slice(1).split('?');
-  const params = new URLSearchParams(query || '');
-  const status = params.get('status') || '';
-  // ?page=N sets how many Runs a page of the list adds (1 to 500).
-  const n = Number(params.get('page'));
-  const page = Number.isInteger(n) && n >= 1 && n <= 500 ? n : undefined;
+  const r = parseRoute(location.hash);
+  const {status, size: page} = r;
   nav.hidden = !token();
-  if (!token() || path === '/signin') {
-    if (token() && path === '/signin') { stopPage = runsPage(main, {status, notice, go}); return; }
-    if (!token() && path !== '/signin') afterSignin = hash;
+  if (!token() || r.page === 'signin') {
+    if (token() && r.page === 'signin') { stopPage = runsPage(main, {status, notice, go}); return; }
+    if (!token() && r.page !== 'signin') afterSignin = r.hash;
     stopPage = signinPage();
     return;
   }
   showTenant();
-  let m;
-  if ((m = path.match(/^\/runs\/([^/]+)$/))) stopPage = runPage(main, decodeURIComponent(m[1]), {notice});
-  else if ((m = path.match(/^\/sessions\/([^/]+)$/))) stopPage = runsPage(main, {session: decodeURIComponent(m[1]), status, page, notice, go});
+  if (r.page === 'invalid') stopPage = invalidLinkPage(r);
+  else if (r.page === 'run') stopPage = runPage(main, r.id, {notice});
+  else if (r.page === 'session') stopPage = runsPage(main, {session: r.id, status, page, notice, go});
   else stopPage = runsPage(main, {status, page, notice, go});
 }
 

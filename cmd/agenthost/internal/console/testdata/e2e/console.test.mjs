@@ -309,6 +309,20 @@ try {
     assert.match(await page.textContent('#not-found'), /not found/);
   });
 
+  await step('a-malformed-run-link-says-so', async () => {
+    await page.goto(base + '/console/#/runs/' + demoRun);
+    await page.waitForSelector('#not-found');
+    // A link cut short in the middle of a percent-encoded character, on
+    // which decodeURIComponent throws: the view must leave the page it
+    // was on and say what is wrong.
+    await page.evaluate(() => { location.hash = '#/runs/%E0%A4%A'; });
+    await page.waitForSelector('#invalid-link');
+    assert.match(await page.textContent('#invalid-link'), /not a valid Run link/);
+    assert.equal(await page.locator('#not-found').count(), 0, 'the page shown before is gone');
+    await page.click('#invalid-link a[href="#/runs"]');
+    await page.waitForSelector('#start-form');
+  });
+
   await step('a-restart-mid-run-resumes-the-live-view', async () => {
     const runID = await startRun('restart', 'call:slow_job({"seconds":4,"label":"restart"})|answer:$results');
     await page.waitForSelector('#event-log tr.ev[data-type=effect_pending]');

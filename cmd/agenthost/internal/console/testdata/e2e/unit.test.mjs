@@ -1,5 +1,6 @@
 // Unit tests of the console's modules that need no browser: the SSE
-// parser, the stream's resume and dedupe, and the fold of a Run's events.
+// parser, the stream's resume and dedupe, the fold of a Run's events, and
+// the routes read from the URL's fragment.
 // Run with node --test (cmd/agenthost/internal/console's
 // TestTheModulesUnderNode does).
 
@@ -7,6 +8,7 @@ import {test} from 'node:test';
 import assert from 'node:assert/strict';
 import {SSEParser, EventStream} from '../../assets/js/sse.js';
 import {RunView, effectRef} from '../../assets/js/runview.js';
+import {parseRoute} from '../../assets/js/route.js';
 
 function parse(chunks) {
   const out = [];
@@ -153,4 +155,28 @@ test('the stream resumes after a break with Last-Event-ID, and ends on a pruned 
     server.close();
     delete globalThis.sessionStorage;
   }
+});
+
+test('a route reads its IDs, and a malformed fragment is an invalid link, not an exception', () => {
+  assert.deepEqual(
+    (({page, id}) => ({page, id}))(parseRoute('#/runs/run%2Fa%20b')), {page: 'run', id: 'run/a b'});
+  assert.equal(parseRoute('#/sessions/s%C3%A9').id, 'sé');
+  assert.equal(parseRoute('').page, 'runs');
+  assert.equal(parseRoute('#/signin').page, 'signin');
+  const list = parseRoute('#/runs?status=failed&page=20');
+  assert.equal(list.page, 'runs');
+  assert.equal(list.status, 'failed');
+  assert.equal(list.size, 20);
+  assert.equal(parseRoute('#/runs?page=9000').size, undefined);
+
+  // Cut short in the middle of a percent-encoded character: what
+  // decodeURIComponent throws on.
+  const bad = parseRoute('#/runs/%E0%A4%A');
+  assert.equal(bad.page, 'invalid');
+  assert.equal(bad.what, 'Run');
+  assert.match(bad.message, /not a valid Run link/);
+  assert.match(bad.message, /%E0%A4%A/);
+  const badSession = parseRoute('#/sessions/%ZZ');
+  assert.equal(badSession.page, 'invalid');
+  assert.match(badSession.message, /not a valid session link/);
 });
