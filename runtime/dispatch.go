@@ -228,6 +228,14 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "the request for "+effectSubject(e)+" could not be prepared", true), err)
 		return
 	}
+	if rt.halted.Load() {
+		// The runtime gave its lease up (or was halted) after this call
+		// was let through: it starts, polls and attaches nothing more.
+		// The record stays executing, for recovery.
+		slot.free()
+		rt.abandon(key)
+		return
+	}
 	rt.stats.ExecutorCalls.Add(1)
 	var reply abi.EffectReply
 	switch export {

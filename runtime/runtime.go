@@ -126,6 +126,13 @@ type Runtime struct {
 	waiters   map[string][]waiter // by tenant/run
 	runLocks  map[string]*runLock // by tenant/run, while an advance holds or waits
 	renew     Timer
+	// trust gives the lease up when its trust window passes
+	// (armTrustLocked), whatever the renewal is doing; renewing is when
+	// the renewal in flight began (zero when none is), and renewErr the
+	// last renewal's error, for the message.
+	trust    Timer
+	renewing time.Time
+	renewErr error
 
 	recoveryTimer, watchdogTimer Timer
 
@@ -134,11 +141,16 @@ type Runtime struct {
 	shared    bool
 	leaveFeed func()
 
-	ready    atomic.Bool
-	halted   atomic.Bool
-	active   atomic.Int64 // goroutines doing runtime work
-	stats    statCounters
-	recStats recoveryCounters
+	ready atomic.Bool
+	// halted is set, through halt, when the runtime may commit nothing
+	// more (its lease lost, a forced stop, Halt); haltedCtx is cancelled
+	// then too, ending the commits under way (commitCtx).
+	halted       atomic.Bool
+	haltedCtx    context.Context
+	cancelHalted context.CancelFunc
+	active       atomic.Int64 // goroutines doing runtime work
+	stats        statCounters
+	recStats     recoveryCounters
 }
 
 // Stats is a snapshot of the runtime's counters, taken by Stats.
@@ -254,6 +266,7 @@ func New(opts Options) (*Runtime, error) {
 	}
 	rt.lost = make(chan struct{})
 	rt.life, rt.stopLife = context.WithCancel(context.Background())
+	rt.haltedCtx, rt.cancelHalted = context.WithCancel(context.Background())
 	rt.watcher = newWatcher(opts.Clock, rt.onWatcherFire)
 	return rt, nil
 }
@@ -261,8 +274,9 @@ func New(opts Options) (*Runtime, error) {
 // LeaseLost is closed when this node's lease expired before it could be
 // renewed (the process was paused, or starved of CPU, for longer than
 // LeaseTTL), or when no renewal succeeded within the lease's trust window
-// (LeaseTTL minus a fifth of it, from the start of the last good renewal:
-// the store could not be reached). The runtime has then given up every
+// (LeaseTTL minus a fifth of it, from the start of the last good renewal,
+// on the runtime's Clock: the store could not be reached, whether the
+// renewals failed or hang). The runtime has then given up every
 // session, cancelled its calls, and it commits nothing more. The process
 // should stop and start again; the new incarnation's recovery takes every
 // session over. A runtime does not re-register by itself, because its
@@ -311,6 +325,7 @@ func (rt *Runtime) Start(ctx context.Context) error {
 	}
 	rt.mu.Lock()
 	rt.leaseFrom = began
+	rt.armTrustLocked()
 	rt.mu.Unlock()
 	rt.armRenewal(rt.opts.LeaseTTL / 3)
 	rt.joinFeed()
@@ -334,32 +349,100 @@ func (rt *Runtime) armRenewal(after time.Duration) {
 // whose reply is on its way. A fifth of the TTL (3 s of the default 15 s).
 func (rt *Runtime) leaseMargin() time.Duration { return rt.opts.LeaseTTL / 5 }
 
+// trustedUntilLocked is the end of the lease's trust window: LeaseTTL
+// minus leaseMargin after the start of the last good renewal (or the
+// registration). Called with rt.mu held.
+func (rt *Runtime) trustedUntilLocked() time.Time {
+	return rt.leaseFrom.Add(rt.opts.LeaseTTL - rt.leaseMargin())
+}
+
+// armTrustLocked arms the timer that ends the trust window of the lease
+// as leaseFrom now stands, replacing the one of the previous renewal. It
+// is the node's own clock that ends the window (monotonic: the real
+// clock's instants carry Go's monotonic reading), not the outcome of a
+// renewal: a renewal can hang (a network partitioned from the store, a
+// stalled disk) for longer than the lease, and a node that waited for it
+// would go on starting effects and committing while another node takes
+// its sessions over. Called with rt.mu held.
+func (rt *Runtime) armTrustLocked() {
+	if rt.stopped || rt.expired {
+		return
+	}
+	if rt.trust != nil {
+		rt.trust.Stop()
+	}
+	rt.trust = rt.clock.AfterFunc(rt.trustedUntilLocked().Sub(rt.clock.Now()), rt.trustWindowEnded)
+}
+
+// trustWindowEnded runs when the trust window of a renewal ends: unless
+// a later renewal has succeeded meanwhile (it armed a timer of its own),
+// the node gives its lease up, without waiting for the renewal in flight.
+func (rt *Runtime) trustWindowEnded() {
+	rt.mu.Lock()
+	now, trusted := rt.clock.Now(), rt.trustedUntilLocked()
+	if rt.stopped || rt.expired || now.Before(trusted) {
+		rt.mu.Unlock()
+		return
+	}
+	var cause error
+	switch {
+	case !rt.renewing.IsZero():
+		cause = fmt.Errorf("the renewal begun %s ago has not answered (last renewal error: %v)", now.Sub(rt.renewing), rt.renewErr)
+	case rt.renewErr != nil:
+		cause = rt.renewErr
+	default:
+		cause = fmt.Errorf("no renewal was attempted since %s ago: the node was starved of CPU or paused", now.Sub(rt.leaseFrom))
+	}
+	rt.mu.Unlock()
+	rt.loseLease("no renewal succeeded within the lease's trust window", cause)
+}
+
 // renewLease extends the node's lease. A renewal that fails is tried again
 // sooner, but only within the trust window: if no renewal has succeeded
 // within LeaseTTL minus leaseMargin of the start of the last good one
 // (the lease may be running out at the store, and another node may take
-// the sessions over), the node gives its lease up (loseLease).
+// the sessions over), the node gives its lease up (loseLease). The
+// trust-window timer (armTrustLocked) does the same when a renewal hangs
+// past the window, so that the node never waits for the store to say
+// anything before it stops trusting its lease.
 func (rt *Runtime) renewLease() {
 	ctx, cancel := context.WithTimeout(rt.life, rt.opts.LeaseTTL/3)
 	defer cancel()
 	began := rt.clock.Now()
+	rt.mu.Lock()
+	rt.renewing = began
+	rt.mu.Unlock()
 	err := rt.store.RenewNode(ctx, rt.nodeID, began.UnixMilli()+rt.opts.LeaseTTL.Milliseconds())
-	switch {
-	case err == nil:
-		rt.mu.Lock()
+	rt.mu.Lock()
+	rt.renewing, rt.renewErr = time.Time{}, err
+	if rt.expired {
+		// The trust window ended while the renewal ran: the lease is
+		// given up for good, whatever the store answered.
+		rt.mu.Unlock()
+		return
+	}
+	if err == nil {
 		gap := began.Sub(rt.leaseFrom)
 		rt.leaseFrom = began
+		rt.armTrustLocked()
 		rt.mu.Unlock()
 		rt.stats.LeaseRenewals.Add(1)
 		raiseMax(&rt.stats.LeaseGapMax, int64(gap))
 		raiseMax(&rt.stats.LeaseRenewMax, int64(rt.clock.Now().Sub(began)))
-		rt.armRenewal(rt.opts.LeaseTTL / 3)
+		// The next one is due LeaseTTL/3 after this one began, not after
+		// it answered: a slow renewal must not push the next one towards
+		// the end of the trust window, which runs from when this began.
+		rt.armRenewal(began.Add(rt.opts.LeaseTTL / 3).Sub(rt.clock.Now()))
+		return
+	}
+	rt.mu.Unlock()
+	switch {
 	case errors.Is(err, ErrNodeExpired):
 		rt.loseLease("the store says its lease expired", err)
 	case rt.life.Err() != nil:
 	default:
 		rt.mu.Lock()
-		trusted := rt.leaseFrom.Add(rt.opts.LeaseTTL - rt.leaseMargin())
+		trusted := rt.trustedUntilLocked()
 		rt.mu.Unlock()
 		if !rt.clock.Now().Before(trusted) {
 			rt.loseLease("no renewal succeeded within the lease's trust window", err)
@@ -373,8 +456,9 @@ func (rt *Runtime) renewLease() {
 
 // loseLease gives the node's lease up: no commit starts from here on (a
 // lease this node cannot vouch for fences nothing at the store yet, so it
-// must fence itself), the calls still running are cancelled, every
-// session is given up at an ownership boundary, and LeaseLost closes.
+// must fence itself), no call or other tracked work starts (goTracked),
+// the calls still running are cancelled, every session is given up at an
+// ownership boundary, and LeaseLost closes.
 func (rt *Runtime) loseLease(why string, cause error) {
 	rt.mu.Lock()
 	if rt.expired {
@@ -382,9 +466,14 @@ func (rt *Runtime) loseLease(why string, cause error) {
 		return
 	}
 	rt.expired = true
+	rt.halt()
+	for _, tm := range []Timer{rt.renew, rt.trust} {
+		if tm != nil {
+			tm.Stop()
+		}
+	}
 	rt.mu.Unlock()
 	sessions := rt.sessions.takeAll()
-	rt.halted.Store(true)
 	rt.stopLife()
 	rt.log.Error("node lease lost: this runtime gives up every session and cancels its calls: "+why,
 		"lease_ttl", rt.opts.LeaseTTL, "err", cause)
@@ -417,7 +506,7 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = fmt.Errorf("runtime: stop: the work in progress did not finish in time; cancelled it, leaving it to recovery: %w", ctx.Err())
-		rt.halted.Store(true)
+		rt.halt()
 	}
 	rt.stopLife()
 	sessions := rt.sessions.takeAll()
@@ -458,7 +547,7 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 // not, as it would in a crash. It exists for crash tests and for an
 // operator's emergency stop; Stop is the graceful way.
 func (rt *Runtime) Halt() {
-	rt.halted.Store(true)
+	rt.halt()
 	rt.markStopped()
 	rt.stopLife()
 }
@@ -469,7 +558,7 @@ func (rt *Runtime) Halt() {
 func (rt *Runtime) markStopped() (already bool) {
 	rt.mu.Lock()
 	already, rt.stopped = rt.stopped, true
-	for _, tm := range []Timer{rt.renew, rt.recoveryTimer, rt.watchdogTimer} {
+	for _, tm := range []Timer{rt.renew, rt.trust, rt.recoveryTimer, rt.watchdogTimer} {
 		if tm != nil {
 			tm.Stop()
 		}
@@ -493,10 +582,12 @@ func (rt *Runtime) stopping() bool {
 
 func (rt *Runtime) nowMS() int64 { return rt.clock.Now().UnixMilli() }
 
-// goTracked runs f as tracked runtime work, unless the runtime is stopping.
+// goTracked runs f as tracked runtime work, unless the runtime is stopping
+// or has lost its lease (a node that no longer trusts its lease starts
+// nothing: no call, no recovery pass, no watchdog scan).
 func (rt *Runtime) goTracked(f func()) bool {
 	rt.mu.Lock()
-	if rt.stopped {
+	if rt.stopped || rt.expired {
 		rt.mu.Unlock()
 		return false
 	}
@@ -518,9 +609,21 @@ func (rt *Runtime) goTracked(f func()) bool {
 func (rt *Runtime) Idle() bool { return rt.active.Load() == 0 }
 
 // commitCtx is the detached context of a commit: it outlives the caller
-// (and a cancelled Execute) but is bounded by CommitTimeout.
+// (and a cancelled Execute) but is bounded by CommitTimeout, and ends
+// when the runtime halts (its lease lost: halt).
 func (rt *Runtime) commitCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(rt.life), rt.opts.CommitTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rt.life), rt.opts.CommitTimeout)
+	stop := context.AfterFunc(rt.haltedCtx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// halt marks the runtime as committing nothing more, and cancels the
+// commits under way: a node that gave its lease up must not wait out
+// CommitTimeout on a store it cannot reach (a partition), and what such
+// a commit would have written is recovery's to find either way.
+func (rt *Runtime) halt() {
+	rt.halted.Store(true)
+	rt.cancelHalted()
 }
 
 // callCtx is the context of one call of callee (an Executor or a

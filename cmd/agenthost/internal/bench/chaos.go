@@ -51,6 +51,7 @@ type chaosOptions struct {
 	longPause      durRange
 	longPauses     float64
 	pgRecoverBound time.Duration
+	partition      durRange
 }
 
 func newBenchChaosCmd(bf *benchFlags) *cobra.Command {
@@ -85,7 +86,14 @@ kill SIGKILLs it and restarts it on the same store; pause SIGSTOPs it for
 --pause and SIGCONTs it; term restarts it gracefully: SIGTERM, which must
 make it exit 0 within --term-bound, then a start; pgrestart (postgres on
 the bench's own server only) crashes and restarts PostgreSQL itself
-(pg_ctl restart -m immediate) under the load. With more than one node a
+(pg_ctl restart -m immediate) under the load; partition (postgres only)
+cuts the node off from PostgreSQL for --partition, past its lease: each
+node reaches the database through a loopback TCP proxy of its own, which
+holds every byte both ways while the partition lasts, refusing and
+closing nothing, so that the node's renewals hang rather than fail; the
+node must give its lease up on its own clock before the lease runs out
+at the store, and exit 1 (it is started again once the partition
+heals). With more than one node a
 share of the pauses (--long-pauses, and always the first) lasts
 --long-pause, past the node lease (--lease-ttl, serve's 15s by default),
 so that another node takes the paused node's sessions over; the paused
@@ -110,7 +118,10 @@ its executions in its KV); the watchdog found no stuck Run; a node
 answered within --resume-bound after every SIGCONT (or, past its lease,
 exited 1 within --term-bound); it exited 0 within --term-bound after every SIGTERM; the
 clients' requests succeeded again within --pg-recover-bound of every
-PostgreSQL restart.
+PostgreSQL restart; a node cut off from PostgreSQL gave its lease up
+before the partition healed, and before any other node took one of its
+sessions over (its "node lease lost" line is older than every takeover
+naming it), and exited 1 within --term-bound of the heal.
 
 It prints the faults survived, the Runs by kind and status, the effects
 settled, recovery's decisions, with postgres the time from each node's
@@ -127,7 +138,8 @@ processes is not replayed.`,
   bin/agenthost bench chaos --store postgres --nodes 3 --duration 10m
   bin/agenthost bench chaos --store postgres --nodes 3 --dsn "host=db user=agenthost dbname=scratch" --duration 5m
   bin/agenthost bench chaos --duration 2m --seed 42 --fault-every 2s-5s --pause 1s-3s --json
-  bin/agenthost bench chaos --duration 5m --faults term`,
+  bin/agenthost bench chaos --duration 5m --faults term
+  bin/agenthost bench chaos --store postgres --nodes 3 --duration 2m --faults partition,kill`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.settle(cmd); err != nil {
@@ -141,7 +153,7 @@ processes is not replayed.`,
 	f.Uint64Var(&o.seed, "seed", 0, "the seed of the random choices (0: a fresh one, printed)")
 	f.IntVar(&o.concurrency, "concurrency", 8, "clients submitting and following Runs at once")
 	f.Var(&o.faultEvery, "fault-every", "time between two faults, a range drawn uniformly (e.g. 3s-10s)")
-	f.Var(&o.faults, "faults", "the kinds of fault to draw from: kill (SIGKILL, restart), pause (SIGSTOP, SIGCONT), term (SIGTERM, restart), pgrestart (PostgreSQL crashed and restarted; --store postgres without --dsn) (default kill,pause,term, and pgrestart when it is available)")
+	f.Var(&o.faults, "faults", "the kinds of fault to draw from: kill (SIGKILL, restart), pause (SIGSTOP, SIGCONT), term (SIGTERM, restart), pgrestart (PostgreSQL crashed and restarted; --store postgres without --dsn), partition (a node cut off from PostgreSQL; --store postgres) (default kill,pause,term, and partition and pgrestart when they are available)")
 	f.Var(&o.pause, "pause", "how long a SIGSTOP lasts before its SIGCONT, a range (e.g. 1s-4s)")
 	f.DurationVar(&o.resumeBound, "resume-bound", 15*time.Second, "a node must answer /readyz this soon after a SIGCONT (paused past its lease, it must exit 1 within --term-bound instead)")
 	f.DurationVar(&o.termBound, "term-bound", 45*time.Second, "a node must exit 0 this soon after a SIGTERM (its own grace: 10s for requests, 20s for the runtime)")
@@ -154,6 +166,7 @@ processes is not replayed.`,
 	f.Var(&o.longPause, "long-pause", "how long a pause past the lease lasts, a range (default 1.2 to 1.6 times the lease TTL)")
 	f.Float64Var(&o.longPauses, "long-pauses", 1.0/3, "the share of the pauses that last --long-pause, past the lease (with one node: 0 unless set); with more than one node the first pause always does")
 	f.DurationVar(&o.pgRecoverBound, "pg-recover-bound", time.Minute, "the clients' requests must succeed again this soon after a PostgreSQL restart began")
+	f.Var(&o.partition, "partition", "how long a partition from PostgreSQL lasts, a range, at least the lease TTL (default 1.2 to 1.6 times the lease TTL)")
 	return cmd
 }
 
@@ -181,11 +194,17 @@ func (o *chaosOptions) settle(cmd *cobra.Command) error {
 		return fmt.Errorf("bench chaos: --lease-ttl %s: serve takes no lease shorter than %s", o.leaseTTL, config.MinLeaseTTL)
 	}
 	pgRestartable := o.store == config.DriverPostgres && o.dsn == ""
+	if !f.Changed("faults") && o.store == config.DriverPostgres {
+		o.faults = append(o.faults, faultPartition)
+	}
 	if !f.Changed("faults") && pgRestartable {
 		o.faults = append(o.faults, faultPgRestart)
 	}
 	if len(o.faults) == 0 {
-		return fmt.Errorf("bench chaos: --faults must name at least one of kill, pause, term and pgrestart")
+		return fmt.Errorf("bench chaos: --faults must name at least one of kill, pause, term, pgrestart and partition")
+	}
+	if o.faults.has(faultPartition) && o.store != config.DriverPostgres {
+		return fmt.Errorf("bench chaos: the partition fault cuts a node off from PostgreSQL: it needs --store postgres")
 	}
 	if o.faults.has(faultPgRestart) && !pgRestartable {
 		if o.dsn != "" {
@@ -219,6 +238,7 @@ type chaosParams struct {
 	LongPause        string  `json:"long_pause,omitempty"`
 	LongPauses       float64 `json:"long_pauses"`
 	PgRecoverBoundS  float64 `json:"pg_recover_bound_s,omitempty"`
+	Partition        string  `json:"partition,omitempty"`
 	WatchdogInterval string  `json:"watchdog_interval"`
 }
 
@@ -235,11 +255,19 @@ type chaosResult struct {
 	// PausesPastLease counts the pauses after which the node exited for
 	// its lost lease (every --long-pause, and the odd shorter one);
 	// LeaseLostExits every exit for a lost lease, those included.
-	PausesPastLease int     `json:"pauses_past_lease"`
-	LeaseLostExits  int     `json:"lease_lost_exits"`
-	MaxReadyMS      float64 `json:"max_ready_after_restart_ms"`
-	MaxResumMS      float64 `json:"max_answer_after_sigcont_ms"`
-	MaxExitMS       float64 `json:"max_exit_after_sigterm_ms"`
+	PausesPastLease int `json:"pauses_past_lease"`
+	LeaseLostExits  int `json:"lease_lost_exits"`
+	// Partitions counts the partitions of a node from PostgreSQL;
+	// MaxLeaseGivenUpMS is the longest time from one's beginning to the
+	// node giving its lease up (its log's "node lease lost"), which must
+	// stay under the lease TTL less its margin; MaxPartitionExitMS the
+	// longest to its exit.
+	Partitions         int     `json:"partitions"`
+	MaxLeaseGivenUpMS  float64 `json:"max_lease_given_up_after_partition_ms"`
+	MaxPartitionExitMS float64 `json:"max_exit_after_partition_ms"`
+	MaxReadyMS         float64 `json:"max_ready_after_restart_ms"`
+	MaxResumMS         float64 `json:"max_answer_after_sigcont_ms"`
+	MaxExitMS          float64 `json:"max_exit_after_sigterm_ms"`
 
 	Submitted    int64                     `json:"submitted"`
 	Acknowledged int                       `json:"acknowledged"`
@@ -540,8 +568,9 @@ func chaosTables(res *chaosResult) []table {
 	header := []string{"kills", "pauses", "graceful restarts"}
 	row := []string{strconv.Itoa(res.Kills), strconv.Itoa(res.Pauses), strconv.Itoa(res.Restarts)}
 	if res.Store == config.DriverPostgres {
-		header = append(header, "PostgreSQL restarts", "pauses past the lease", "lease-lost exits")
-		row = append(row, strconv.Itoa(res.PgRestarts), strconv.Itoa(res.PausesPastLease), strconv.Itoa(res.LeaseLostExits))
+		header = append(header, "PostgreSQL restarts", "pauses past the lease", "partitions", "lease-lost exits", "slowest lease given up after a partition (ms)")
+		row = append(row, strconv.Itoa(res.PgRestarts), strconv.Itoa(res.PausesPastLease), strconv.Itoa(res.Partitions), strconv.Itoa(res.LeaseLostExits),
+			fmt.Sprintf("%.0f", res.MaxLeaseGivenUpMS))
 	}
 	header = append(header, "slowest ready after restart (ms)", "slowest answer after SIGCONT (ms)", "slowest exit after SIGTERM (ms)", "submission retries", "client errors", "of which during pauses")
 	row = append(row, fmt.Sprintf("%.0f", res.MaxReadyMS), fmt.Sprintf("%.0f", res.MaxResumMS),

@@ -58,18 +58,21 @@ func (r durRange) draw(rng *rand.Rand) time.Duration {
 }
 
 // The kinds of fault: SIGKILL and restart, SIGSTOP then SIGCONT, a
-// graceful restart (SIGTERM, a clean exit, then start again), and, when
-// the store is the bench's own PostgreSQL server, a crash and restart of
-// that server (pg_ctl restart -m immediate).
+// graceful restart (SIGTERM, a clean exit, then start again), with
+// PostgreSQL a partition of a node from the database (chaos_partition.go),
+// and, when the store is the bench's own PostgreSQL server, a crash and
+// restart of that server (pg_ctl restart -m immediate).
 const (
 	faultKill      = "kill"
 	faultPause     = "pause"
 	faultTerm      = "term"
 	faultPgRestart = "pgrestart"
+	faultPartition = "partition"
 )
 
 // faultKinds is a flag that holds the kinds of fault a chaos run draws
-// from, a comma-separated list of kill, pause, term and pgrestart.
+// from, a comma-separated list of kill, pause, term, pgrestart and
+// partition.
 type faultKinds []string
 
 func (f *faultKinds) String() string { return strings.Join(*f, ",") }
@@ -80,9 +83,9 @@ func (f *faultKinds) Set(s string) error {
 	for _, k := range strings.Split(s, ",") {
 		k = strings.TrimSpace(k)
 		switch k {
-		case faultKill, faultPause, faultTerm, faultPgRestart:
+		case faultKill, faultPause, faultTerm, faultPgRestart, faultPartition:
 		default:
-			return fmt.Errorf("want a comma-separated list of kill, pause, term and pgrestart; got %q", k)
+			return fmt.Errorf("want a comma-separated list of kill, pause, term, pgrestart and partition; got %q", k)
 		}
 		if !seen[k] {
 			seen[k] = true

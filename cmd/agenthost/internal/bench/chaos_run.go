@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
+	"github.com/agenthost/agenthost/internal/netfault"
 	"github.com/agenthost/agenthost/pgstore"
 )
 
@@ -37,6 +38,11 @@ type chaosRun struct {
 	clients *chaosClients
 	began   time.Time
 	res     *chaosResult
+
+	// proxies are the nodes' ways to PostgreSQL, by node, for the
+	// partition fault (nil without it).
+	proxies    []*netfault.Proxy
+	partitions []chaosPartitionMark
 
 	deaths        []chaosDeath
 	violations    []string // the faults' and the nodes' (the clients keep theirs)
@@ -105,12 +111,31 @@ func (r *chaosRun) run() error {
 
 	tenants := []chaosTenant{{"alpha", "chaos-alpha-token"}, {"beta", "chaos-beta-token"}}
 	var watchdog time.Duration
+	defer func() {
+		for _, p := range r.proxies {
+			if p != nil {
+				_ = p.Close()
+			}
+		}
+	}()
 	for i := 0; i < o.nodes; i++ {
 		nodeDir := filepath.Join(r.dir, fmt.Sprintf("node%d", i))
 		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
 			return fmt.Errorf("bench chaos: %w", err)
 		}
-		cfg, err := writeBenchConfig(nodeDir, chaosConfig(plugins, cache, tenants, r.store.configYAML(), o.leaseTTL))
+		dsn := ""
+		if o.faults.has(faultPartition) {
+			// The node reaches PostgreSQL through a proxy of its own, for
+			// the partition fault to cut; it outlives the node's
+			// incarnations, whose config names its port.
+			p, through, err := PostgresProxy(r.store.dsn)
+			if err != nil {
+				return fmt.Errorf("bench chaos: the partition fault's proxy for node %d: %w", i, err)
+			}
+			r.proxies = append(r.proxies, p)
+			dsn = through
+		}
+		cfg, err := writeBenchConfig(nodeDir, chaosConfig(plugins, cache, tenants, r.store.configYAML(dsn), o.leaseTTL))
 		if err != nil {
 			return fmt.Errorf("bench chaos: config: %w", err)
 		}
@@ -127,12 +152,22 @@ func (r *chaosRun) run() error {
 	if o.longPause.lo == 0 {
 		o.longPause = durRange{(r.ttl * 12 / 10).Round(100 * time.Millisecond), (r.ttl * 16 / 10).Round(100 * time.Millisecond)}
 	}
+	if o.partition.lo == 0 {
+		o.partition = durRange{(r.ttl * 12 / 10).Round(100 * time.Millisecond), (r.ttl * 16 / 10).Round(100 * time.Millisecond)}
+	}
+	if o.faults.has(faultPartition) && o.partition.lo < r.ttl {
+		return fmt.Errorf("bench chaos: --partition %s: a partition must last at least the nodes' lease TTL, %s, for the node cut off to have to give its lease up", &o.partition, r.ttl)
+	}
 	longPauses := ""
 	if o.longPauses > 0 {
 		longPauses = fmt.Sprintf(", %.0f%% of them %s, past the %s lease", 100*o.longPauses, &o.longPause, r.ttl)
 	}
-	r.progressf("chaos: seed %d (replay with --seed %d), %s of faults (%s) every %s (pauses %s%s), %d clients, %d node(s) on %s, work dir %s",
-		o.seed, o.seed, o.duration, &o.faults, &o.faultEvery, &o.pause, longPauses, o.concurrency, o.nodes, r.store.where(filepath.Join(r.dir, "node0")), r.dir)
+	partitions := ""
+	if o.faults.has(faultPartition) {
+		partitions = fmt.Sprintf(", partitions from PostgreSQL %s", &o.partition)
+	}
+	r.progressf("chaos: seed %d (replay with --seed %d), %s of faults (%s) every %s (pauses %s%s%s), %d clients, %d node(s) on %s, work dir %s",
+		o.seed, o.seed, o.duration, &o.faults, &o.faultEvery, &o.pause, longPauses, partitions, o.concurrency, o.nodes, r.store.where(filepath.Join(r.dir, "node0")), r.dir)
 
 	defer func() {
 		// On an early return: stop the clients' retries and the children.
@@ -260,6 +295,7 @@ func (r *chaosRun) run() error {
 	}
 	if o.store == config.DriverPostgres {
 		takeovers, ids := chaosReadTakeovers(r.nodes)
+		res.Violations = append(res.Violations, chaosCheckPartitions(r.partitions, takeovers, r.began)...)
 		rep := chaosTimeTakeovers(r.deaths, takeovers, ids, len(r.nodes), r.ttl, r.began)
 		res.Takeovers = &rep
 	}
@@ -282,6 +318,9 @@ func (r *chaosRun) run() error {
 	}
 	if o.faults.has(faultPgRestart) {
 		params.PgRecoverBoundS = o.pgRecoverBound.Seconds()
+	}
+	if o.faults.has(faultPartition) {
+		params.Partition = o.partition.String()
 	}
 	if err := r.bf.emit(r.cmd.OutOrStdout(), benchOutput{Bench: "chaos", Started: r.began, Machine: r.bf.thisMachine(), Params: params, Result: res},
 		chaosTables(res)...); err != nil {
@@ -343,6 +382,8 @@ func (r *chaosRun) faults() error {
 			err = r.pause(node, rng)
 		case faultPgRestart:
 			err = r.pgRestart()
+		case faultPartition:
+			err = r.partition(node, o.partition.draw(rng))
 		}
 		if err != nil {
 			return err
@@ -369,7 +410,7 @@ func (r *chaosRun) wait(d time.Duration) error {
 		acked, _ := r.clients.snapshot()
 		pg := ""
 		if r.o.store == config.DriverPostgres {
-			pg = fmt.Sprintf(", PostgreSQL restarts %d, lease-lost exits %d", r.res.PgRestarts, r.res.LeaseLostExits)
+			pg = fmt.Sprintf(", PostgreSQL restarts %d, partitions %d, lease-lost exits %d", r.res.PgRestarts, r.res.Partitions, r.res.LeaseLostExits)
 		}
 		r.progressf("chaos: %s runs submitted %d, acknowledged %d; kills %d, pauses %d, graceful restarts %d%s",
 			time.Since(r.began).Round(time.Second), r.clients.submitted.get(), len(acked), r.res.Kills, r.res.Pauses, r.res.Restarts, pg)

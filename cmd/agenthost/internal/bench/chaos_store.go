@@ -89,13 +89,18 @@ func chaosPGDir(dir string) string {
 	}
 }
 
-// configYAML is the store's part of a node's config.
-func (s *chaosStore) configYAML() string {
+// configYAML is the store's part of a node's config; dsn, when not
+// empty, is the DSN the node reaches PostgreSQL with (through its proxy,
+// for the partition fault) in place of the store's.
+func (s *chaosStore) configYAML(dsn string) string {
 	if s.driver != config.DriverPostgres {
 		return "data_dir: data\nsync_writes: true\n"
 	}
+	if dsn == "" {
+		dsn = s.dsn
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "store:\n  driver: postgres\n  dsn: %q\n", s.dsn)
+	fmt.Fprintf(&b, "store:\n  driver: postgres\n  dsn: %q\n", dsn)
 	if s.schema != "" {
 		fmt.Fprintf(&b, "  postgres: {schema: %s}\n", s.schema)
 	}

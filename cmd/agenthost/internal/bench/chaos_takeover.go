@@ -21,7 +21,7 @@ import (
 // sessions are timed from.
 type chaosDeath struct {
 	Node int    `json:"node"`
-	Kind string `json:"kind"` // kill; pause (past the lease, or one it lost its lease in); lease_lost (an exit for a lost lease no fault explains); term
+	Kind string `json:"kind"` // kill; pause (past the lease, or one it lost its lease in); partition (from PostgreSQL); lease_lost (an exit for a lost lease no fault explains); term
 	// Owner is the dead incarnation's node ID, the dead_owner of the
 	// takeovers.
 	Owner  string  `json:"node_id"`
@@ -58,7 +58,8 @@ type chaosTakeoverSummary struct {
 	Name string `json:"name"` // "node N", a kind of death, or "all"
 	// Deaths counts the deaths whose sessions were taken over: Kills,
 	// PausesPast (a pause past the lease) and LeaseLosses (an exit for a
-	// lost lease after a PostgreSQL restart, or that no fault explains).
+	// lost lease after a PostgreSQL restart or a partition from it, or
+	// that no fault explains).
 	Deaths        int     `json:"deaths"`
 	Kills         int     `json:"kills"`
 	PausesPast    int     `json:"pauses_past_the_lease"`
@@ -176,7 +177,7 @@ func chaosTimeTakeovers(deaths []chaosDeath, takeovers []chaosTakeover, ids map[
 		rep.Nodes = append(rep.Nodes, summarizeDeaths(fmt.Sprintf("node %d", i), perNode[i]))
 	}
 	for _, k := range []struct{ kind, name string }{{faultKill, "kills"}, {faultPause, "pauses past the lease"},
-		{faultPgRestart, "lost leases in PostgreSQL restarts"}, {chaosLeaseLost, "other lost leases"}, {"exit", "other exits"}} {
+		{faultPgRestart, "lost leases in PostgreSQL restarts"}, {faultPartition, "partitions from PostgreSQL"}, {chaosLeaseLost, "other lost leases"}, {"exit", "other exits"}} {
 		if ds := perKind[k.kind]; len(ds) > 0 {
 			rep.Kinds = append(rep.Kinds, summarizeDeaths(k.name, ds))
 		}
@@ -271,7 +272,7 @@ func chaosTakeoverTables(rep *chaosTakeoverReport) []table {
 		t.Rows = append(t.Rows, row(s))
 	}
 	t.Rows = append(t.Rows, row(rep.All))
-	t.Notes = []string{fmt.Sprintf("the deaths whose sessions were taken over, timed from the SIGKILL, the SIGSTOP or the PostgreSQL restart to the first and the last \"recovery: session taken over\" naming the dead incarnation; slowest: all taken over %.1f s after the death",
+	t.Notes = []string{fmt.Sprintf("the deaths whose sessions were taken over, timed from the SIGKILL, the SIGSTOP, the partition or the PostgreSQL restart to the first and the last \"recovery: session taken over\" naming the dead incarnation; slowest: all taken over %.1f s after the death",
 		rep.All.AllMaxSeconds),
 		fmt.Sprintf("%d kills left no session with a live Run to take over; %d sessions released by graceful stops claimed", rep.KillsWithout, rep.Released)}
 	if len(rep.Other) > 0 {

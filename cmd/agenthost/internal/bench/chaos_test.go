@@ -88,7 +88,9 @@ func chaosTestArgs(t *testing.T, duration time.Duration, extra ...string) []stri
 // its own PostgreSQL server (fsync on) and three `serve` nodes on one
 // database, for 25 s of faults under load: SIGKILL, SIGSTOP (the first
 // one past the 5 s lease, so that the others take the paused node's
-// sessions over and the node exits for its lost lease), SIGTERM and a
+// sessions over and the node exits for its lost lease), SIGTERM, a
+// partition of a node from PostgreSQL (past its lease: it must give the
+// lease up before another node takes its sessions over, and exit) and a
 // crash and restart of PostgreSQL itself. The clients submit round robin
 // and follow each Run's events on another node. The bench checks the
 // invariants with the same checks as on Badger, through pgstore, and
@@ -116,8 +118,8 @@ func TestChaosShortPostgres(t *testing.T) {
 		t.Fatalf("bench chaos (err %v) printed no JSON result: %v\n%s", err, jerr, out)
 	}
 	r := got.Result
-	t.Logf("seed %d (replay with AGENTHOST_CHAOS_SEED=%d): %d kills, %d pauses (%d past the lease), %d graceful restarts, %d PostgreSQL restarts %+v, %d lease-lost exits; %d Runs acknowledged %v, streams %+v, effects %v, recovery %v, %d violations, in %s",
-		r.Seed, r.Seed, r.Kills, r.Pauses, r.PausesPastLease, r.Restarts, r.PgRestarts, r.PgRestartFigures, r.LeaseLostExits, r.Acknowledged, r.ByStatus,
+	t.Logf("seed %d (replay with AGENTHOST_CHAOS_SEED=%d): %d kills, %d pauses (%d past the lease), %d graceful restarts, %d PostgreSQL restarts %+v, %d partitions, %d lease-lost exits; %d Runs acknowledged %v, streams %+v, effects %v, recovery %v, %d violations, in %s",
+		r.Seed, r.Seed, r.Kills, r.Pauses, r.PausesPastLease, r.Restarts, r.PgRestarts, r.PgRestartFigures, r.Partitions, r.LeaseLostExits, r.Acknowledged, r.ByStatus,
 		r.Streams, r.EffectsSettled, r.Recovery, len(r.Violations), time.Since(began).Round(time.Second))
 	if r.Takeovers != nil {
 		t.Logf("takeovers: %+v", r.Takeovers.All)
@@ -134,8 +136,9 @@ func TestChaosShortPostgres(t *testing.T) {
 	if r.Store != "postgres" || r.Nodes != 3 {
 		t.Errorf("seed %d: ran on %d nodes of %s, want 3 of postgres", r.Seed, r.Nodes, r.Store)
 	}
-	if r.Kills < 1 || r.Pauses < 1 || r.Restarts < 1 || r.PgRestarts < 1 {
-		t.Errorf("seed %d: %d kills, %d pauses, %d graceful restarts and %d PostgreSQL restarts; want at least one of each", r.Seed, r.Kills, r.Pauses, r.Restarts, r.PgRestarts)
+	if r.Kills < 1 || r.Pauses < 1 || r.Restarts < 1 || r.PgRestarts < 1 || r.Partitions < 1 {
+		t.Errorf("seed %d: %d kills, %d pauses, %d graceful restarts, %d PostgreSQL restarts and %d partitions from PostgreSQL; want at least one of each",
+			r.Seed, r.Kills, r.Pauses, r.Restarts, r.PgRestarts, r.Partitions)
 	}
 	if r.PausesPastLease < 1 {
 		t.Errorf("seed %d: no pause past the lease (the first pause lasts 1.2 to 1.6 lease TTLs, and the node must exit for its lost lease)", r.Seed)
