@@ -143,8 +143,15 @@ func (b *Builder) Build(ctx context.Context, tenant string, in abi.BuildInput) (
 // describe calls describe on a throwaway instance, outside every tenant
 // (no KV, no emit), and checks the reply against the expected role.
 func (p *Plugin) describe(ctx context.Context) (abi.Describe, error) {
-	in, err := p.newInstance(ctx)
+	in, err := p.newInstance(ctx, abi.ExportDescribe)
 	if err != nil {
+		var pe *runtime.PluginError
+		if errors.As(err, &pe) {
+			// The guest runtime's initialisation failed: describe could
+			// not be called.
+			pe.Err = refuse("%w: %w", ErrDescribe, pe.Err)
+			return abi.Describe{}, pe
+		}
 		return abi.Describe{}, fmt.Errorf("host: plugin[%s] export[%s]: %w", p.name, abi.ExportDescribe, err)
 	}
 	defer in.close(context.WithoutCancel(ctx))

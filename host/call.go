@@ -41,8 +41,12 @@ func (p *Plugin) call(ctx context.Context, s *callScope, input []byte) ([]byte, 
 	if err != nil {
 		return nil, fmt.Errorf("host: plugin[%s] export[%s]: %w", p.name, export, err)
 	}
-	in, err := pl.acquire(ctx)
+	in, err := pl.acquire(ctx, export)
 	if err != nil {
+		var pe *runtime.PluginError
+		if errors.As(err, &pe) {
+			return nil, pe // the new instance's initialisation failed: the plugin's fault
+		}
 		return nil, fmt.Errorf("host: plugin[%s] export[%s]: no instance: %w", p.name, export, err)
 	}
 	// The runtime's call timeout, when it hands one over, runs from here:

@@ -232,9 +232,13 @@ func (sd *cpSide) doWithin(ctx context.Context, p *Plugin, c cpCall, limit time.
 }
 
 // watchdog is how long a call may take before doWithin gives up on it: a
-// raw call and an adapter call, each bounded by the call timeout, and
-// room for a loaded machine under -race.
-func watchdog(p *Plugin) time.Duration { return 2*p.Spec().Limits.CallTimeout + 30*time.Second }
+// raw call and an adapter call, each bounded by the call timeout and
+// each perhaps on a new instance, whose initialisation the init timeout
+// bounds, and room for a loaded machine under -race.
+func watchdog(p *Plugin) time.Duration {
+	l := p.Spec().Limits
+	return 2*(l.InitTimeout+l.CallTimeout) + 30*time.Second
+}
 
 // kvDump and events are what the calls left behind.
 func (sd *cpSide) kvDump() map[string]string {
@@ -740,7 +744,7 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 				// 8 bytes a host call) under -race on a loaded machine:
 				// whether a slow call ends within the timeout is the
 				// machine's speed, not the path's semantics. loop costs it.
-				s.Limits.CallTimeout = 3 * time.Second
+				s.Limits.CallTimeout = 10 * time.Second
 				s.Limits.MemoryPages = 512 // 32 MiB
 				s.Sandbox.AllowedHosts = []string{"127.0.0.1:" + srv.port}
 				s.Sandbox.MaxHTTPResponseBytes = 1 << 20
@@ -765,9 +769,11 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 }
 
 // kernelProbeSpec is the kernelprobe's spec in both tests: a config to
-// read, and a call timeout short enough for the programs that spin.
+// read, and a call timeout short enough for the programs that spin (each
+// costs it), and long enough for the others on a loaded machine under
+// -race: the slowest takes a fifth of a second on one shared core.
 func kernelProbeSpec(s *PluginSpec) {
-	s.Limits.CallTimeout = time.Second
+	s.Limits.CallTimeout = 3 * time.Second
 	s.Limits.MaxInputBytes = cpMaxInput
 	s.Sandbox.Config = map[string]string{"greeting": "hello from the config", "empty": ""}
 }

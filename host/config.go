@@ -16,6 +16,7 @@ import (
 const (
 	DefaultMemoryPages                = 1024 // 64 MiB of linear memory per instance
 	DefaultCallTimeout                = 10 * time.Second
+	DefaultInitTimeout                = 30 * time.Second
 	DefaultMaxInputBytes              = 1 << 20
 	DefaultMaxOutputBytes             = 1 << 20
 	DefaultPoolSize                   = 4
@@ -83,6 +84,16 @@ type Limits struct {
 	// CallTimeout bounds one call. An instance whose call times out is
 	// closed and replaced.
 	CallTimeout time.Duration
+	// InitTimeout bounds a new instance's guest runtime initialisation
+	// (Haskell's hs_init, a WASI reactor's _initialize, a command's
+	// __wasm_call_ctors), which runs once, when the instance is created,
+	// and never inside a call's timeout: a Go guest's runtime start costs
+	// far more than its calls, the more so on a loaded machine. An
+	// instance whose initialisation fails or runs past the bound is never
+	// used, and the call that needed it fails as plugin_trap or
+	// plugin_timeout. The default is generous: it is there to stop a
+	// start-up that never ends, not to time a slow one.
+	InitTimeout time.Duration
 	// MaxInputBytes and MaxOutputBytes bound one call's JSON input and
 	// output, checked by the host (Extism would cut an input that does not
 	// fit without saying so).
@@ -155,6 +166,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.CallTimeout <= 0 {
 		l.CallTimeout = DefaultCallTimeout
+	}
+	if l.InitTimeout <= 0 {
+		l.InitTimeout = DefaultInitTimeout
 	}
 	if l.MaxInputBytes <= 0 {
 		l.MaxInputBytes = DefaultMaxInputBytes

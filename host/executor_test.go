@@ -206,7 +206,7 @@ func TestTheCallTimeoutStartsOnceTheCallHasAnInstance(t *testing.T) {
 	if _, err := x.Start(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	const timeout = 50 * time.Millisecond
+	const timeout = 250 * time.Millisecond
 	release := e.kv.hold()
 	first := make(chan error, 1)
 	go func() {

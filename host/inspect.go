@@ -24,6 +24,9 @@ type moduleInfo struct {
 	abiVersion    int   // the ABI version the host picked
 	markers       []int // every ABI marker the module exports, ascending
 	memoryExports int   // exported memories (each gets a capped allocator)
+	// initExport is the guest runtime's initialiser (guestInitExport),
+	// "" when the module has none.
+	initExport string
 }
 
 // requiredExports are the exports each role must have, each () -> i32.
@@ -36,8 +39,8 @@ var requiredExports = map[abi.Role][]string{
 // what the host offers, and checks the exports that role needs. It reads
 // the compiled module only: nothing is instantiated.
 func inspectModule(cm wazero.CompiledModule, role abi.Role) (moduleInfo, error) {
-	info := moduleInfo{memoryExports: len(cm.ExportedMemories())}
 	exports := cm.ExportedFunctions()
+	info := moduleInfo{memoryExports: len(cm.ExportedMemories()), initExport: guestInitExport(exports)}
 	v, markers, err := handshake(exports)
 	if err != nil {
 		return info, err
@@ -57,6 +60,23 @@ func inspectModule(cm wazero.CompiledModule, role abi.Role) (moduleInfo, error) 
 		}
 	}
 	return info, nil
+}
+
+// guestInitExport names the guest runtime's initialiser among exports as
+// extism go-sdk detects it: Haskell's hs_init (run after _initialize, when
+// there is one), else a WASI reactor's _initialize, else a command's
+// __wasm_call_ctors, each of the last two only without parameters; ""
+// when there is none.
+func guestInitExport(exports map[string]api.FunctionDefinition) string {
+	if _, ok := exports["hs_init"]; ok {
+		return "hs_init"
+	}
+	for _, name := range []string{"_initialize", "__wasm_call_ctors"} {
+		if def, ok := exports[name]; ok && len(def.ParamTypes()) == 0 {
+			return name
+		}
+	}
+	return ""
 }
 
 // handshake finds the ABI markers among the exports and picks the highest

@@ -122,9 +122,9 @@ func (c *nativeCode) instantiate(ctx context.Context, p *Plugin, in *instance, m
 		return nil, errors.New("the kernel's memory was refused")
 	}
 	g.k = k
-	// As go-sdk: no start function (the guest runtime is initialised on
-	// the first call), the sandbox's mounts when paths are granted, and a
-	// name of its own for each instance.
+	// As go-sdk: no start function (the guest runtime is initialised by
+	// initialise, under a bound of its own), the sandbox's mounts when
+	// paths are granted, and a name of its own for each instance.
 	mc = mc.WithStartFunctions().WithName(fmt.Sprintf("main_%d", c.count.Add(1)))
 	if paths := p.spec.Sandbox.AllowedPaths; len(paths) > 0 {
 		fs := wazero.NewFSConfig()
@@ -169,19 +169,16 @@ func (c *nativeCode) instantiate(ctx context.Context, p *Plugin, in *instance, m
 	return g, nil
 }
 
-// detectGuestInit finds the guest runtime's initialiser the way go-sdk
-// does: Haskell's hs_init (after _initialize), else a WASI reactor's
-// _initialize, else a command's __wasm_call_ctors; nil when there is none.
+// detectGuestInit returns the guest runtime's initialiser
+// (guestInitExport) as go-sdk runs it: hs_init with the arguments 0, 0
+// after the reactor's _initialize, whose failure go-sdk only logs; the
+// others without arguments. nil when there is none.
 func detectGuestInit(mod api.Module) func(ctx context.Context) error {
-	noParams := func(name string) api.Function {
-		f := mod.ExportedFunction(name)
-		if f == nil || len(f.Definition().ParamTypes()) != 0 {
-			return nil
-		}
-		return f
-	}
-	if hs := mod.ExportedFunction("hs_init"); hs != nil {
-		reactor := mod.ExportedFunction("_initialize")
+	switch name := guestInitExport(mod.ExportedFunctionDefinitions()); name {
+	case "":
+		return nil
+	case "hs_init":
+		hs, reactor := mod.ExportedFunction(name), mod.ExportedFunction("_initialize")
 		return func(ctx context.Context) error {
 			if reactor != nil {
 				_, _ = reactor.Call(ctx) // go-sdk logs this error and goes on
@@ -189,16 +186,13 @@ func detectGuestInit(mod api.Module) func(ctx context.Context) error {
 			_, err := hs.Call(ctx, 0, 0)
 			return err
 		}
-	}
-	for _, name := range []string{"_initialize", "__wasm_call_ctors"} {
-		if f := noParams(name); f != nil {
-			return func(ctx context.Context) error {
-				_, err := f.Call(ctx)
-				return err
-			}
+	default:
+		f := mod.ExportedFunction(name)
+		return func(ctx context.Context) error {
+			_, err := f.Call(ctx)
+			return err
 		}
 	}
-	return nil
 }
 
 // nativeGuest is one instance on the native path.
@@ -208,7 +202,6 @@ type nativeGuest struct {
 	exports map[string]api.Function // looked up on first use, nil included
 	stack   [1]uint64               // an export's result
 	init    func(context.Context) error
-	inited  bool
 	kmem    experimental.LinearMemory // the kernel's, charged to the instance
 	log     *slog.Logger
 	plugin  string
@@ -323,10 +316,45 @@ func (g *nativeGuest) export(name string) api.Function {
 	return f
 }
 
+// initialise runs the guest runtime's initialiser, once, before the
+// instance serves any call: an entry of its own into the guest, bounded
+// by timeout and by ctx as a call is.
+func (g *nativeGuest) initialise(ctx context.Context, timeout time.Duration) guestResult {
+	if g.init == nil {
+		return guestResult{}
+	}
+	res := g.enter(ctx, timeout, func() guestResult {
+		if err := g.init(g.ctx); err != nil {
+			return guestResult{rc: 1, err: g.haltedErr(err)}
+		}
+		return guestResult{}
+	})
+	if res.err == nil && res.spent {
+		// Halted just as the initialisation ended, by its bound or by the
+		// caller (which the caller's context tells apart): the instance
+		// cannot serve.
+		code := g.stopCode()
+		if code == 0 { // the halt is on its way
+			code = sys.ExitCodeDeadlineExceeded
+		}
+		res.rc, res.err = 1, sys.NewExitError(code)
+	}
+	return res
+}
+
 // call is go-sdk's Plugin.CallWithContext on the native kernel: the same
-// steps, the same return values. The host functions find the call's scope
-// in the instance (g.scope), where (*Plugin).run put it.
-func (g *nativeGuest) call(ctx context.Context, _ *callScope, export string, input []byte, timeout time.Duration) (res guestResult) {
+// steps, the same return values, except that the guest runtime was
+// initialised when the instance was created (initialise). The host
+// functions find the call's scope in the instance (g.scope), where
+// (*Plugin).run put it.
+func (g *nativeGuest) call(ctx context.Context, _ *callScope, export string, input []byte, timeout time.Duration) guestResult {
+	return g.enter(ctx, timeout, func() guestResult { return g.callExport(export, input) })
+}
+
+// enter runs f, which enters the guest, as one bounded entry: the guest
+// is halted when timeout passes or ctx ends; an instance halted (or about
+// to be) comes back spent.
+func (g *nativeGuest) enter(ctx context.Context, timeout time.Duration, f func() guestResult) (res guestResult) {
 	if g.mod.IsClosed() || g.stop.Load() != 0 {
 		return guestResult{err: errors.New("module is closed"), spent: true}
 	}
@@ -355,7 +383,22 @@ func (g *nativeGuest) call(ctx context.Context, _ *callScope, export string, inp
 		g.caller = nil
 		g.mu.Unlock()
 	}()
+	return f()
+}
 
+// haltedErr is err, the error of an entry into the guest, or the exit of
+// the halt that ended it: the trap at a loop header (or wherever the
+// guest was) is the exit of the timeout or of the caller, as wazero's own
+// check reports it.
+func (g *nativeGuest) haltedErr(err error) error {
+	if code := g.stopCode(); code != 0 && err != nil {
+		return sys.NewExitError(code)
+	}
+	return err
+}
+
+// callExport is the body of call, inside its bounds.
+func (g *nativeGuest) callExport(export string, input []byte) guestResult {
 	if err := kernelOp(func() { g.inputOffset = g.k.setInput(input) }); err != nil {
 		return guestResult{rc: 1, err: fmt.Errorf("reset: %w", err)}
 	}
@@ -367,23 +410,11 @@ func (g *nativeGuest) call(ctx context.Context, _ *callScope, export string, inp
 	if len(results) > 1 {
 		return guestResult{rc: 1, err: fmt.Errorf("function %s has %v results, expected 0 or 1", export, len(results))}
 	}
-	if g.init != nil && !g.inited && export != "_start" && export != "_initialize" {
-		if err := g.init(g.ctx); err != nil {
-			return guestResult{rc: 1, err: fmt.Errorf("failed to initialize runtime: %w", err)}
-		}
-		g.inited = true
-	}
 	if len(fn.Definition().ParamTypes()) > len(g.stack) {
 		return guestResult{rc: 1, err: fmt.Errorf("function %s takes parameters; an Extism export takes none", export)}
 	}
 	g.stack[0] = 0
-	err := fn.CallWithStack(g.ctx, g.stack[:])
-	if code := g.stopCode(); code != 0 && err != nil {
-		// Halted: the trap at a loop header (or wherever the guest was)
-		// is the exit of the timeout or of the caller, as wazero's own
-		// check reports it.
-		err = sys.NewExitError(code)
-	}
+	err := g.haltedErr(fn.CallWithStack(g.ctx, g.stack[:]))
 
 	hasResult := len(results) == 1 && err == nil
 	rc := uint32(0)

@@ -25,10 +25,10 @@ func TestCallerCancelStopsASpinningCall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Warm the instance: go-sdk reports a failure of the guest
-			// runtime's initialisation with %v, which loses the exit and
-			// makes a cancel there a plugin_trap (docs/DESIGN.md §10); the
-			// native path keeps it, but this test is about the spin.
+			// Warm the instance, so that the cancel lands in the spin and
+			// not in a new instance's initialisation (which
+			// TestCallerGivingUpDuringGuestInitialisationIsNotThePluginsFault
+			// covers).
 			doneIn(t)(x.Start(context.Background(), toolCall("acme", "r.t0.0", 1, "ok", nil)))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -137,6 +137,10 @@ type pluginCode interface {
 
 // guest is one instance of the plugin's module on a call path.
 type guest interface {
+	// initialise runs the guest runtime's one-time initialisation, if the
+	// module has one (moduleInfo.initExport), bounded by timeout: before
+	// the first call, never inside a call's timeout.
+	initialise(ctx context.Context, timeout time.Duration) guestResult
 	// call runs an export as extism go-sdk's Plugin.CallWithContext does,
 	// bounded by timeout: the status, output and error it returns.
 	call(ctx context.Context, s *callScope, export string, input []byte, timeout time.Duration) guestResult
@@ -167,10 +171,15 @@ func (c sdkCode) instantiate(ctx context.Context, p *Plugin, _ *instance, mc waz
 	if err != nil {
 		return nil, err
 	}
+	init, err := sdkInitOf(ext)
+	if err != nil {
+		_ = ext.Close(ctx)
+		return nil, err
+	}
 	ext.SetLogger(func(level extism.LogLevel, msg string) {
 		p.h.log.Debug("plugin log", "plugin", p.name, "level", level.String(), "message", msg)
 	})
-	return &sdkGuest{ext: ext}, nil
+	return &sdkGuest{ext: ext, init: init}, nil
 }
 
 // instance is one plugin instance with its own capped memory. It serves
@@ -185,10 +194,11 @@ type instance struct {
 
 func (in *instance) close(ctx context.Context) { in.g.close(ctx) }
 
-// newInstance instantiates the compiled plugin in its sandbox: capped
+// newInstance instantiates the compiled plugin in its sandbox (capped
 // memory, the host clock as the WASI clock, no environment and no files
-// unless granted (an ungranted open is recorded as a denial).
-func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
+// unless granted: an ungranted open is recorded as a denial) and
+// initialises its guest runtime, for a call of export.
+func (p *Plugin) newInstance(ctx context.Context, export string) (*instance, error) {
 	limit := uint64(p.spec.Limits.MemoryPages) * 65536
 	// Room for the declared minimums of the guest and of the kernel.
 	if !p.h.evictIdleFor(ctx, 4<<20) {
@@ -222,7 +232,47 @@ func (p *Plugin) newInstance(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("instance memory is not under the host's allocator (%d of %d memories): refusing to run it uncapped: %w",
 			in.mem.allocated(), want, runtime.ErrExecutorUnavailable)
 	}
+	// The guest runtime starts here, under InitTimeout, so that no call's
+	// timeout pays for it: whether a short call timeout covered a Go
+	// guest's runtime start as well would be a matter of the machine's
+	// speed.
+	if res := in.g.initialise(ctx, p.spec.Limits.InitTimeout); res.err != nil {
+		err := p.initErr(ctx, export, in, res)
+		in.close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	return in, nil
+}
+
+// initErr classifies the failed initialisation of a new instance, which
+// is never used: a trap, running out of memory or the init bound are the
+// plugin's (plugin_trap, plugin_oom, plugin_timeout, as in a call); the
+// caller giving up is not.
+func (p *Plugin) initErr(ctx context.Context, export string, in *instance, res guestResult) error {
+	what := fmt.Sprintf("the guest runtime's initialisation (%s)", p.info.initExport)
+	var exit *sys.ExitError
+	if errors.As(res.err, &exit) {
+		switch exit.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded, sys.ExitCodeContextCanceled:
+			if res.timedOut || ctx.Err() == nil {
+				return p.pluginErr(export, abi.ClassPluginTimeout, fmt.Errorf(
+					"%s ran past its bound of %s and was stopped; the instance is discarded: fix the plugin's start-up, or raise init_timeout if it is legitimately that slow",
+					what, p.spec.Limits.InitTimeout))
+			}
+			return fmt.Errorf("the caller gave up while a new instance initialised: %w", ctx.Err())
+		}
+	}
+	if in.mem.refused.Load() {
+		return p.pluginErr(export, abi.ClassPluginOOM, fmt.Errorf(
+			"%s ran out of memory (a memory.grow past the cap of %d pages, or past the host-wide cap, was refused) and then failed: %s%s; the instance is discarded: raise memory_pages if the plugin needs more",
+			what, p.spec.Limits.MemoryPages, firstLine(res.err.Error()), stderrNote(in)))
+	}
+	if exit != nil {
+		return p.pluginErr(export, abi.ClassPluginTrap, fmt.Errorf("%s exited with code %d%s; the instance is discarded: fix the plugin's start-up",
+			what, exit.ExitCode(), stderrNote(in)))
+	}
+	return p.pluginErr(export, abi.ClassPluginTrap, fmt.Errorf("%s failed: %s%s; the instance is discarded: fix the plugin's start-up",
+		what, firstLine(res.err.Error()), stderrNote(in)))
 }
 
 // monotonic is an instance's WASI monotonic clock: the host clock, except

@@ -33,8 +33,9 @@ func newPool(p *Plugin, tenant string) *pool {
 	return &pool{p: p, tenant: tenant, slots: make(chan struct{}, p.spec.Limits.PoolSize)}
 }
 
-// acquire returns an instance for the caller's exclusive use.
-func (pl *pool) acquire(ctx context.Context) (*instance, error) {
+// acquire returns an instance for the caller's exclusive use, for a call
+// of export.
+func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
 	select {
 	case pl.slots <- struct{}{}:
 	default:
@@ -62,7 +63,7 @@ func (pl *pool) acquire(ctx context.Context) (*instance, error) {
 	}
 	pl.inUse++
 	pl.mu.Unlock()
-	in, err := pl.p.newInstance(ctx)
+	in, err := pl.p.newInstance(ctx, export)
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if err != nil {

@@ -21,7 +21,7 @@ func TestPoolBoundHonoursContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := pl.acquire(context.Background())
+	held, err := pl.acquire(context.Background(), "start")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,13 +52,13 @@ func TestPoolIdleEviction(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	inUse := e.h.MemoryInUse()
-	waitFor(t, "the idle sweep to be armed", 5*time.Second, func() bool { return e.clock.Pending() == 1 })
+	waitFor(t, "the idle sweep to be armed", time.Minute, func() bool { return e.clock.Pending() == 1 })
 	e.clock.Advance(30 * time.Second)
 	if st := x.Plugin().Stats("acme"); st.Idle != 1 {
 		t.Fatalf("evicted too early: %+v", st)
 	}
 	e.clock.Advance(31 * time.Second)
-	waitFor(t, "the idle instance to be evicted", 5*time.Second, func() bool {
+	waitFor(t, "the idle instance to be evicted", time.Minute, func() bool {
 		st := x.Plugin().Stats("acme")
 		return st.Idle == 0 && st.Evicted == 1
 	})
@@ -94,7 +94,7 @@ func TestHostMemoryCapEvictsIdle(t *testing.T) {
 	// With the only instance busy, a new one cannot be made: the host says
 	// so instead of passing its cap.
 	pl, _ := x.Plugin().pool("globex")
-	held, err := pl.acquire(context.Background())
+	held, err := pl.acquire(context.Background(), "start")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestLoadCloseDoesNotLeak(t *testing.T) {
 	}
 	var g1 int
 	var h1 uint64
-	waitFor(t, "goroutines to settle", 5*time.Second, func() bool {
+	waitFor(t, "goroutines to settle", time.Minute, func() bool {
 		g1, h1 = measure()
 		return g1 <= g0+2
 	})

@@ -3,9 +3,13 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"time"
+	"unsafe"
 
 	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -101,7 +105,93 @@ func exitOnly(err error) {
 func (m sdkMemory) write(off uint32, b []byte) bool { return m.p.Memory().Write(off, b) }
 
 // sdkGuest is an instance on the reference path.
-type sdkGuest struct{ ext *extism.Plugin }
+type sdkGuest struct {
+	ext  *extism.Plugin
+	init sdkInit // go-sdk's guest initialisation in ext
+}
+
+// initialise runs go-sdk's own guest runtime initialisation of the
+// instance, before its first call and under a bound of its own, as the
+// native path does (nativeGuest.initialise). go-sdk would run it lazily,
+// at the start of the first CallWithContext and within that call's
+// timeout, so that whether a short call timeout also covered a Go
+// guest's runtime start would depend on the machine's speed.
+//
+// go-sdk has no API for this: sdkInitOf reaches the initialiser it
+// detected and its done flag. The context is the one CallWithContext
+// gives the initialiser (the plugin, its kernel module and an input,
+// empty here), so that go-sdk's host functions work in it as in a call.
+func (g *sdkGuest) initialise(ctx context.Context, timeout time.Duration) guestResult {
+	if g.init.done.Bool() {
+		return guestResult{}
+	}
+	initCtx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
+	defer cancel()
+	c := context.WithValue(initCtx, extism.PluginCtxKey("extism"), g.init.kernel)
+	c = context.WithValue(c, extism.PluginCtxKey("plugin"), g.ext)
+	off, err := g.ext.SetInputWithContext(c, nil)
+	if err == nil {
+		err = g.init.run(context.WithValue(c, extism.InputOffsetKey("inputOffset"), off))
+	}
+	if err != nil {
+		return guestResult{rc: 1, err: err, timedOut: context.Cause(initCtx) == errCallTimeout, spent: true}
+	}
+	g.init.done.SetBool(true)
+	return guestResult{}
+}
+
+// sdkInit is go-sdk v1.7.1's lazy guest initialisation in one
+// *extism.Plugin: Plugin.guestRuntime.init and .initialized, and the
+// kernel module (Plugin.extism) its host functions find in the context.
+type sdkInit struct {
+	run    func(context.Context) error
+	done   reflect.Value // a settable bool
+	kernel api.Module
+}
+
+// sdkInitOf reaches sdkInit's unexported fields in ext. A go-sdk whose
+// Plugin no longer has them, with those types, fails every instance with
+// an error that says so rather than being initialised some other way.
+func sdkInitOf(ext *extism.Plugin) (sdkInit, error) {
+	// field is v's field name, made readable and settable; want nil
+	// takes any struct.
+	field := func(v reflect.Value, name string, want reflect.Type) (reflect.Value, error) {
+		f := v.FieldByName(name)
+		if !f.IsValid() || (want == nil && f.Kind() != reflect.Struct) || (want != nil && f.Type() != want) {
+			kind := "a struct"
+			if want != nil {
+				kind = want.String()
+			}
+			return reflect.Value{}, fmt.Errorf("host: extism go-sdk's %s has no field %s of type %s, which the reference path runs the guest's initialisation through (sdkpath.go): update sdkInitOf for this go-sdk version",
+				v.Type(), name, kind)
+		}
+		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem(), nil
+	}
+	p := reflect.ValueOf(ext).Elem()
+	rt, err := field(p, "guestRuntime", nil)
+	if err != nil {
+		return sdkInit{}, err
+	}
+	run, err := field(rt, "init", reflect.TypeFor[func(context.Context) error]())
+	if err != nil {
+		return sdkInit{}, err
+	}
+	done, err := field(rt, "initialized", reflect.TypeFor[bool]())
+	if err != nil {
+		return sdkInit{}, err
+	}
+	kernel, err := field(p, "extism", reflect.TypeFor[api.Module]())
+	if err != nil {
+		return sdkInit{}, err
+	}
+	out := sdkInit{done: done}
+	out.run, _ = run.Interface().(func(context.Context) error)
+	out.kernel, _ = kernel.Interface().(api.Module)
+	if out.run == nil || out.kernel == nil {
+		return sdkInit{}, errors.New("host: extism go-sdk's instance has no guest initialiser or no kernel module: update sdkInitOf for this go-sdk version")
+	}
+	return out, nil
+}
 
 func (g *sdkGuest) call(ctx context.Context, s *callScope, export string, input []byte, timeout time.Duration) guestResult {
 	callCtx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)

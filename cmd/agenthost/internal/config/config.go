@@ -199,11 +199,12 @@ type Plugin struct {
 	Path   string // absolute
 	SHA256 string // hex pin; "" pins nothing
 	Role   abi.Role
-	// MemoryPages, CallTimeout, MaxInputBytes, MaxOutputBytes, PoolSize and
-	// IdleTimeout are the host's per-plugin limits; zero takes the host's
-	// default.
+	// MemoryPages, CallTimeout, InitTimeout, MaxInputBytes,
+	// MaxOutputBytes, PoolSize and IdleTimeout are the host's per-plugin
+	// limits; zero takes the host's default.
 	MemoryPages    uint32
 	CallTimeout    time.Duration
+	InitTimeout    time.Duration
 	MaxInputBytes  int
 	MaxOutputBytes int
 	PoolSize       int

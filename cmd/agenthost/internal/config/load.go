@@ -48,7 +48,7 @@ var (
 		"metrics.listen",
 	}
 	pluginKeys = []string{
-		"path", "sha256", "role", "memory_pages", "call_timeout",
+		"path", "sha256", "role", "memory_pages", "call_timeout", "init_timeout",
 		"max_input_bytes", "max_output_bytes", "pool_size", "idle_timeout",
 		"allowed_hosts", "http_timeout", "max_http_response_bytes", "max_http_response_header_bytes",
 	}
@@ -387,6 +387,7 @@ func (d *decoder) plugin(id string, raw any) Plugin {
 	}
 	p.MemoryPages = uint32(d.integerAt(m, k, "memory_pages", 0, 65536))
 	p.CallTimeout = d.durationAt(m, k, "call_timeout", 0)
+	p.InitTimeout = d.durationAt(m, k, "init_timeout", 0)
 	p.MaxInputBytes = d.integerAt(m, k, "max_input_bytes", 0, 0)
 	p.MaxOutputBytes = d.integerAt(m, k, "max_output_bytes", 0, 0)
 	p.PoolSize = d.integerAt(m, k, "pool_size", 0, 0)

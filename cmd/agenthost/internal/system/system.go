@@ -231,7 +231,7 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 	return host.PluginSpec{
 		Name: p.ID, Path: p.Path, SHA256: p.SHA256, Role: p.Role,
 		Limits: host.Limits{
-			MemoryPages: p.MemoryPages, CallTimeout: p.CallTimeout,
+			MemoryPages: p.MemoryPages, CallTimeout: p.CallTimeout, InitTimeout: p.InitTimeout,
 			MaxInputBytes: p.MaxInputBytes, MaxOutputBytes: p.MaxOutputBytes,
 			PoolSize: p.PoolSize, IdleTimeout: p.IdleTimeout,
 		},
