@@ -283,7 +283,7 @@ func TestALostLeaseEndsTheCommitsUnderWay(t *testing.T) {
 	t.Cleanup(func() { _ = mem.Close() })
 	hs := &hangingCommits{hangingRenewals: &hangingRenewals{Store: mem, release: make(chan struct{})}}
 	t.Cleanup(hs.letGo)
-	const ttl = 1500 * time.Millisecond
+	const ttl = 3 * time.Second
 	tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
 		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 4}}
 	rt, err := runtime.New(runtime.Options{Store: hs, Tenants: runtime.TenantMap{"acme": tenant}, Clock: clock,
@@ -299,12 +299,15 @@ func TestALostLeaseEndsTheCommitsUnderWay(t *testing.T) {
 		defer cancel()
 		_ = rt.Stop(ctx)
 	})
+	// The commits hang first, and the renewals only once a commit is
+	// under way: the trust window then runs from the last good renewal,
+	// however long the machine took to get the Run's first commit going.
 	hs.hangCommits.Store(true)
-	hs.hang.Store(true)
 	if _, _, err := rt.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", Input: "answer:hello"}); err != nil {
 		t.Fatal(err)
 	}
 	conformance.Eventually(t, "the Run's first commit to hang", func() bool { return hs.began.Load() >= 1 })
+	hs.hang.Store(true)
 	conformance.Eventually(t, "the lease to be given up", func() bool { return leaseLost(rt) })
 	conformance.Eventually(t, "the commits under way to end with the lease (CommitTimeout is an hour)", func() bool {
 		return hs.ended.Load() == hs.began.Load()
