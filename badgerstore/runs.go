@@ -553,7 +553,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		s.afterCommitWrite()
 	}
 	if !res.Duplicate {
-		s.snaps.put(t, id, c.Run.Seq, snap)
+		s.snaps.putCommitted(t, id, c.Run.Seq, snap)
 	}
 	return res, nil
 }

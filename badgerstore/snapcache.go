@@ -23,6 +23,10 @@ import (
 //     and only over an older one (a Run's Seq only grows); when it cannot
 //     put it (the snapshot is past the bound) or its write failed (the
 //     write may have happened), the Run's entry is dropped, never kept.
+//   - A commit that overlapped another commit of the same Run (a group
+//     transaction that held both) drops the entry instead of putting:
+//     their answers return in any order, and an older one's put after a
+//     newer one's drop would cache the older version (putCommitted).
 //   - While a commit of a Run is under way (begin … end), its loads read
 //     Badger and put nothing: between the moment the commit is visible in
 //     Badger (to a read of the Run's events, say) and the moment its
@@ -48,8 +52,13 @@ type snapCache struct {
 	mu      sync.Mutex
 	m       map[runRef]cachedSnap
 	writing map[runRef]int // the commits of each Run under way
-	bytes   int
-	max     int
+	// overlapped holds the Runs two of whose commits have been under way
+	// at once since the last moment none was: their answers may come
+	// back in any order, so none of them puts its snapshot
+	// (putCommitted).
+	overlapped map[runRef]bool
+	bytes      int
+	max        int
 
 	gen     uint64            // the last generation given to a change of a Run
 	changed map[runRef]uint64 // each Run's last change while reads are under way
@@ -80,7 +89,7 @@ type cachedSnap struct {
 type snapRead struct{ gen uint64 }
 
 func newSnapCache(max int) *snapCache {
-	return &snapCache{m: map[runRef]cachedSnap{}, writing: map[runRef]int{}, changed: map[runRef]uint64{}, max: max}
+	return &snapCache{m: map[runRef]cachedSnap{}, writing: map[runRef]int{}, overlapped: map[runRef]bool{}, changed: map[runRef]uint64{}, max: max}
 }
 
 // changedLocked gives a change of Run k (a commit's begin, put, drop or
@@ -105,6 +114,9 @@ func (c *snapCache) begin(tenant, run string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := runRef{tenant, run}
+	if c.writing[k] > 0 {
+		c.overlapped[k] = true
+	}
 	c.writing[k]++
 	c.changedLocked(k)
 }
@@ -115,12 +127,33 @@ func (c *snapCache) end(tenant, run string) {
 	k := runRef{tenant, run}
 	if c.writing[k]--; c.writing[k] <= 0 {
 		delete(c.writing, k)
+		delete(c.overlapped, k)
 	}
 	c.changedLocked(k)
 }
 
+// putCommitted records what a commit of a Run (begin … end) wrote at seq,
+// unless another commit of the Run was under way beside it: two commits
+// of one Run that overlap (a group transaction holds both, one of them
+// refused) return in any order, and the older one's put after the
+// newer one's, or after a refused one's drop, would leave an older
+// version cached for good. Such a commit drops the entry instead, and
+// the next load reads Badger. The runtime commits a Run's advances one at
+// a time, so this costs nothing in a Run's normal course.
+func (c *snapCache) putCommitted(tenant, run string, seq int64, snap []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := runRef{tenant, run}
+	c.changedLocked(k)
+	if c.overlapped[k] {
+		c.dropLocked(k)
+		return
+	}
+	c.putLocked(k, seq, snap)
+}
+
 // put records the committed snapshot of a Run at seq, unless a newer one
-// is there: what a commit wrote.
+// is there: what a creation wrote (a commit puts with putCommitted).
 func (c *snapCache) put(tenant, run string, seq int64, snap []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,6 +227,10 @@ func (c *snapCache) drop(tenant, run string) {
 	defer c.mu.Unlock()
 	k := runRef{tenant, run}
 	c.changedLocked(k)
+	c.dropLocked(k)
+}
+
+func (c *snapCache) dropLocked(k runRef) {
 	if old, ok := c.m[k]; ok {
 		c.bytes -= len(old.snap)
 		delete(c.m, k)

@@ -444,3 +444,35 @@ func TestARunWhoseSnapshotOutgrowsTheCacheCompletes(t *testing.T) {
 		t.Fatalf("with a cache of %d bytes the Run ended %s (%q), failure %+v; want completed", bound, got.Status, got.Result, got.Failure)
 	}
 }
+
+// Two commits of one Run under way at once (a group transaction holds
+// r0's first, its second, and a stale third that is refused) return to
+// their callers in any order. The older one's put, after the refused
+// one's drop, used to cache the older version over the committed one:
+// TestAGroupAnswersEachCommitByItsOwnChecks then read r0 at Seq 2, with
+// Seq 3 in the store. An overlapped commit drops the entry instead.
+func TestOverlappingCommitsOfARunNeverLeaveAnOlderVersionCached(t *testing.T) {
+	c := newSnapCache(1 << 20)
+	for _, begun := range [][]string{{"first", "second", "stale"}, {"second", "first", "stale"}} {
+		for range begun {
+			c.begin("t", "r")
+		}
+		// The answers return newest first, the refusal between.
+		c.putCommitted("t", "r", 3, snapAt("r", 3))
+		c.drop("t", "r")
+		c.putCommitted("t", "r", 2, snapAt("r", 2))
+		for range begun {
+			c.end("t", "r")
+		}
+		if r, ok, err := c.load("t", "r"); ok && r.Seq != 3 {
+			t.Fatalf("after overlapping commits the cache answers Seq %d (%v); want 3 or no entry", r.Seq, err)
+		}
+	}
+	// A commit alone puts as before.
+	c.begin("t", "r")
+	c.putCommitted("t", "r", 4, snapAt("r", 4))
+	c.end("t", "r")
+	if r, ok, err := c.load("t", "r"); !ok || r.Seq != 4 {
+		t.Fatalf("a commit alone: the cache answers Seq %d, %v, %v; want 4", r.Seq, ok, err)
+	}
+}
