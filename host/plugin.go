@@ -250,6 +250,14 @@ func (p *Plugin) newInstance(ctx context.Context, export string) (*instance, err
 // caller giving up is not.
 func (p *Plugin) initErr(ctx context.Context, export string, in *instance, res guestResult) error {
 	what := fmt.Sprintf("the guest runtime's initialisation (%s)", p.info.initExport)
+	if ctx.Err() != nil && !res.timedOut {
+		// The caller gave up while the instance was being made: whatever
+		// failed then (the halt, or on the reference path go-sdk's input
+		// set under a done context, "reset") is not the plugin's doing.
+		// The instance is discarded either way; a start-up that truly
+		// fails fails again for the next caller.
+		return fmt.Errorf("the caller gave up while a new instance initialised: %w", ctx.Err())
+	}
 	var exit *sys.ExitError
 	if errors.As(res.err, &exit) {
 		switch exit.ExitCode() {
