@@ -16,7 +16,7 @@
 # which build the AssemblyScript one (examples/plugins/calculator-as: its
 # build.sh installs the compiler and Extism's PDK from package-lock.json
 # with npm ci, into its node_modules/, the first time it runs), and the web
-# console's browser test (cmd/agenthost/internal/console/testdata/e2e:
+# console's browser test (internal/console/testdata/e2e:
 # playwright-core, by npm ci the first time); chromium, the browser that
 # test drives (Debian's, at /usr/bin/chromium; playwright downloads
 # none); and postgresql,

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/bench"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
+	"github.com/agenthost/agenthost/internal/bench"
 	"github.com/agenthost/agenthost/internal/pgserver"
+	"github.com/agenthost/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/pgstore"
 )

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/internal/serveproc"
 )
 
 // chromiumPath is Debian's chromium, which make deps installs.

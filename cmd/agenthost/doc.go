@@ -1,6 +1,6 @@
 // Command agenthost is the agenthost CLI: it wires config, store, plugin
-// host and runtime together. It and its internal packages are the only
-// code that imports all of them.
+// host and runtime together. It, internal/node and the benches are the
+// only code that imports all of them.
 //
 // Usage:
 //
@@ -19,17 +19,20 @@
 // command tree and the global flags, run.go is `run`, serve.go is
 // `serve`'s command (the signal-driven stop, and the exit when the node
 // lease expires), runs.go is `runs`, the HTTP client of a server,
-// stream.go prints a Run's events for `run` and `runs events`, and
-// plugin.go is `plugin`. The work is in the internal packages:
+// stream.go prints a Run's events for `run` and `runs events`, store.go
+// is `store`, and plugin.go is `plugin`. The work is in packages outside
+// cmd/, under internal/ (docs/DESIGN.md §2 lists them all):
 //
-//   - internal/system wires a config into a badgerstore, a plugin host and
-//     a runtime (System, for run and serve), and serves the HTTP API of
+//   - internal/node wires a config into a store, a plugin host and a
+//     runtime (System, for run and serve), and serves the HTTP API of
 //     internal/httpapi over them with metrics (internal/metrics), the
 //     usage ledger and scheduled retention (Server, for serve);
+//   - internal/config reads and checks the YAML config;
 //   - internal/bench is `agenthost bench` (NewCommand): the benches and
 //     the chaos run, with the invariant checks the crash tests share;
+//   - internal/storecopy is `store copy`;
 //   - internal/serveproc runs `agenthost serve` as a child process and
 //     speaks to it over HTTP, for the benches and the end-to-end tests;
 //   - internal/pluginverify runs a plugin for `plugin inspect` and
-//     `plugin verify`.
+//     `plugin verify`, and internal/plugininit is `plugin init`.
 package main

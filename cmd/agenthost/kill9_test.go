@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/badgerstore"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/bench"
+	"github.com/agenthost/agenthost/internal/bench"
 	"github.com/agenthost/agenthost/loop"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/bench"
+	"github.com/agenthost/agenthost/internal/bench"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/pgstore"
 )

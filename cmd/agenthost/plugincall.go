@@ -16,8 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/pluginverify"
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/internal/pluginverify"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/plugininit"
+	"github.com/agenthost/agenthost/internal/plugininit"
 )
 
 func newInitCmd() *cobra.Command {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/pgstore"
 )

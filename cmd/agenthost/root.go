@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/bench"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
+	"github.com/agenthost/agenthost/internal/bench"
+	"github.com/agenthost/agenthost/internal/config"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 

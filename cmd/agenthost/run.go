@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
+	"github.com/agenthost/agenthost/internal/config"
+	"github.com/agenthost/agenthost/internal/node"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -83,12 +83,12 @@ func pickTenant(cfg *config.Config, flag string) (string, error) {
 
 func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, tenantID, session, question string) (err error) {
 	out := cmd.OutOrStdout()
-	log := system.NewLogger(cfg, cmd.ErrOrStderr())
-	sys, err := system.Open(ctx, cfg, []string{tenantID}, log, system.Wiring{})
+	log := node.NewLogger(cfg, cmd.ErrOrStderr())
+	sys, err := node.Open(ctx, cfg, []string{tenantID}, log, node.Wiring{})
 	if err != nil {
 		return err
 	}
-	_, _ = system.PruneRetention(ctx, sys.Store(), cfg, log) // logged; the next start tries again
+	_, _ = node.PruneRetention(ctx, sys.Store(), cfg, log) // logged; the next start tries again
 	defer func() {
 		if cerr := sys.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
 			err = fmt.Errorf("run: shutting down: %w", cerr)

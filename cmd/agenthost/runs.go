@@ -19,7 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
+	"github.com/agenthost/agenthost/internal/node"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -52,10 +52,10 @@ command IDs of terminal Runs older than retention are pruned.`,
 			if metricsListen != "" {
 				cfg.Metrics.Listen = metricsListen
 			}
-			log := system.NewLogger(cfg, cmd.ErrOrStderr())
+			log := node.NewLogger(cfg, cmd.ErrOrStderr())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			srv, err := system.StartServer(ctx, cfg, log)
+			srv, err := node.StartServer(ctx, cfg, log)
 			if err != nil {
 				return err
 			}

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/config"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/system"
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/config"
+	"github.com/agenthost/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/internal/node"
 	"github.com/agenthost/agenthost/loop"
 )
 
@@ -79,14 +79,14 @@ tenants:`+
 
 // startInProcess starts serve's server in this process, its logs in
 // dir/serve.log, and waits until it is ready.
-func startInProcess(t *testing.T, cfg *config.Config) *system.Server {
+func startInProcess(t *testing.T, cfg *config.Config) *node.Server {
 	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { logf.Close() })
-	srv, err := system.StartServer(context.Background(), cfg, slog.New(slog.NewTextHandler(logf, nil)))
+	srv, err := node.StartServer(context.Background(), cfg, slog.New(slog.NewTextHandler(logf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func startInProcess(t *testing.T, cfg *config.Config) *system.Server {
 
 // settledTools returns the settlements of a Run's tool effects, by tool
 // effect ID, from the store.
-func settledTools(t *testing.T, srv *system.Server, tenant, runID string) map[string]loop.Outcome {
+func settledTools(t *testing.T, srv *node.Server, tenant, runID string) map[string]loop.Outcome {
 	t.Helper()
 	evs, err := srv.Store().Events(context.Background(), tenant, runID, 1, 10000)
 	if err != nil {

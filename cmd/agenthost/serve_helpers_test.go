@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/httpapi"
-	"github.com/agenthost/agenthost/cmd/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/internal/serveproc"
 )
 
 // waitUntil polls cond until it reports true, failing the test at the

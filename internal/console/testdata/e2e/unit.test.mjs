@@ -1,0 +1,182 @@
+// Unit tests of the console's modules that need no browser: the SSE
+// parser, the stream's resume and dedupe, the fold of a Run's events, and
+// the routes read from the URL's fragment.
+// Run with node --test (internal/console's
+// TestTheModulesUnderNode does).
+
+import {test} from 'node:test';
+import assert from 'node:assert/strict';
+import {SSEParser, EventStream} from '../../assets/js/sse.js';
+import {RunView, effectRef} from '../../assets/js/runview.js';
+import {parseRoute} from '../../assets/js/route.js';
+
+function parse(chunks) {
+  const out = [];
+  const p = new SSEParser(m => out.push(m));
+  for (const c of chunks) p.push(c);
+  return out;
+}
+
+test('the parser reads events split anywhere, CRLF or LF, comments and retry', () => {
+  const text = 'retry: 2000\n\n: heartbeat\n\nid: 1\nevent: run_created\ndata: {"a":\ndata: 1}\n\r\nid: 2\r\nevent: run_started\r\ndata: {}\r\n\r\nevent: progress\ndata: {"type":"x"}\n\n';
+  const whole = parse([text]);
+  assert.deepEqual(whole, [
+    {retry: 2000},
+    {id: '1', event: 'run_created', data: '{"a":\n1}'},
+    {id: '2', event: 'run_started', data: '{}'},
+    {id: undefined, event: 'progress', data: '{"type":"x"}'},
+  ]);
+  // Byte by byte (a \r\n split between chunks included) gives the same.
+  assert.deepEqual(parse(text.split('')), whole);
+  // An event not yet ended by a blank line is not delivered.
+  assert.deepEqual(parse(['id: 3\nevent: x\ndata: {}\n']), []);
+});
+
+// A stream whose loop does not run: dispatch is fed by hand.
+function stream(from) {
+  const got = [];
+  const s = Object.create(EventStream.prototype);
+  Object.assign(s, {runID: 'r', lastID: from, retryMS: 2000, ended: false, closed: false,
+    on: {event: e => got.push(e.id), progress: () => {}, state: () => {}}});
+  return {s, got};
+}
+
+test('a resumed stream delivers each event once, in order, and ends at the terminal one', () => {
+  const {s, got} = stream(0);
+  for (const id of [1, 2, 3]) s.dispatch({id: String(id), event: 'x', data: '{}'});
+  // After a reconnect with Last-Event-ID 3, a server that replayed would
+  // send 2 and 3 again: they are dropped.
+  for (const id of [2, 3, 4]) s.dispatch({id: String(id), event: 'x', data: '{}'});
+  s.dispatch({id: undefined, event: 'progress', data: '{}'});
+  s.dispatch({id: '5', event: 'run_completed', data: '{}'});
+  assert.deepEqual(got, [1, 2, 3, 4, 5]);
+  assert.equal(s.lastID, 5);
+  assert.equal(s.ended, true);
+  s.dispatch({retry: 500});
+  assert.equal(s.retryMS, 500);
+});
+
+test('the fold shows the calls of a step with their results, approvals and the answer', () => {
+  const run = 'run_x';
+  const v = new RunView();
+  const evs = [
+    {type: 'run_created', data: {at: 1000, spec: {input: 'What is 2+3 and 4*5?'}}},
+    {type: 'model_step_planned', data: {at: 1001, step: 1}},
+    {type: 'effect_dispatched', data: {at: 1002, effect: run + '.m1', attempt: 1}},
+    {type: 'effect_settled', data: {at: 1010, effect: run + '.m1', attempt: 1, outcome: {state: 'done', model: {message: {role: 'assistant',
+      tool_calls: [{id: 'call_1_1', name: 'calculate', arguments: {expression: '2+3'}}, {id: 'call_1_2', name: 'calculate', arguments: {expression: '4*5'}}]}}}}},
+    {type: 'approval_recorded', data: {at: 1100, approvals: [{tool_call_id: 'call_1_2', approved: false, reason: 'no'}]}},
+    {type: 'approval_recorded', data: {at: 1200, approvals: [{tool_call_id: 'call_1_1', approved: true}]}},
+    {type: 'effect_dispatched', data: {at: 1201, effect: run + '.t1.0', attempt: 1}},
+    {type: 'effect_settled', data: {at: 1300, effect: run + '.t1.0', attempt: 1, outcome: {state: 'failed', error: {class: 'plugin_error', message: 'boom', retriable: true}}}},
+    {type: 'effect_dispatched', data: {at: 1400, effect: run + '.t1.0', attempt: 2}},
+    {type: 'effect_settled', data: {at: 1450, effect: run + '.t1.0', attempt: 2, outcome: {state: 'done', tool: {content: '5'}}}},
+    {type: 'run_completed', data: {at: 1500, result: 'done'}},
+  ];
+  evs.forEach((e, i) => v.apply({id: i + 1, ...e}));
+  const step = v.steps.get(1);
+  assert.deepEqual(step.calls, [run + '.t1.0', run + '.t1.1']);
+  const ok = v.effects.get(run + '.t1.0'), denied = v.effects.get(run + '.t1.1');
+  assert.equal(ok.callID, 'call_1_1');
+  assert.deepEqual(ok.attempts.map(a => [a.attempt, a.state, a.error && a.error.class]), [[1, 'failed', 'plugin_error'], [2, 'done', null]]);
+  assert.equal(ok.outcome.tool.content, '5');
+  assert.equal(denied.approval.approved, false);
+  assert.equal(denied.outcome.error.class, 'approval_denied');
+  assert.match(denied.outcome.error.message, /denied: no/);
+  assert.deepEqual(v.items.map(i => i.kind), ['user', 'step', 'final']);
+  const tl = v.timeline(2000);
+  // The denied call is on the timeline too, where it ended, as not run.
+  assert.deepEqual(tl.map(r => [r.label, r.duration, r.attempts, r.notRun || '']),
+    [['model step 1', 8, 1, ''], ['calculate (call_1_1)', 249, 2, ''], ['calculate (call_1_2)', 0, 0, 'approval_denied']]);
+  assert.equal(tl[2].start, 1100);
+  assert.deepEqual(effectRef('run_x.t2.3'), {kind: 'tool', step: 2, index: 3});
+  assert.equal(effectRef('run_x.q1'), null);
+});
+
+test('a call the host settled without running it gets its result from the next request', () => {
+  const run = 'run_y';
+  const v = new RunView();
+  const evs = [
+    {type: 'run_created', data: {at: 1000, spec: {input: 'use word_count {"text":3}'}}},
+    {type: 'model_step_planned', data: {at: 1001, step: 1}},
+    {type: 'effect_dispatched', data: {at: 1002, effect: run + '.m1', attempt: 1}},
+    {type: 'effect_settled', data: {at: 1010, effect: run + '.m1', attempt: 1, outcome: {state: 'done', model: {message: {role: 'assistant',
+      tool_calls: [{id: 'c1', name: 'word_count', arguments: {text: 3}}]}}}}},
+    {type: 'model_step_planned', data: {at: 1011, step: 2, request: {messages: [
+      {role: 'user', content: 'use word_count {"text":3}'},
+      {role: 'assistant', content: '', tool_calls: [{id: 'c1', name: 'word_count', arguments: {text: 3}}]},
+      {role: 'tool', tool_call_id: 'c1', is_error: true,
+        content: 'error (invalid_arguments): tool word_count was not called: its arguments do not match its input_schema: at /text: got number, want string'}]}}},
+  ];
+  evs.forEach((e, i) => v.apply({id: i + 1, ...e}));
+  const e = v.effects.get(run + '.t1.0');
+  assert.equal(e.attempts.length, 0);
+  assert.equal(e.outcome.state, 'failed');
+  assert.equal(e.outcome.error.class, 'invalid_arguments');
+  assert.match(e.outcome.error.message, /^tool word_count was not called/);
+  assert.deepEqual(v.timeline(2000).map(r => [r.label, r.notRun || '']), [['model step 1', ''], ['word_count (c1)', 'invalid_arguments']]);
+});
+
+// A local server whose event stream breaks off: the stream resumes with
+// Last-Event-ID, and ends at the terminal event; one of a Run whose log
+// was pruned ends when the Run is found ended.
+test('the stream resumes after a break with Last-Event-ID, and ends on a pruned log', async () => {
+  const http = await import('node:http');
+  globalThis.sessionStorage = new Map([['agenthost.token', 't0ken']]);
+  globalThis.sessionStorage.getItem = globalThis.sessionStorage.get;
+  const seen = []; // [Last-Event-ID, Authorization] of each request
+  const server = http.createServer((req, res) => {
+    seen.push([req.headers['last-event-id'] || '', req.headers.authorization, req.url]);
+    res.writeHead(200, {'Content-Type': 'text/event-stream'});
+    const send = (id, type) => res.write('id: ' + id + '\nevent: ' + type + '\ndata: {"at":' + id + '}\n\n');
+    if (req.url.includes('pruned')) return res.end('retry: 10\n\n');
+    if (seen.length === 1) { res.write('retry: 10\n\n'); send(1, 'run_created'); send(2, 'run_started'); res.end(); return; }
+    send(3, 'model_step_planned'); send(4, 'run_completed'); res.end();
+  });
+  await new Promise(r => server.listen(0, '127.0.0.1', r));
+  const base = 'http://127.0.0.1:' + server.address().port;
+  try {
+    const follow = (id, terminal) => new Promise((resolve) => {
+      const got = [], states = [];
+      const s = new EventStream(id, {event: e => got.push(e.id), progress: () => {},
+        state: st => { states.push(st); if (st === 'ended' || st === 'error') resolve({got, states, s}); }},
+      {base, isTerminal: async () => terminal});
+    });
+    const a = await follow('run_a', false);
+    assert.deepEqual(a.got, [1, 2, 3, 4]);
+    assert.ok(a.states.includes('reconnecting'));
+    assert.equal(a.s.reconnects, 1);
+    assert.deepEqual(seen.map(x => x[0]), ['', '2'], 'the second request resumed after event 2');
+    assert.ok(seen.every(x => x[1] === 'Bearer t0ken' && !x[2].includes('t0ken')), 'the token goes in the header only');
+    const p = await follow('run_pruned', true);
+    assert.deepEqual(p.got, []);
+    assert.equal(p.s.pruned, true);
+  } finally {
+    server.close();
+    delete globalThis.sessionStorage;
+  }
+});
+
+test('a route reads its IDs, and a malformed fragment is an invalid link, not an exception', () => {
+  assert.deepEqual(
+    (({page, id}) => ({page, id}))(parseRoute('#/runs/run%2Fa%20b')), {page: 'run', id: 'run/a b'});
+  assert.equal(parseRoute('#/sessions/s%C3%A9').id, 'sé');
+  assert.equal(parseRoute('').page, 'runs');
+  assert.equal(parseRoute('#/signin').page, 'signin');
+  const list = parseRoute('#/runs?status=failed&page=20');
+  assert.equal(list.page, 'runs');
+  assert.equal(list.status, 'failed');
+  assert.equal(list.size, 20);
+  assert.equal(parseRoute('#/runs?page=9000').size, undefined);
+
+  // Cut short in the middle of a percent-encoded character: what
+  // decodeURIComponent throws on.
+  const bad = parseRoute('#/runs/%E0%A4%A');
+  assert.equal(bad.page, 'invalid');
+  assert.equal(bad.what, 'Run');
+  assert.match(bad.message, /not a valid Run link/);
+  assert.match(bad.message, /%E0%A4%A/);
+  const badSession = parseRoute('#/sessions/%ZZ');
+  assert.equal(badSession.page, 'invalid');
+  assert.match(badSession.message, /not a valid session link/);
+});

@@ -1,0 +1,325 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agenthost/agenthost/internal/console"
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// Runtime is what the API needs of the runtime; *runtime.Runtime has it.
+type Runtime interface {
+	Submit(ctx context.Context, req runtime.Request) (loop.Run, bool, error)
+	LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error)
+	Approve(ctx context.Context, tenant, runID string, approvals []abi.ApprovalDecision, opts ...runtime.InputOption) (loop.Run, error)
+	ProvideInput(ctx context.Context, tenant, runID, text string, opts ...runtime.InputOption) (loop.Run, error)
+	Cancel(ctx context.Context, tenant, runID, reason string, opts ...runtime.InputOption) (loop.Run, error)
+	NewFollower(tenant, runID string, fromSeq int64, opts runtime.FollowOptions) (*runtime.Follower, error)
+	InFlight(tenant string) int
+}
+
+var _ Runtime = (*runtime.Runtime)(nil)
+
+// Store is what the API reads from the store directly; runtime.Store has
+// it. Every call is scoped to the caller's tenant.
+type Store interface {
+	RunLister
+	StoredBytesReader
+	SessionRuns(ctx context.Context, tenant, session string, after int64, limit int) ([]runtime.SessionRun, error)
+}
+
+var _ Store = (runtime.Store)(nil)
+
+// Config configures a Server. Runtime, Store and Auth are required.
+type Config struct {
+	Runtime Runtime
+	Store   Store
+	Auth    Authenticator
+	// Quotas by tenant ID; a tenant without an entry has no quota.
+	Quotas map[string]Quota
+	// Usage sums token usage for the token budgets. It must also be an
+	// Observer of the runtime. Required when a quota sets a TokenBudget.
+	// It also keeps the tenants' stored bytes and reservations for the
+	// storage quotas; when nil, the server keeps a ledger of its own for
+	// them.
+	Usage *UsageLedger
+	// MaxBodyBytes caps a request body (default 1 MiB); past it: 413.
+	MaxBodyBytes int64
+	// Fields bound the strings of a request that the store keeps: input,
+	// metadata, answers, reasons (FieldLimits; zero fields take the
+	// defaults). Past one: 413 field_too_large.
+	Fields FieldLimits
+	// MaxStreamsPerTenant bounds the event streams one tenant may have
+	// open on this server at once (default DefaultMaxStreamsPerTenant);
+	// past it a stream answers 429 too_many_streams. Negative: no limit.
+	MaxStreamsPerTenant int
+	// StreamWriteTimeout bounds each send of an event stream (default
+	// DefaultStreamWriteTimeout); a client that takes nothing for that
+	// long is dropped.
+	StreamWriteTimeout time.Duration
+	// MaxPageBytes bounds the JSON of one page of GET
+	// /v1/sessions/{id}/runs (default DefaultMaxPageBytes, 1 MiB); a page
+	// holds one Run at least. A page cut by it ends with next_after.
+	MaxPageBytes int
+	// RetryAfter is the Retry-After of a 429 or 503 (default 5s).
+	RetryAfter time.Duration
+	// Heartbeat is the interval of the comment lines that keep an idle
+	// event stream open (default 15s).
+	Heartbeat time.Duration
+	// Ready reports whether the server is ready (recovery's first pass is
+	// done); /readyz answers 503 until it is. Default: always ready.
+	Ready func() bool
+	// Metrics serves /metrics; nil leaves the route out.
+	Metrics http.Handler
+	// Logger receives one record per request (default: discard).
+	Logger *slog.Logger
+
+	// Limits by tenant ID: request and submission rates, reads at once
+	// (limits.go). A tenant without an entry has none.
+	Limits map[string]TenantLimits
+	// UnauthenticatedRate bounds, per client address, the requests
+	// without a valid token (past it: 429 instead of 401). Zero: no bound.
+	UnauthenticatedRate Rate
+	// OnLimit is called with the limit (the Limit… constants, or a
+	// quota's error code) and the tenant ("" when there is none) of every
+	// request a limit refuses or cuts short, for the metrics. Default:
+	// nothing.
+	OnLimit func(limit, tenant string)
+}
+
+// DefaultMaxBodyBytes is the request body cap when Config sets none.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Server serves the HTTP API over a runtime. It is safe for concurrent
+// use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+
+	submitMu sync.Mutex
+	submits  map[string]*sync.Mutex // by tenant: quota check and submit are one step
+
+	tenantLimits map[string]*tenantLimiter // by tenant; fixed at New
+	unauth       *unauthenticated          // nil: no bound
+
+	drain     context.Context // cancelled by Drain
+	stopDrain context.CancelFunc
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Runtime == nil || cfg.Store == nil || cfg.Auth == nil {
+		return nil, errors.New("httpapi: Config needs Runtime, Store and Auth")
+	}
+	for tenant, q := range cfg.Quotas {
+		if q.MaxActiveRuns < 0 || q.MaxInFlightEffects < 0 || q.TokenBudget < 0 || q.MaxStoredBytes < 0 {
+			return nil, errors.New("httpapi: tenant " + tenant + ": quotas must be 0 (no limit) or positive")
+		}
+		if q.TokenBudget > 0 && cfg.Usage == nil {
+			return nil, errors.New("httpapi: tenant " + tenant + " has a token budget: Config.Usage must be set (and observe the runtime)")
+		}
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Fields.MaxInputBytes < 0 || cfg.Fields.MaxMetadataBytes < 0 || cfg.Fields.MaxReasonBytes < 0 {
+		return nil, errors.New("httpapi: field limits must be 0 (the default) or positive")
+	}
+	cfg.Fields = cfg.Fields.withDefaults()
+	if cfg.Usage == nil {
+		cfg.Usage = NewUsageLedger()
+	}
+	if cfg.MaxPageBytes <= 0 {
+		cfg.MaxPageBytes = DefaultMaxPageBytes
+	}
+	if cfg.MaxStreamsPerTenant == 0 {
+		cfg.MaxStreamsPerTenant = DefaultMaxStreamsPerTenant
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = DefaultStreamWriteTimeout
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = retryAfterDefault
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() bool { return true }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.OnLimit == nil {
+		cfg.OnLimit = func(string, string) {}
+	}
+	for tenant, l := range cfg.Limits {
+		if l.Requests.PerSecond < 0 || l.Submissions.PerSecond < 0 || l.MaxConcurrentReads < 0 {
+			return nil, errors.New("httpapi: tenant " + tenant + ": limits must be 0 (no limit) or positive")
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), submits: map[string]*sync.Mutex{},
+		tenantLimits: newTenantLimiters(cfg.Limits), unauth: newUnauthenticated(cfg.UnauthenticatedRate)}
+	s.drain, s.stopDrain = context.WithCancel(context.Background())
+	s.routes()
+	s.handler = s.logRequests(s.guardConnection(console.WithHeaders(http.HandlerFunc(s.dispatch))))
+	return s, nil
+}
+
+// Handler returns the API's http.Handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Drain makes the server stop intake: every /v1 request from now on
+// answers 503, and open event streams end (clients resume them from
+// Last-Event-ID elsewhere or later). Call it before http.Server.Shutdown,
+// which would otherwise wait for the streams. It is safe to call more than
+// once.
+func (s *Server) Drain() { s.stopDrain() }
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("POST /v1/sessions/{id}/runs", s.authed(s.limitSubmissions(s.submitRun)))
+	s.mux.HandleFunc("GET /v1/sessions/{id}/runs", s.authed(s.limitReads(s.listSessionRuns)))
+	s.mux.HandleFunc("GET /v1/whoami", s.authed(s.whoAmI))
+	s.mux.HandleFunc("GET /v1/runs", s.authed(s.limitReads(s.listTenantRuns)))
+	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.limitReads(s.getRun)))
+	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.streamEvents))
+	s.mux.HandleFunc("POST /v1/runs/{id}/input", s.authed(s.postInput))
+	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.cancelRun))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.drain.Err() != nil {
+			// Every /v1 call answers 503 now: a load balancer routing
+			// on readiness sends them to the other nodes instead.
+			e := errorf(http.StatusServiceUnavailable, CodeUnavailable,
+				"not ready: the server is stopping; send requests to another node")
+			e.RetryAfter = s.cfg.RetryAfter
+			writeAPIError(w, e)
+			return
+		}
+		if !s.cfg.Ready() {
+			e := errorf(http.StatusServiceUnavailable, CodeUnavailable,
+				"not ready: recovery's first pass has not finished; retry after the Retry-After delay")
+			e.RetryAfter = time.Second
+			writeAPIError(w, e)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if s.cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", s.cfg.Metrics)
+	}
+	// The web console: static files, no token needed to load them; in
+	// the browser it calls the /v1 routes with the tenant's token.
+	s.mux.Handle("GET "+console.Prefix, console.Handler())
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		console.SetHeaders(w.Header())
+		http.Redirect(w, r, console.Prefix, http.StatusFound)
+	})
+}
+
+// dispatch routes a request, answering unknown routes (404) and wrong
+// methods (405) with the JSON error body instead of ServeMux's text.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	if s.shedOverCap(w, r) {
+		return
+	}
+	if h, pattern := s.mux.Handler(r); pattern == "" {
+		rec := &headerRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusMethodNotAllowed:
+			e := errorf(http.StatusMethodNotAllowed, CodeMethod, "method %s is not allowed on %s; use %s", r.Method, r.URL.Path, rec.header.Get("Allow"))
+			e.Allow = rec.header.Get("Allow")
+			writeAPIError(w, e)
+			return
+		case http.StatusNotFound:
+			writeAPIError(w, errorf(http.StatusNotFound, CodeNotFound,
+				"no route %s %s; the API serves /v1/whoami, /v1/runs, /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, /healthz, /readyz and /metrics, and the web console at /console/", r.Method, r.URL.Path))
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// headerRecorder catches what ServeMux's own 404/405 handlers answer.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (h *headerRecorder) Header() http.Header         { return h.header }
+func (h *headerRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (h *headerRecorder) WriteHeader(status int)      { h.status = status }
+
+// tenantHandler is a handler for an authenticated tenant.
+type tenantHandler func(w http.ResponseWriter, r *http.Request, tenant string) error
+
+// authed authenticates the bearer token, refuses requests while draining
+// and past the tenant's request rate, caps the body, and writes the
+// handler's error.
+func (s *Server) authed(h tenantHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := s.authenticate(r)
+		if !ok {
+			s.refuseUnauthenticated(w, r)
+			return
+		}
+		if info := infoOf(r.Context()); info != nil {
+			info.tenant = tenant
+		}
+		if s.drain.Err() != nil {
+			closeWithoutBody(w, r)
+			e := errorf(http.StatusServiceUnavailable, CodeUnavailable, "the server is shutting down; retry after the Retry-After delay")
+			e.RetryAfter = s.cfg.RetryAfter
+			writeAPIError(w, e)
+			return
+		}
+		if e := s.limitRequest(tenant); e != nil {
+			closeWithoutBody(w, r)
+			writeAPIError(w, e)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		if err := h(w, r, tenant); err != nil {
+			var ae *apiError
+			if !errors.As(err, &ae) {
+				ae = s.unavailableOrInternal(r, err)
+			}
+			writeAPIError(w, ae)
+		}
+	}
+}
+
+func (s *Server) authenticate(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return s.cfg.Auth.Authenticate(strings.TrimSpace(token))
+}
+
+// tenantLock returns the lock that makes a tenant's quota check and
+// submission one step.
+func (s *Server) tenantLock(tenant string) *sync.Mutex {
+	s.submitMu.Lock()
+	defer s.submitMu.Unlock()
+	m := s.submits[tenant]
+	if m == nil {
+		m = &sync.Mutex{}
+		s.submits[tenant] = m
+	}
+	return m
+}
