@@ -49,7 +49,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatalf("the console's browser test needs %s: %v", need.what, err)
 		}
 	}
-	e2eDir, err := filepath.Abs("internal/console/testdata/e2e")
+	e2eDir, err := filepath.Abs("../../internal/console/testdata/e2e")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func problems(t *testing.T, err error) []string {
 }
 
 func TestExampleConfigLoads(t *testing.T) {
-	cfg, err := Load("../../../../config.example.yaml")
+	cfg, err := Load("../../config.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	if len(demo.TokenSHA256) != 1 || demo.TokenSHA256[0] != "7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2c" {
 		t.Errorf("demo token hashes: %v", demo.TokenSHA256)
 	}
-	root, _ := filepath.Abs("../../../..")
+	root, _ := filepath.Abs("../..")
 	if want := filepath.Join(root, "build/plugins/calculator.wasm"); cfg.Plugins["calculator"].Path != want {
 		t.Errorf("calculator path %q, want %q (relative to the file)", cfg.Plugins["calculator"].Path, want)
 	}

@@ -9,7 +9,7 @@ import (
 // FuzzConfig feeds arbitrary bytes to Parse: it must never panic, and
 // whatever it refuses it refuses with a *config.Error.
 func FuzzConfig(f *testing.F) {
-	example, err := os.ReadFile("../../../../config.example.yaml")
+	example, err := os.ReadFile("../../config.example.yaml")
 	if err != nil {
 		f.Fatal(err)
 	}
