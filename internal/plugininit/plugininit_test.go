@@ -82,7 +82,7 @@ func TestFiles(t *testing.T) {
 // examples' own files; the AssemblyScript project pins what the example
 // pins.
 func TestTemplatesMatchTheExamples(t *testing.T) {
-	examples := filepath.Join("..", "..", "..", "..", "examples", "plugins")
+	examples := filepath.Join("..", "..", "examples", "plugins")
 	for lang, files := range map[string][]string{"c": {"extism.h", "agenthost.h", "json.h"}, "assemblyscript": {"json.ts"}} {
 		project, err := Files(lang, "word-tools")
 		if err != nil {
