@@ -95,7 +95,7 @@ run: plugins
 	$(BIN)/agenthost run --config config.example.yaml "$(QUESTION)"
 
 # -tags invariants turns the runtime's bookkeeping checks into panics
-# (runtime/invariants_on.go).
+# (runtime/internal/attempts/invariants_on.go).
 test: deps lint warm-cache
 	$(GO) test -race -tags invariants -count=1 -timeout 20m $(TESTFLAGS) ./...
 	# At full scale without -race: 10,000 pending effects add no goroutines.

@@ -9,23 +9,27 @@ import (
 	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime/internal/settlequeue"
 )
 
 // advanceReq asks for one advance of a Run: apply pre (if any), then fold
-// every action that needs no outside answer into the same commit.
+// every action that needs no outside answer into the same commit. Every
+// advanceReq is made by one of the constructors below, which says what
+// prompts it (its kind); what the advance may do with it follows from the
+// kind (mayStart, fromExecutor, fromOutside).
 type advanceReq struct {
+	kind                   advanceKind
 	tenant, session, runID string
 	// epoch is the session epoch to fence with; 0 means claim it.
 	epoch uint64
 	// pre is the event that prompted the advance: a settlement, an
-	// approval, an input, a timer. Its At is set when it is applied.
+	// approval, an input, a timer. Its At is set when it is applied. The
+	// advance drops it (nil) once it is on record, or stale, and goes on
+	// as after a duplicate commit.
 	pre *loop.Event
 	// commandID derives the commit's command ID from the snapshot it
 	// applies to; nil means "advance/<run>@<seq>".
 	commandID func(loop.Run) string
-	// mayStart lets the advance start a pending Run: only the session
-	// driver, which knows the Run is the session's head, sets it.
-	mayStart bool
 	// outcomeOf names the assignment key of the attempt whose news (pre)
 	// this advance commits, for the log of a dropped outcome.
 	outcomeOf string
@@ -35,33 +39,113 @@ type advanceReq struct {
 	onDurable func(cur loop.Run)
 	// queued is pre's entry in the settlement queue when pre is a
 	// settlement: another advance of the Run may commit it with its own
-	// (settleQueue), and this one then advances without it; and this one
+	// (settlequeue), and this one then advances without it; and this one
 	// takes the other settlements queued for the Run along.
-	queued *queuedSettle
+	queued *settlequeue.Entry
 	// input qualifies an input from outside (IfSeq); what names it.
 	input inputOptions
 	what  string
 }
 
+// advanceKind is what prompts an advance.
+type advanceKind uint8
+
+const (
+	// advanceDrive: the session driver advances its head Run.
+	advanceDrive advanceKind = iota + 1
+	// advanceSettlement: the outcome of an attempt (EffectSettled).
+	advanceSettlement
+	// advancePending: the handle of a pending attempt (EffectPending).
+	advancePending
+	// advanceDeferral: the first deferral of an attempt's attach
+	// (EffectDeferred).
+	advanceDeferral
+	// advanceTimer: a wake-up the Loop asked for (TimerFired).
+	advanceTimer
+	// advanceInput: an approval, an input or a cancel request from a
+	// person or an API client.
+	advanceInput
+)
+
+// driveHead is the session driver's advance of the session's head Run,
+// under the epoch of its claim. It is the one advance that may start a
+// pending Run: only the driver knows the Run is the session's head.
+func driveHead(tenant, session, runID string, epoch uint64) advanceReq {
+	return advanceReq{kind: advanceDrive, tenant: tenant, session: session, runID: runID, epoch: epoch}
+}
+
+// settleOutcome commits the settlement queued as qs, of an attempt of run
+// the caller holds, under its one settlement command ID; onDurable runs
+// once it is durable or dropped as stale.
+func settleOutcome(run loop.Run, qs *settlequeue.Entry, onDurable func(cur loop.Run)) advanceReq {
+	ev, cmd := qs.Event, qs.CommandID
+	return advanceReq{kind: advanceSettlement, tenant: run.Tenant, session: run.Session, runID: run.ID,
+		pre: &ev, outcomeOf: qs.Key, queued: qs, onDurable: onDurable,
+		commandID: func(loop.Run) string { return cmd }}
+}
+
+// pendingHandle commits the handle of a pending attempt (key) of run,
+// under a command ID of the attempt and the handle; onDurable runs once
+// it is durable or dropped as stale.
+func pendingHandle(run loop.Run, e loop.Effect, key, handle string, onDurable func(cur loop.Run)) advanceReq {
+	ev := loop.Event{Type: loop.EventEffectPending, EffectID: e.ID, Attempt: e.Attempt, Handle: handle}
+	cmd := "pending/" + key + "/" + handle
+	return advanceReq{kind: advancePending, tenant: run.Tenant, session: run.Session, runID: run.ID,
+		pre: &ev, outcomeOf: key, onDurable: onDurable,
+		commandID: func(loop.Run) string { return cmd }}
+}
+
+// deferralStart commits when recovery first deferred the attach of an
+// attempt (key) of run.
+func deferralStart(run loop.Run, e loop.Effect, key string) advanceReq {
+	ev := loop.Event{Type: loop.EventEffectDeferred, EffectID: e.ID, Attempt: e.Attempt}
+	cmd := "deferred/" + key
+	return advanceReq{kind: advanceDeferral, tenant: run.Tenant, session: run.Session, runID: run.ID,
+		pre: &ev, outcomeOf: key,
+		commandID: func(loop.Run) string { return cmd }}
+}
+
+// timerFired delivers a wake-up the Loop asked for to a Run, under a
+// command ID of the version it applies to.
+func timerFired(tenant, session, runID string) advanceReq {
+	ev := loop.Event{Type: loop.EventTimerFired}
+	return advanceReq{kind: advanceTimer, tenant: tenant, session: session, runID: runID, pre: &ev,
+		commandID: func(r loop.Run) string { return fmt.Sprintf("timer/%s@%d", r.ID, r.Seq) }}
+}
+
+// outsideInput applies ev, an approval, an input or a cancel request
+// (what names it) from a person or an API client, to run, as qualified by
+// o.
+func outsideInput(run loop.Run, ev loop.Event, what string, o inputOptions) advanceReq {
+	return advanceReq{kind: advanceInput, tenant: run.Tenant, session: run.Session, runID: run.ID,
+		pre: &ev, input: o, what: what,
+		commandID: func(r loop.Run) string { return fmt.Sprintf("%s/%s@%d", what, r.ID, r.Seq) }}
+}
+
+// mayStart reports whether the advance may start a pending Run: only the
+// session driver's.
+func (req advanceReq) mayStart() bool { return req.kind == advanceDrive }
+
 // fromExecutor reports whether pre is news from an executor or the clock
-// (a settlement, a pending record, a timer): such news may come late or
-// twice, and the Loop's refusal of it is dropped and logged. An event from
-// a person or a client (approval, input, cancel) gets the refusal back.
+// (a settlement, a pending record, a deferral, a timer) still to be
+// applied: such news may come late or twice, and the Loop's refusal of it
+// is dropped and logged. An event from a person or a client (approval,
+// input, cancel) gets the refusal back.
 func (req advanceReq) fromExecutor() bool {
 	if req.pre == nil {
 		return false
 	}
-	switch req.pre.Type {
-	case loop.EventEffectSettled, loop.EventEffectPending, loop.EventEffectDeferred, loop.EventTimerFired:
+	switch req.kind {
+	case advanceSettlement, advancePending, advanceDeferral, advanceTimer:
 		return true
 	}
 	return false
 }
 
 // fromOutside reports whether pre is an input from a person or an API
-// client (an approval, an input, a cancel request), which any node may
-// take for any session.
-func (req advanceReq) fromOutside() bool { return req.pre != nil && !req.fromExecutor() }
+// client (an approval, an input, a cancel request) still to be applied,
+// which any node may take for any session.
+func (req advanceReq) fromOutside() bool { return req.pre != nil && req.kind == advanceInput }
 
 // guestInput is the batch a node commits for an input to a Run whose
 // session another live node owns: the input event alone, folded into the
@@ -96,7 +180,7 @@ type sideEffects struct {
 	// merged are the other settlements of the Run (from the settlement
 	// queue) folded into the batch; the commit applies them under their
 	// own command IDs (Commit.AlsoCommandIDs).
-	merged []*queuedSettle
+	merged []*settlequeue.Entry
 }
 
 type dispatchedEffect struct {
@@ -172,7 +256,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		if attempt >= 64 {
 			return loop.Run{}, fmt.Errorf("%w: run %s", errAdvanceGaveUp, req.runID)
 		}
-		if req.queued != nil && rt.settles.isCommitted(req.queued) {
+		if req.queued != nil && rt.settles.IsCommitted(req.queued) {
 			// Another advance of the Run committed this settlement with
 			// its own: advance the Run as it stands, as after a duplicate.
 			req.pre, req.commandID, req.queued = nil, nil, nil
@@ -239,7 +323,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		committed := false
 		merged := fx.merged
 		settleMerged := func() {
-			rt.settles.done(merged, committed)
+			rt.settles.Done(merged, committed)
 			merged = nil
 		}
 		if err != nil {
@@ -276,16 +360,16 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		}
 		var also []string
 		for _, m := range merged {
-			also = append(also, m.cmd)
+			also = append(also, m.CommandID)
 		}
 		cctx, cancel := rt.commitCtx()
 		began := rt.clock.Now()
-		rt.commits.begin()
+		rt.commits.Begin()
 		res, err := rt.store.Commit(cctx, Commit{
 			Tenant: req.tenant, Session: req.session, RunID: req.runID, CommandID: cmd, AlsoCommandIDs: also,
 			ExpectedSeq: run.Seq, Epoch: epoch, Events: batch, Run: next,
 		})
-		rt.commits.end()
+		rt.commits.End()
 		rt.opts.Observer.Committed(rt.clock.Now().Sub(began), err)
 		cancel()
 		if err != nil || res.Duplicate {
@@ -299,7 +383,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			// Run's lock, give their holds back later; until then a reply
 			// that ends the Run must not find them still in flight.
 			for _, m := range merged {
-				rt.attempts.markSettled(m.key)
+				rt.attempts.MarkSettled(m.Key)
 			}
 		}
 		settleMerged()
@@ -324,7 +408,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			// acknowledgement, or another settler of the same attempt).
 			// Its follow-ups are on record; decide again from there.
 			rt.stats.DuplicateCommits.Add(1)
-			if req.pre != nil && req.pre.Type == loop.EventEffectSettled {
+			if req.pre != nil && req.kind == advanceSettlement {
 				rt.dropOutcome(req, fmt.Errorf("%w: command %s applied before", loop.ErrAlreadySettled, cmd))
 			}
 			req.pre, req.commandID = nil, nil
@@ -375,9 +459,9 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 			// The other settlements of the Run waiting for their commit
 			// go into this one. One the Loop refuses (stale, settled
 			// before) goes back to its owner, who drops it.
-			for _, s := range rt.settles.take(runKey(req.tenant, req.runID), req.queued) {
-				if err := apply(s.ev); err != nil {
-					rt.settles.done([]*queuedSettle{s}, false)
+			for _, s := range rt.settles.Take(runKey(req.tenant, req.runID), req.queued) {
+				if err := apply(s.Event); err != nil {
+					rt.settles.Done([]*settlequeue.Entry{s}, false)
 					continue
 				}
 				fx.merged = append(fx.merged, s)
@@ -394,7 +478,7 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 			var err error
 			switch a.Type {
 			case loop.ActionStart:
-				if !req.mayStart {
+				if !req.mayStart() {
 					continue
 				}
 				err = apply(loop.Event{Type: loop.EventRunStarted})

@@ -1,6 +1,10 @@
 package runtime
 
-import "time"
+import (
+	"time"
+
+	"github.com/agenthost/agenthost/runtime/internal/watcher"
+)
 
 // Clock is the runtime's source of time. Every instant the runtime writes
 // into an event, and every timer the Watcher arms, comes from it, so a test
@@ -32,3 +36,11 @@ func (SystemClock) Now() time.Time { return time.Now() }
 
 // AfterFunc wraps time.AfterFunc.
 func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// watcherClock hands the Watcher the runtime's Clock: the same Clock, its
+// timers seen as the watcher package's Timer.
+type watcherClock struct{ Clock }
+
+func (c watcherClock) AfterFunc(d time.Duration, f func()) watcher.Timer {
+	return c.Clock.AfterFunc(d, f)
+}

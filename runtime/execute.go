@@ -251,10 +251,7 @@ func (rt *Runtime) input(ctx context.Context, tenant, runID string, ev loop.Even
 	if run.Status.Terminal() {
 		return run, fmt.Errorf("%w: run %s is %s; %s refused", loop.ErrTerminal, runID, run.Status, what)
 	}
-	cur, err := rt.advance(ctx, advanceReq{
-		tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, input: o, what: what,
-		commandID: func(r loop.Run) string { return fmt.Sprintf("%s/%s@%d", what, r.ID, r.Seq) },
-	})
+	cur, err := rt.advance(ctx, outsideInput(run, ev, what, o))
 	// On a store error the commit may be written all the same (a lost
 	// reply): advance has then driven the session (afterUncertainCommit).
 	// The caller, told of the failure, may send the input again (with
@@ -283,5 +280,5 @@ func (rt *Runtime) LoadRun(ctx context.Context, tenant, runID string) (loop.Run,
 // is calling, polling or waiting to attach again: the effects in flight,
 // for quotas.
 func (rt *Runtime) InFlight(tenant string) int {
-	return rt.attempts.inFlight(tenant + "/")
+	return rt.attempts.InFlight(tenant + "/")
 }

@@ -1,8 +1,6 @@
 package runtime
 
 import (
-	"fmt"
-	"sort"
 	"strconv"
 
 	"github.com/agenthost/agenthost/loop"
@@ -22,15 +20,6 @@ func RunLockRefs(rt *Runtime, tenant, runID string) int {
 // SessionsHeld returns how many sessions the runtime holds state for.
 func SessionsHeld(rt *Runtime) int { return rt.sessions.len() }
 
-// The watcher, for its own tests.
-type (
-	Watcher   = watcher
-	WatchItem = watchItem
-)
-
-// NewWatcher is newWatcher.
-func NewWatcher(clock Clock, fire func(batch []WatchItem)) *Watcher { return newWatcher(clock, fire) }
-
 // Stopping reports whether Stop (or Halt) has begun.
 func Stopping(rt *Runtime) bool {
 	rt.mu.Lock()
@@ -41,7 +30,7 @@ func Stopping(rt *Runtime) bool {
 // TrackedAttempts returns how many effect attempts the runtime holds
 // bookkeeping for (in flight, watched, or settled tombstones).
 func TrackedAttempts(rt *Runtime) int {
-	return rt.attempts.len()
+	return rt.attempts.Len()
 }
 
 // SetWatcherFireHook sets a function rt's onWatcherFire calls once it has
@@ -62,7 +51,7 @@ func ActiveWork(rt *Runtime) int64 { return rt.active.Load() }
 // DriversWaiting returns how many session drivers wait for a driver slot:
 // a driver kicked while every slot is taken waits from its kick on, also
 // after its session was given up.
-func DriversWaiting(rt *Runtime) int { return rt.drivers.waiting() }
+func DriversWaiting(rt *Runtime) int { return rt.drivers.Waiting() }
 
 // Stuck is the watchdog's judgement of a session's head Run: not
 // terminal, and nothing in this process will move it on.
@@ -71,33 +60,13 @@ func Stuck(rt *Runtime, run loop.Run) bool { return rt.stuck(run) }
 // WakeArmed reports whether the watcher holds the wake-up perform
 // schedules for a Run's loop.ActionWakeAt at atMS.
 func WakeArmed(rt *Runtime, tenant, runID string, atMS int64) bool {
-	rt.watcher.mu.Lock()
-	defer rt.watcher.mu.Unlock()
-	_, ok := rt.watcher.index["wake/"+tenant+"/"+runID+"/"+strconv.FormatInt(atMS, 10)]
-	return ok
+	return rt.watcher.Scheduled("wake/" + tenant + "/" + runID + "/" + strconv.FormatInt(atMS, 10))
 }
 
 // TrackedKeys lists the attempts the runtime tracks, each with its phase
 // and holds, for failure messages.
-func TrackedKeys(rt *Runtime) []string {
-	rt.attempts.mu.Lock()
-	defer rt.attempts.mu.Unlock()
-	var out []string
-	for k, a := range rt.attempts.byKey {
-		out = append(out, fmt.Sprintf("%s %s holds=%d cancelling=%v deferrals=%d", k, a.phase, a.holds, a.cancelling, a.deferrals))
-	}
-	sort.Strings(out)
-	return out
-}
+func TrackedKeys(rt *Runtime) []string { return rt.attempts.Describe() }
 
 // QueuedSettlements returns how many settlements wait in the settlement
 // queue for their commit.
-func QueuedSettlements(rt *Runtime) int {
-	rt.settles.mu.Lock()
-	defer rt.settles.mu.Unlock()
-	n := 0
-	for _, l := range rt.settles.byRun {
-		n += len(l)
-	}
-	return n
-}
+func QueuedSettlements(rt *Runtime) int { return rt.settles.Len() }

@@ -35,11 +35,13 @@ type Notice struct {
 //
 // Hub is safe for concurrent use.
 type Hub struct {
+	// mu guards subs, tails and followers. Under it, Publish, follow and
+	// leave take a tail's mu: Hub.mu comes first.
 	mu        sync.Mutex
 	subs      map[string]map[chan Notice]struct{} // by tenant/run
 	tails     map[string][]*tail                  // by tenant/run: one for each Runtime with a follower of the Run
 	followers map[string]int                      // by tenant: the open followers
-	counters  followCounters
+	counters  followCounters                      // atomic
 }
 
 var _ EventSink = (*Hub)(nil)

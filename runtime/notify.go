@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime/internal/attempts"
 )
 
 // waiter is a one-shot channel for the next result of a Run.
@@ -96,7 +97,7 @@ func (rt *Runtime) afterAdvance(req advanceReq, cur loop.Run) {
 // notifyQuiescent reports a quiescent wait when nothing synchronous is in
 // flight for the Run.
 func (rt *Runtime) notifyQuiescent(cur loop.Run) {
-	if rt.attempts.busyRun(runPrefixOf(cur.Tenant, cur.Session, cur.ID)) > 0 {
+	if rt.attempts.BusyRun(attempts.RunPrefixOf(cur.Tenant, cur.Session, cur.ID)) > 0 {
 		return
 	}
 	for _, a := range loop.Decide(cur) {

@@ -88,7 +88,7 @@ func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
 	// and the first plan; the model's answer and both dispatches; each
 	// tool's settlement, the second with the next plan; the answer and the
 	// end), or 4 when the two tool settlements arrive together and share
-	// one (settleQueue): which one depends on how the two calls finish.
+	// one (settlequeue): which one depends on how the two calls finish.
 	st := rt.Stats()
 	if obs.usage != res.Run.Usage || int64(obs.commits) != st.Commits+st.Conflicts+st.DuplicateCommits || st.Commits != 5-st.MergedSettlements {
 		t.Fatalf("usage %+v (run %+v), commits observed %d; stats %+v", obs.usage, res.Run.Usage, obs.commits, st)

@@ -11,6 +11,7 @@ import (
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/recovery"
+	"github.com/agenthost/agenthost/runtime/internal/watcher"
 )
 
 // RecoveryStats is a snapshot of recovery's counters, taken by Recovery:
@@ -146,7 +147,9 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
 	// (Store.ClaimSessions); a few batches go at once, so that the store
 	// can group their syncs too (docs/DESIGN.md §10).
 	var (
-		taken  atomic.Int64
+		taken atomic.Int64
+		// mu guards unsure, which the claim workers append to; it is a
+		// leaf.
 		mu     sync.Mutex
 		unsure []SessionOwner // claims the store failed: they may be written
 		wg     sync.WaitGroup
@@ -280,7 +283,7 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 // a failed call) found, with recovery.Plan, and carries the command out.
 // The caller holds the attempt as being called.
 func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recovery.AttachState) {
-	deferrals, firstMS := rt.attempts.deferral(key)
+	deferrals, firstMS := rt.attempts.Deferral(key)
 	if e.DeferredSince != 0 && (firstMS == 0 || e.DeferredSince < firstMS) {
 		// An earlier incarnation deferred it first: max_defer counts from
 		// then, not from this process's start.
@@ -297,24 +300,24 @@ func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recov
 	rt.log.Info("recovery decision", "assignment_key", key, "decision", cmd.Decision, "command_id", cmd.CommandID, "reason", cmd.Reason)
 	switch cmd.Decision {
 	case recovery.Reattach:
-		rt.attempts.clearDeferral(key)
+		rt.attempts.ClearDeferral(key)
 		rt.recordPending(run, e, key, abi.EffectReply{State: abi.StatePending, Handle: cmd.Handle, PollAfterMS: cmd.PollAfterMS})
 	case recovery.Defer:
-		rt.attempts.deferAttach(key, now)
+		rt.attempts.DeferAttach(key, now)
 		if e.DeferredSince == 0 {
 			rt.recordDeferral(run, e, key)
 		}
 		if !rt.backToWatcher(key) {
 			return
 		}
-		ok := rt.watcher.Schedule(watchItem{Key: "attach/" + key, Kind: watchAttach, At: time.UnixMilli(cmd.RetryAtMS),
+		ok := rt.watcher.Schedule(watcher.Item{Key: "attach/" + key, Kind: watcher.Attach, At: time.UnixMilli(cmd.RetryAtMS),
 			Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID, Attempt: e.Attempt})
 		if !ok {
-			rt.attempts.forget(key)
+			rt.attempts.Forget(key)
 		}
 		rt.notifyQuiescent(run) // it waits on the watcher now
 	default:
-		rt.attempts.clearDeferral(key)
+		rt.attempts.ClearDeferral(key)
 		rt.commitSettlement(run, e, key, *cmd.Settlement.Outcome)
 	}
 }
@@ -326,10 +329,7 @@ func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recov
 func (rt *Runtime) recordDeferral(run loop.Run, e loop.Effect, key string) {
 	ctx, cancel := rt.commitCtx()
 	defer cancel()
-	ev := loop.Event{Type: loop.EventEffectDeferred, EffectID: e.ID, Attempt: e.Attempt}
-	cmd := "deferred/" + key
-	if _, err := rt.advance(ctx, advanceReq{tenant: run.Tenant, session: run.Session, runID: run.ID, pre: &ev, outcomeOf: key,
-		commandID: func(loop.Run) string { return cmd }}); err != nil && rt.life.Err() == nil {
+	if _, err := rt.advance(ctx, deferralStart(run, e, key)); err != nil && rt.life.Err() == nil {
 		rt.log.Warn("recovery: the start of a deferral was not recorded; max_defer counts from this process's first deferral", "assignment_key", key, "err", err)
 	}
 }

@@ -14,6 +14,11 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime/internal/attempts"
+	"github.com/agenthost/agenthost/runtime/internal/backlog"
+	"github.com/agenthost/agenthost/runtime/internal/driverslots"
+	"github.com/agenthost/agenthost/runtime/internal/settlequeue"
+	"github.com/agenthost/agenthost/runtime/internal/watcher"
 )
 
 // Options configure a Runtime. Store, Tenants and Clock are required.
@@ -37,15 +42,16 @@ type Options struct {
 	// PollMin and PollMax bound the Watcher's poll backoff (defaults 200ms
 	// and 30s).
 	PollMin, PollMax time.Duration
-	// MaxConcurrentCalls bounds the goroutines that carry out due Watcher
-	// items (default 64).
+	// MaxConcurrentCalls bounds the goroutines that carry out one batch
+	// of due Watcher items (default 64). A batch that falls due while an
+	// earlier one is still being carried out gets workers of its own.
 	MaxConcurrentCalls int
 	// MaxCallsInFlight bounds the executor calls (start, poll, attach,
 	// cancel) that advances launch and that are running at once (default
 	// 256): a launch past it waits for a call to answer (launch). The
 	// Watcher's calls have their own bound, MaxConcurrentCalls. It also
 	// bounds the Run commits under way past which a session's drive waits
-	// before it begins (backlog.go).
+	// before it begins (runtime/internal/backlog).
 	MaxCallsInFlight int
 	// MaxDrivers bounds the sessions driven at once (default 128). Session
 	// drivers are cheap, but thousands at once (a recovery pass over
@@ -81,40 +87,58 @@ type Options struct {
 //
 // Runtime is safe for concurrent use.
 type Runtime struct {
-	opts    Options
-	store   Store
-	clock   Clock
-	log     *slog.Logger
-	nodeID  string
-	watcher *watcher
-	hub     *Hub
-	// attempts owns what this process does about each effect attempt.
-	attempts *attempts
-	// calls holds a token for each launched executor call in flight
-	// (Options.MaxCallsInFlight; launch).
-	calls chan struct{}
-	// commits counts the Run commits under way; drives wait while they
-	// are MaxCallsInFlight or more (backlog.go).
-	commits *commitBacklog
-	// settles queues the settlements waiting for their commit, so that
-	// one commit takes those of a Run that arrive together.
-	settles *settleQueue
-	dog     *watchdog
-	// watcherFireHook, when set (tests, through export_test.go), runs
-	// once onWatcherFire has started its first worker. It is this
-	// runtime's own, so that a runtime another test left running never
-	// calls it, and atomic, since a test sets it while the runtime runs.
-	watcherFireHook atomic.Pointer[func()]
-
+	// Set by New and never changed: read without a lock. lost is closed
+	// once, by loseLease (under mu, the first time expired is set);
+	// life ends with stopLife, haltedCtx with cancelHalted (halt).
+	opts     Options
+	store    Store
+	clock    Clock
+	log      *slog.Logger
+	nodeID   string
+	hub      *Hub
 	life     context.Context
 	stopLife context.CancelFunc
-	wg       sync.WaitGroup
-	slots    chan struct{} // bounds watcher-fired work
-	drivers  *driverSlots  // bounds concurrent session drivers, handed out in kick order
+	// haltedCtx is cancelled, through halt, when the runtime may commit
+	// nothing more, ending the commits under way (commitCtx).
+	haltedCtx    context.Context
+	cancelHalted context.CancelFunc
 	// lost is closed when the node's lease expired: the runtime has given
 	// up every session and drives nothing from then on.
 	lost chan struct{}
 
+	// The parts below, set by New, each own their state behind a lock
+	// of their own, a leaf that is never held while calling out (doc.go,
+	// "Goroutines and locks"). The runtime reaches them only through
+	// their methods.
+	//
+	// attempts owns what this process does about each effect attempt.
+	attempts *attempts.Table
+	// sessions holds the sessions this process owns, their claims and
+	// drivers.
+	sessions *sessionTable
+	// watcher is the one timer heap: polls, wake-ups, deferred attaches.
+	watcher *watcher.Watcher
+	// settles queues the settlements waiting for their commit, so that
+	// one commit takes those of a Run that arrive together.
+	settles *settlequeue.Queue
+	// commits counts the Run commits under way; drives wait while they
+	// are MaxCallsInFlight or more.
+	commits *backlog.Backlog
+	// drivers bounds the session drivers running at once, and hands the
+	// slots out in kick order.
+	drivers *driverslots.Slots
+	// dog holds the watchdog's suspects.
+	dog *watchdog
+	// calls holds a token for each launched executor call in flight
+	// (Options.MaxCallsInFlight; launch). A channel, not a lock: a
+	// launch waits for a token holding its Run's advance lock.
+	calls chan struct{}
+
+	// mu guards the fields below, up to the blank line, and the refs of
+	// every runLock. It also orders wg.Add (goTracked, kick), which
+	// happens under it only while stopped and expired are false, before
+	// Stop's wg.Wait. Lock order: a Run's advance lock, then mu, then
+	// sessions' and drivers' own locks; see doc.go.
 	mu      sync.Mutex
 	started bool
 	stopped bool
@@ -122,35 +146,41 @@ type Runtime struct {
 	// leaseFrom is when the last good renewal (or the registration)
 	// began: the lease is trusted until LeaseTTL minus leaseMargin after.
 	leaseFrom time.Time
-	sessions  *sessionTable       // the sessions this process holds
-	waiters   map[string][]waiter // by tenant/run
-	runLocks  map[string]*runLock // by tenant/run, while an advance holds or waits
 	renew     Timer
 	// trust gives the lease up when its trust window passes
 	// (armTrustLocked), whatever the renewal is doing; renewing is when
 	// the renewal in flight began (zero when none is), and renewErr the
 	// last renewal's error, for the message.
-	trust    Timer
-	renewing time.Time
-	renewErr error
-
+	trust                        Timer
+	renewing                     time.Time
+	renewErr                     error
 	recoveryTimer, watchdogTimer Timer
-
 	// shared is set when the store is a ChangeFeed, shared with other
 	// nodes; leaveFeed ends the subscription (cluster.go).
 	shared    bool
 	leaveFeed func()
+	waiters   map[string][]waiter // by tenant/run
+	runLocks  map[string]*runLock // by tenant/run, while an advance holds or waits
 
+	// wg counts the tracked goroutines (goTracked, session drivers), for
+	// Stop; see mu for its Add.
+	wg sync.WaitGroup
+
+	// Atomic: read and written without a lock.
+	//
+	// ready is set once a recovery pass has succeeded (Ready).
 	ready atomic.Bool
 	// halted is set, through halt, when the runtime may commit nothing
-	// more (its lease lost, a forced stop, Halt); haltedCtx is cancelled
-	// then too, ending the commits under way (commitCtx).
-	halted       atomic.Bool
-	haltedCtx    context.Context
-	cancelHalted context.CancelFunc
-	active       atomic.Int64 // goroutines doing runtime work
-	stats        statCounters
-	recStats     recoveryCounters
+	// more (its lease lost, a forced stop, Halt).
+	halted   atomic.Bool
+	active   atomic.Int64 // goroutines doing runtime work
+	stats    statCounters
+	recStats recoveryCounters
+	// watcherFireHook, when set (tests, through export_test.go), runs
+	// once onWatcherFire has started its first worker. It is this
+	// runtime's own, so that a runtime another test left running never
+	// calls it, and atomic, since a test sets it while the runtime runs.
+	watcherFireHook atomic.Pointer[func()]
 }
 
 // Stats is a snapshot of the runtime's counters, taken by Stats.
@@ -253,12 +283,11 @@ func New(opts Options) (*Runtime, error) {
 		log:      opts.Logger.With("node", opts.NodeID),
 		nodeID:   opts.NodeID,
 		hub:      opts.Hub,
-		slots:    make(chan struct{}, opts.MaxConcurrentCalls),
-		drivers:  newDriverSlots(opts.MaxDrivers),
+		drivers:  driverslots.New(opts.MaxDrivers),
 		calls:    make(chan struct{}, opts.MaxCallsInFlight),
-		commits:  newCommitBacklog(opts.MaxCallsInFlight),
-		attempts: newAttempts(),
-		settles:  newSettleQueue(),
+		commits:  backlog.New(opts.MaxCallsInFlight),
+		attempts: attempts.New(),
+		settles:  settlequeue.New(),
 		sessions: newSessionTable(),
 		waiters:  map[string][]waiter{},
 		runLocks: map[string]*runLock{},
@@ -267,7 +296,7 @@ func New(opts Options) (*Runtime, error) {
 	rt.lost = make(chan struct{})
 	rt.life, rt.stopLife = context.WithCancel(context.Background())
 	rt.haltedCtx, rt.cancelHalted = context.WithCancel(context.Background())
-	rt.watcher = newWatcher(opts.Clock, rt.onWatcherFire)
+	rt.watcher = watcher.New(watcherClock{opts.Clock}, rt.onWatcherFire)
 	return rt, nil
 }
 
@@ -648,7 +677,13 @@ func (rt *Runtime) callCtxFrom(parent context.Context, callee any) (context.Cont
 // this process can make stale. (Other processes are kept out by session
 // ownership and fencing.)
 type runLock struct {
-	mu   sync.Mutex
+	// mu is the Run's advance lock: it guards no field, it serializes the
+	// advances (and Submit's creation) of one Run. It is the first lock
+	// of the runtime's a goroutine takes, and a goroutine holds at most
+	// one Run's; see doc.go for what it may take after it.
+	mu sync.Mutex
+	// refs counts the goroutines that hold or wait for mu; the Runtime's
+	// mu guards it (lockRun).
 	refs int
 }
 

@@ -1,12 +1,12 @@
 package runtime
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"sync"
 
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime/internal/driverslots"
 )
 
 // Session ownership in this process: the sessions this node holds in
@@ -16,7 +16,10 @@ import (
 // and fences every commit with the epoch. docs/DESIGN.md §5.3 walks
 // through it.
 
-// sessionState is what this process holds about one session.
+// sessionState is what this process holds about one session. Its
+// table's mu guards its fields. Once takeAll has handed a state out, only
+// driving and dirty change (passDone, under the table's mu), and the
+// caller of takeAll reads the others without it.
 type sessionState struct {
 	tenant, session string
 	epoch           uint64 // the fencing epoch of this node's claim
@@ -33,8 +36,11 @@ type sessionState struct {
 
 // sessionTable is the one owner of the sessions this process holds, by
 // tenant/session, behind its own lock. The watchdog bounds it by recent
-// work (forgetIdle). When both are taken, the Runtime's mu comes first.
+// work (forgetIdle).
 type sessionTable struct {
+	// mu guards m and the fields of every sessionState in it. It is a
+	// leaf: nothing is called while it is held. When both are taken, the
+	// Runtime's mu comes first (kick).
 	mu sync.Mutex
 	m  map[string]*sessionState
 }
@@ -208,7 +214,7 @@ func (rt *Runtime) boundary(tenant, session string, cause error) {
 	rt.stats.Boundaries.Add(1)
 	_, held := rt.sessions.claimed(tenant, session)
 	rt.sessions.remove(tenant, session)
-	rt.attempts.forgetSettledIn(tenant + "/" + session + "/")
+	rt.attempts.ForgetSettledIn(tenant + "/" + session + "/")
 	if held || !errors.Is(cause, ErrSessionOwned) {
 		rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
 	} else {
@@ -240,23 +246,23 @@ func (rt *Runtime) kick(tenant, session string) {
 	// still counted, so the runtime never looks idle in between (a
 	// quiescent check, the metamorphic test's, saw a Run of a queued
 	// session stuck at that instant).
-	var drive sessionDrive = func() sessionDrive {
+	var drive driverslots.Drive = func() driverslots.Drive {
 		defer rt.wg.Done()
 		defer rt.active.Add(-1)
 		if rt.life.Err() != nil {
 			rt.sessions.passDone(s, true)
-			return rt.drivers.next()
+			return rt.drivers.Next()
 		}
 		for {
 			rt.driveSession(tenant, session)
 			if !rt.sessions.passDone(s, rt.stopping()) {
-				return rt.drivers.next()
+				return rt.drivers.Next()
 			}
 		}
 	}
 	// The drive gets its slot, or its place in the queue for one, here,
 	// in kick order, not when a goroutine happens to run.
-	if !rt.drivers.takeOrQueue(drive) {
+	if !rt.drivers.TakeOrQueue(drive) {
 		rt.mu.Unlock()
 		return
 	}
@@ -287,8 +293,8 @@ func (rt *Runtime) driveSession(tenant, session string) {
 	}
 	for ctx.Err() == nil {
 		// New work waits while too many commits are under way
-		// (backlog.go); it holds no Run's lock here.
-		if !rt.commits.wait(ctx) {
+		// (runtime/internal/backlog); it holds no Run's lock here.
+		if !rt.commits.Wait(ctx) {
 			return
 		}
 		epoch, err := rt.claim(ctx, tenant, session)
@@ -327,7 +333,7 @@ func (rt *Runtime) driveSession(tenant, session string) {
 			}
 			headID = runs[0].ID
 		}
-		head, err := rt.advance(ctx, advanceReq{tenant: tenant, session: session, runID: headID, epoch: epoch, mayStart: true})
+		head, err := rt.advance(ctx, driveHead(tenant, session, headID, epoch))
 		if errors.Is(err, errStoreFailed) && !rt.stopping() {
 			if retry("advancing the head Run", err) {
 				continue
@@ -339,60 +345,4 @@ func (rt *Runtime) driveSession(tenant, session string) {
 		}
 		backoff = commitRetryMin
 	}
-}
-
-// sessionDrive drives one session until it is done and returns the next
-// drive queued for its slot (nil: the slot is free).
-type sessionDrive func() sessionDrive
-
-// driverSlots is the one owner of the MaxDrivers driver slots. It hands
-// them out in the order the sessions were kicked: kick takes a free slot
-// for the driver it starts, or queues the session's drive, and a driver
-// goroutine done with its session runs the first drive queued, on the
-// same goroutine and slot. (A buffered channel would hand them out in the
-// order the Go scheduler happens to run the waiting goroutines, which
-// changes with the load of the machine.) A queued drive holds no
-// goroutine: after a restart that finds 50,000 orphaned sessions, the
-// queue is 50,000 closures, not 50,000 parked goroutines and their
-// stacks.
-type driverSlots struct {
-	mu   sync.Mutex
-	free int
-	// queue holds, in kick order, the drives waiting for a slot.
-	queue *list.List
-}
-
-func newDriverSlots(n int) *driverSlots { return &driverSlots{free: n, queue: list.New()} }
-
-// takeOrQueue takes a free slot for drive (true: the caller starts a
-// goroutine for it), or queues drive for the next slot that frees up.
-func (d *driverSlots) takeOrQueue(drive sessionDrive) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.free > 0 {
-		d.free--
-		return true
-	}
-	d.queue.PushBack(drive)
-	return false
-}
-
-// next is called by a drive that is done: it returns the first drive
-// queued, for its goroutine to run with its slot, or nil, and the slot is
-// free again.
-func (d *driverSlots) next() sessionDrive {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if first := d.queue.Front(); first != nil {
-		return d.queue.Remove(first).(sessionDrive)
-	}
-	d.free++
-	return nil
-}
-
-// waiting is how many drivers are queued for a slot.
-func (d *driverSlots) waiting() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.queue.Len()
 }

@@ -45,7 +45,7 @@ func (s *heldLoads) LoadRun(ctx context.Context, tenant, runID string) (loop.Run
 
 // Two tool calls of a step that answer together are settled in one
 // commit: the advance of the first takes the second, queued meanwhile,
-// along (settleQueue), closes the step, plans and dispatches the next
+// along (settlequeue), closes the step, plans and dispatches the next
 // model step in the same commit, and records both settlement command IDs.
 // The owner of the second finds it committed and advances no further.
 func TestSettlementsThatArriveTogetherShareACommit(t *testing.T) {

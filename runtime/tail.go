@@ -83,11 +83,12 @@ type followCounters struct {
 // A Follower is used from one goroutine; Close and Drop may be called
 // from any.
 type Follower struct {
+	// Set by follow and never changed.
 	t      *tail
 	tenant string
 	ready  chan struct{} // a token when Next has something new
 
-	// Guarded by t.mu.
+	// t.mu guards the fields below, up to the end of the struct.
 	next   int64        // the Seq of the first event not yet in queue nor delivered
 	queue  []StreamItem // handed over by the tail, not yet taken by Next
 	behind bool         // it reads its events from the store itself
@@ -205,10 +206,15 @@ func (f *Follower) live() bool { return !f.done && !f.closed && f.err == nil }
 // (see the top of this file). Its Runtime gives it the store and the
 // Clock.
 type tail struct {
+	// Set by newTail and never changed.
 	hub           *Hub
 	rt            *Runtime
 	tenant, runID string
 
+	// mu guards the fields below, up to the end of the struct, and the
+	// fields of its followers marked so. The Hub's mu comes before it;
+	// under it the tail arms and stops its fallback on the Clock and
+	// starts its reader's goroutine, and calls nothing else.
 	mu        sync.Mutex
 	followers map[*Follower]struct{}
 	// next is the Seq of the first event the tail has not read: every

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/runtime/internal/attempts"
 )
 
 // watchdog is the safety net under the session drivers: every
@@ -29,6 +30,7 @@ import (
 // Its claim stays in the store, so a later claim by this node reads it
 // back with the same epoch.
 type watchdog struct {
+	// mu guards suspects; it is a leaf.
 	mu sync.Mutex
 	// suspects are the head Runs seen stuck once, by tenant/run, with the
 	// Seq at which they were seen.
@@ -164,11 +166,11 @@ func (rt *Runtime) stuck(run loop.Run) bool {
 	rt.mu.Lock()
 	_, locked := rt.runLocks[rk]
 	rt.mu.Unlock()
-	if locked || rt.attempts.busyRun(runPrefixOf(run.Tenant, run.Session, run.ID)) > 0 {
+	if locked || rt.attempts.BusyRun(attempts.RunPrefixOf(run.Tenant, run.Session, run.ID)) > 0 {
 		return false
 	}
 	for _, e := range run.Executing() {
-		if rt.attempts.handled(assignment(run, e.ID, e.Attempt)) {
+		if rt.attempts.Handled(assignment(run, e.ID, e.Attempt)) {
 			return false
 		}
 	}

@@ -1,4 +1,4 @@
-package runtime
+package attempts
 
 import (
 	"fmt"
@@ -25,102 +25,102 @@ func mustRefuse(t *testing.T, what string, f func() error) {
 }
 
 func TestAttemptLifecycle(t *testing.T) {
-	a := newAttempts()
+	a := New()
 	const key, prefix = "acme/s1/run_1.t1.0#1", "acme/s1/run_1."
-	if err := a.reserve(key); err != nil {
+	if err := a.Reserve(key); err != nil {
 		t.Fatal(err)
 	}
-	mustRefuse(t, "reserving a reserved attempt", func() error { return a.reserve(key) })
-	if a.beginCall(key) {
+	mustRefuse(t, "reserving a reserved attempt", func() error { return a.Reserve(key) })
+	if a.BeginCall(key) {
 		t.Fatal("a reserved attempt was called a second time")
 	}
-	if watched, err := a.watch(key); !watched || err != nil {
+	if watched, err := a.Watch(key); !watched || err != nil {
 		t.Fatalf("watch: %v %v", watched, err)
 	}
-	if a.busyRun(prefix) != 1 {
-		t.Fatalf("busy %d while the pending record is being committed", a.busyRun(prefix))
+	if a.BusyRun(prefix) != 1 {
+		t.Fatalf("busy %d while the pending record is being committed", a.BusyRun(prefix))
 	}
-	if err := a.release(key); err != nil {
+	if err := a.Release(key); err != nil {
 		t.Fatal(err)
 	}
-	mustRefuse(t, "releasing a hold nobody took", func() error { return a.release(key) })
-	if a.busyRun(prefix) != 0 || !a.handled(key) {
-		t.Fatalf("watched: busy %d, handled %v", a.busyRun(prefix), a.handled(key))
+	mustRefuse(t, "releasing a hold nobody took", func() error { return a.Release(key) })
+	if a.BusyRun(prefix) != 0 || !a.Handled(key) {
+		t.Fatalf("watched: busy %d, handled %v", a.BusyRun(prefix), a.Handled(key))
 	}
-	if !a.takeWatched(key) || a.takeWatched(key) {
+	if !a.TakeWatched(key) || a.TakeWatched(key) {
 		t.Fatal("a due poll must take a watched attempt exactly once")
 	}
-	if ok, err := a.settling(key); !ok || err != nil {
+	if ok, err := a.Settling(key); !ok || err != nil {
 		t.Fatalf("settling: %v %v", ok, err)
 	}
-	if _, ok := a.beginCancel(key); ok {
+	if _, ok := a.BeginCancel(key); ok {
 		t.Fatal("an attempt whose settlement is being committed was cancelled")
 	}
-	if err := a.settledDurably(key, false); err != nil {
+	if err := a.SettledDurably(key, false); err != nil {
 		t.Fatal(err)
 	}
-	if a.handled(key) || a.beginCall(key) || a.busyRun(prefix) != 0 {
+	if a.Handled(key) || a.BeginCall(key) || a.BusyRun(prefix) != 0 {
 		t.Fatal("a settled attempt must never be called again")
 	}
-	mustRefuse(t, "settling a settled attempt without a hold", func() error { _, err := a.settling(key); return err })
-	a.forgetRun(prefix)
-	if a.len() != 0 {
-		t.Fatalf("%d entries after the Run ended", a.len())
+	mustRefuse(t, "settling a settled attempt without a hold", func() error { _, err := a.Settling(key); return err })
+	a.ForgetRun(prefix)
+	if a.Len() != 0 {
+		t.Fatalf("%d entries after the Run ended", a.Len())
 	}
 }
 
 // A reply that comes after its Run ended leaves nothing behind.
 func TestAttemptOfAnEndedRunGoesWithItsLastWork(t *testing.T) {
-	a := newAttempts()
+	a := New()
 	const key, prefix = "acme/s1/run_1.t1.0#1", "acme/s1/run_1."
-	if !a.beginCall(key) {
+	if !a.BeginCall(key) {
 		t.Fatal("beginCall")
 	}
-	if _, ok := a.beginCancel(key); !ok {
+	if _, ok := a.BeginCancel(key); !ok {
 		t.Fatal("beginCancel")
 	}
-	if ok, _ := a.settling(key); !ok {
+	if ok, _ := a.Settling(key); !ok {
 		t.Fatal("settling the cancel")
 	}
-	if err := a.settledDurably(key, true); err != nil { // the cancel ends the Run
+	if err := a.SettledDurably(key, true); err != nil { // the cancel ends the Run
 		t.Fatal(err)
 	}
-	a.forgetRun(prefix)
-	if a.len() != 1 || a.busyRun(prefix) != 1 {
-		t.Fatalf("the start call still runs: entries %d, busy %d", a.len(), a.busyRun(prefix))
+	a.ForgetRun(prefix)
+	if a.Len() != 1 || a.BusyRun(prefix) != 1 {
+		t.Fatalf("the start call still runs: entries %d, busy %d", a.Len(), a.BusyRun(prefix))
 	}
-	if ok, err := a.settling(key); ok || err != nil { // the late start reply
+	if ok, err := a.Settling(key); ok || err != nil { // the late start reply
 		t.Fatalf("a late reply on a settled attempt: %v %v", ok, err)
 	}
-	if err := a.settledDurably(key, false); err != nil {
+	if err := a.SettledDurably(key, false); err != nil {
 		t.Fatal(err)
 	}
-	if a.len() != 0 || a.busyRun(prefix) != 0 || len(a.ended) != 0 {
-		t.Fatalf("after the late reply: entries %d, busy %d, ended %v", a.len(), a.busyRun(prefix), a.ended)
+	if a.Len() != 0 || a.BusyRun(prefix) != 0 || len(a.ended) != 0 {
+		t.Fatalf("after the late reply: entries %d, busy %d, ended %v", a.Len(), a.BusyRun(prefix), a.ended)
 	}
 }
 
 // A cancel that runs beside a call keeps the attempt from being watched:
 // the cancel's reply settles it.
 func TestAPendingReplyDuringACancelIsNotWatched(t *testing.T) {
-	a := newAttempts()
+	a := New()
 	const key = "acme/s1/run_1.t1.0#1"
-	a.beginCall(key)
-	a.beginCancel(key)
-	if watched, err := a.watch(key); watched || err != nil {
+	a.BeginCall(key)
+	a.BeginCancel(key)
+	if watched, err := a.Watch(key); watched || err != nil {
 		t.Fatalf("watch during a cancel: %v %v", watched, err)
 	}
 	// The cancel settles it; then the call's pending reply comes.
-	if ok, _ := a.settling(key); !ok {
+	if ok, _ := a.Settling(key); !ok {
 		t.Fatal("settling the cancel")
 	}
-	if err := a.settledDurably(key, false); err != nil {
+	if err := a.SettledDurably(key, false); err != nil {
 		t.Fatal(err)
 	}
-	if watched, err := a.watch(key); watched || err != nil {
+	if watched, err := a.Watch(key); watched || err != nil {
 		t.Fatalf("watch of a settled attempt: %v %v", watched, err)
 	}
-	if err := a.release(key); err != nil {
+	if err := a.Release(key); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -132,34 +132,34 @@ func TestAttemptsBookkeepingStaysConsistent(t *testing.T) {
 	keys := []string{"acme/s1/r1.t1.0#1", "acme/s1/r1.t1.1#1", "acme/s1/r10.m1#1", "acme/s10/r1.m1#2"}
 	for seed := uint64(1); seed <= 200; seed++ {
 		rng := rand.New(rand.NewPCG(seed, seed))
-		a := newAttempts()
+		a := New()
 		for step := 0; step < 200; step++ {
 			key := keys[rng.IntN(len(keys))]
 			func() {
 				defer func() { _ = recover() }() // illegal transitions panic under the invariants tag
 				switch rng.IntN(11) {
 				case 0:
-					_ = a.reserve(key)
+					_ = a.Reserve(key)
 				case 1:
-					a.beginCall(key)
+					a.BeginCall(key)
 				case 2:
-					a.beginCancel(key)
+					a.BeginCancel(key)
 				case 3:
-					_, _ = a.watch(key)
+					_, _ = a.Watch(key)
 				case 4:
-					a.takeWatched(key)
+					a.TakeWatched(key)
 				case 5:
-					_ = a.release(key)
+					_ = a.Release(key)
 				case 6:
-					_, _ = a.settling(key)
+					_, _ = a.Settling(key)
 				case 7:
-					_ = a.settledDurably(key, rng.IntN(2) == 0)
+					_ = a.SettledDurably(key, rng.IntN(2) == 0)
 				case 8:
-					_ = a.abandon(key)
+					_ = a.Abandon(key)
 				case 9:
-					a.forgetRun(runPrefix(key))
+					a.ForgetRun(runPrefix(key))
 				case 10:
-					a.forget(key)
+					a.Forget(key)
 				}
 			}()
 			sums := map[string]int{}

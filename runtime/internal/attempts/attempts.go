@@ -1,12 +1,17 @@
-package runtime
+// Package attempts is the runtime's one owner of what its process is
+// doing about effect attempts (docs/DESIGN.md §5). It is a table behind
+// one lock, with explicit transitions; it calls nothing out, so its lock is
+// a leaf under every other lock of the runtime.
+package attempts
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 )
 
-// attempts is the one owner of what this process is doing about effect
+// Table is the one owner of what this process is doing about effect
 // attempts, by assignment key: which attempts it calls, watches (a poll or
 // a deferred attach is due), cancels or settles, which it has settled for
 // good, and how much synchronous work each Run has in flight. Nothing else
@@ -16,14 +21,14 @@ import (
 //
 // The life of an attempt in this process:
 //
-//	absent ──reserve/beginCall──▶ calling ──settling──▶ settling ──settledDurably──▶ settled
+//	absent ──Reserve/BeginCall──▶ calling ──Settling──▶ settling ──SettledDurably──▶ settled
 //	                               │   ▲                                              (a tombstone
-//	                           watch   takeWatched                                    until its Run
+//	                           Watch   TakeWatched                                    until its Run
 //	                               ▼   │                                              ends)
 //	                              watched
 //
-// plus beginCancel, which marks any live attempt as cancelling (a cancel
-// call runs beside whatever else runs on it), and abandon, which gives up
+// plus BeginCancel, which marks any live attempt as cancelling (a cancel
+// call runs beside whatever else runs on it), and Abandon, which gives up
 // one piece of work without an answer (the runtime is stopping, or the
 // store refused for good): when none is left the attempt is forgotten and
 // its record stays executing, for recovery.
@@ -31,13 +36,15 @@ import (
 // Each running piece of work (a start, poll or attach call, a cancel call,
 // the commit of their answer) holds the attempt once; a Run's holds
 // summed are its "busy" count, which keeps its waiters from being told it
-// is quiescent while an answer is on its way. A hold is taken by reserve,
-// beginCall, beginCancel and takeWatched, and given back by exactly one of
-// release, settledDurably and abandon.
+// is quiescent while an answer is on its way. A hold is taken by Reserve,
+// BeginCall, BeginCancel and TakeWatched, and given back by exactly one of
+// Release, SettledDurably and Abandon.
 //
-// attempts is safe for concurrent use; its lock is never held while
-// calling out.
-type attempts struct {
+// A Table is safe for concurrent use.
+type Table struct {
+	// mu guards the fields below, up to the end of the struct, and the
+	// attempts byKey holds. It is a leaf: nothing is called while it is
+	// held.
 	mu    sync.Mutex
 	byKey map[string]*attempt
 	// byRun indexes the keys by their Run's prefix (runPrefix), so that
@@ -94,8 +101,9 @@ type attempt struct {
 	firstDeferredMS int64
 }
 
-func newAttempts() *attempts {
-	return &attempts{byKey: map[string]*attempt{}, byRun: map[string]map[string]struct{}{}, busy: map[string]int{}, ended: map[string]bool{}}
+// New returns an empty Table.
+func New() *Table {
+	return &Table{byKey: map[string]*attempt{}, byRun: map[string]map[string]struct{}{}, busy: map[string]int{}, ended: map[string]bool{}}
 }
 
 // runPrefix is the "<tenant>/<session>/<run>." an assignment key starts
@@ -108,8 +116,8 @@ func runPrefix(key string) string {
 	return key
 }
 
-// runPrefixOf is the runPrefix of a Run's keys.
-func runPrefixOf(tenant, session, runID string) string {
+// RunPrefixOf is the runPrefix of a Run's keys.
+func RunPrefixOf(tenant, session, runID string) string {
 	return tenant + "/" + session + "/" + runID + "."
 }
 
@@ -127,7 +135,7 @@ func illegal(op, key string, a *attempt) error {
 	return err
 }
 
-func (t *attempts) addLocked(key string, a *attempt) {
+func (t *Table) addLocked(key string, a *attempt) {
 	t.byKey[key] = a
 	p := runPrefix(key)
 	keys := t.byRun[p]
@@ -139,7 +147,7 @@ func (t *attempts) addLocked(key string, a *attempt) {
 	t.busy[p] += a.holds
 }
 
-func (t *attempts) deleteLocked(key string) {
+func (t *Table) deleteLocked(key string) {
 	a, ok := t.byKey[key]
 	if !ok {
 		return
@@ -156,7 +164,7 @@ func (t *attempts) deleteLocked(key string) {
 	t.addBusyLocked(p, -a.holds)
 }
 
-func (t *attempts) addBusyLocked(prefix string, d int) {
+func (t *Table) addBusyLocked(prefix string, d int) {
 	n := t.busy[prefix] + d
 	switch {
 	case n < 0:
@@ -171,13 +179,13 @@ func (t *attempts) addBusyLocked(prefix string, d int) {
 	}
 }
 
-func (t *attempts) holdLocked(key string, a *attempt) {
+func (t *Table) holdLocked(key string, a *attempt) {
 	a.holds++
 	t.addBusyLocked(runPrefix(key), 1)
 }
 
 // unholdLocked gives back one hold; false when there was none.
-func (t *attempts) unholdLocked(key string, a *attempt) bool {
+func (t *Table) unholdLocked(key string, a *attempt) bool {
 	if a.holds <= 0 {
 		return false
 	}
@@ -186,10 +194,10 @@ func (t *attempts) unholdLocked(key string, a *attempt) bool {
 	return true
 }
 
-// reserve marks an attempt that a commit is about to dispatch as being
+// Reserve marks an attempt that a commit is about to dispatch as being
 // called, before the commit, so that no other advance that reads the
 // commit can mistake it for an orphan and call it a second time.
-func (t *attempts) reserve(key string) error {
+func (t *Table) Reserve(key string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if a := t.byKey[key]; a != nil {
@@ -199,8 +207,8 @@ func (t *attempts) reserve(key string) error {
 	return nil
 }
 
-// unreserve undoes reserve when the dispatch was not committed.
-func (t *attempts) unreserve(key string) error {
+// Unreserve undoes reserve when the dispatch was not committed.
+func (t *Table) Unreserve(key string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
@@ -211,10 +219,10 @@ func (t *attempts) unreserve(key string) error {
 	return nil
 }
 
-// beginCall marks an attempt found executing on record, which this
+// BeginCall marks an attempt found executing on record, which this
 // process does not handle yet, as being called; false when it is handled
 // already (called, watched, cancelled, settled).
-func (t *attempts) beginCall(key string) bool {
+func (t *Table) BeginCall(key string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byKey[key] != nil {
@@ -224,11 +232,11 @@ func (t *attempts) beginCall(key string) bool {
 	return true
 }
 
-// beginCancel marks an attempt as being cancelled, once; false when it is
+// BeginCancel marks an attempt as being cancelled, once; false when it is
 // cancelled or settled already. watched reports that the attempt was
 // watched: the caller drops its watcher items, since the cancel reply
 // settles it.
-func (t *attempts) beginCancel(key string) (watched, ok bool) {
+func (t *Table) BeginCancel(key string) (watched, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
@@ -246,12 +254,12 @@ func (t *attempts) beginCancel(key string) (watched, ok bool) {
 	return watched, true
 }
 
-// watch hands a called attempt to the watcher (a pending reply, a
+// Watch hands a called attempt to the watcher (a pending reply, a
 // deferred attach). The hold of the call stays until release. It reports
 // false, and changes nothing, when other work settles the attempt: a
 // cancel call runs on it (its reply settles it), or its settlement is
 // being committed, or is durable, already. There is nothing to watch.
-func (t *attempts) watch(key string) (bool, error) {
+func (t *Table) Watch(key string) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
@@ -265,10 +273,10 @@ func (t *attempts) watch(key string) (bool, error) {
 	return true, nil
 }
 
-// takeWatched turns a watched attempt whose poll or attach fell due into a
+// TakeWatched turns a watched attempt whose poll or attach fell due into a
 // called one; false when it is no longer watched (cancelled, settled,
 // forgotten).
-func (t *attempts) takeWatched(key string) bool {
+func (t *Table) TakeWatched(key string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
@@ -280,10 +288,10 @@ func (t *attempts) takeWatched(key string) bool {
 	return true
 }
 
-// release gives back the hold of a piece of work that concluded without a
+// Release gives back the hold of a piece of work that concluded without a
 // settlement: a poll still pending, a deferred attach, a pending record
 // committed.
-func (t *attempts) release(key string) error {
+func (t *Table) Release(key string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
@@ -296,10 +304,10 @@ func (t *attempts) release(key string) error {
 	return nil
 }
 
-// settling marks an attempt whose outcome is about to be committed. It
+// Settling marks an attempt whose outcome is about to be committed. It
 // reports false when the attempt is settled already: the outcome is
-// stale, and the caller gives its hold back with settledDurably.
-func (t *attempts) settling(key string) (bool, error) {
+// stale, and the caller gives its hold back with SettledDurably.
+func (t *Table) Settling(key string) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
@@ -313,12 +321,12 @@ func (t *attempts) settling(key string) (bool, error) {
 	return true, nil
 }
 
-// settledDurably records that the settlement of an attempt is durable (or
+// SettledDurably records that the settlement of an attempt is durable (or
 // that its outcome was dropped as stale), and gives back the hold of the
 // work that settled it. The tombstone stays until the Run ends; when the
 // Run has ended already (a reply that came after its end), nothing stays
 // once no work is left on it.
-func (t *attempts) settledDurably(key string, runEnded bool) error {
+func (t *Table) SettledDurably(key string, runEnded bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
@@ -333,11 +341,11 @@ func (t *attempts) settledDurably(key string, runEnded bool) error {
 	return nil
 }
 
-// markSettled records that an attempt is settled on record without
+// MarkSettled records that an attempt is settled on record without
 // giving back a hold: the watcher found it settled by another path before
 // its poll fell due, or another advance of the Run committed its queued
 // settlement, whose own advance gives its hold back later.
-func (t *attempts) markSettled(key string) {
+func (t *Table) MarkSettled(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if a := t.byKey[key]; a != nil {
@@ -349,12 +357,12 @@ func (t *attempts) markSettled(key string) {
 	}
 }
 
-// abandon gives up one piece of work on an attempt without an answer:
+// Abandon gives up one piece of work on an attempt without an answer:
 // the runtime is stopping, or its answer cannot be committed. Once no
 // work is left on it and it is not settled, the attempt is forgotten: its
 // record stays executing, and recovery (or a later advance of this
 // process, which adopts it) takes it from there.
-func (t *attempts) abandon(key string) error {
+func (t *Table) Abandon(key string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
@@ -367,9 +375,9 @@ func (t *attempts) abandon(key string) error {
 	return nil
 }
 
-// forget drops a watched attempt whose Run or tenant is gone, or whose
+// Forget drops a watched attempt whose Run or tenant is gone, or whose
 // watcher item could not be registered (the runtime is stopping).
-func (t *attempts) forget(key string) {
+func (t *Table) Forget(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if a := t.byKey[key]; a != nil && a.holds == 0 {
@@ -377,9 +385,9 @@ func (t *attempts) forget(key string) {
 	}
 }
 
-// deferral counts a deferred attach of an attempt and returns the
+// Deferral counts a deferred attach of an attempt and returns the
 // count before it and the instant of the first deferral (0 for none).
-func (t *attempts) deferral(key string) (n int, firstMS int64) {
+func (t *Table) Deferral(key string) (n int, firstMS int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if a := t.byKey[key]; a != nil {
@@ -388,8 +396,8 @@ func (t *attempts) deferral(key string) (n int, firstMS int64) {
 	return 0, 0
 }
 
-// deferAttach records one more deferral of an attempt's attach at nowMS.
-func (t *attempts) deferAttach(key string, nowMS int64) {
+// DeferAttach records one more deferral of an attempt's attach at nowMS.
+func (t *Table) DeferAttach(key string, nowMS int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if a := t.byKey[key]; a != nil {
@@ -400,9 +408,9 @@ func (t *attempts) deferAttach(key string, nowMS int64) {
 	}
 }
 
-// clearDeferral forgets an attempt's deferrals (it was attached, or
+// ClearDeferral forgets an attempt's deferrals (it was attached, or
 // settled).
-func (t *attempts) clearDeferral(key string) {
+func (t *Table) ClearDeferral(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if a := t.byKey[key]; a != nil {
@@ -410,10 +418,10 @@ func (t *attempts) clearDeferral(key string) {
 	}
 }
 
-// forgetRun drops the entries of a Run that has ended, but for those with
+// ForgetRun drops the entries of a Run that has ended, but for those with
 // work still running on them: each goes when its work concludes
-// (settledDurably with runEnded, abandon).
-func (t *attempts) forgetRun(prefix string) {
+// (SettledDurably with runEnded, abandon).
+func (t *Table) ForgetRun(prefix string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for key := range t.byRun[prefix] {
@@ -426,9 +434,9 @@ func (t *attempts) forgetRun(prefix string) {
 	}
 }
 
-// forgetSettledIn drops the tombstones of a session this process gave up
+// ForgetSettledIn drops the tombstones of a session this process gave up
 // (keys under prefix "<tenant>/<session>/").
-func (t *attempts) forgetSettledIn(prefix string) {
+func (t *Table) ForgetSettledIn(prefix string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for key, a := range t.byKey {
@@ -438,25 +446,25 @@ func (t *attempts) forgetSettledIn(prefix string) {
 	}
 }
 
-// busyRun is the number of holds on a Run's attempts: work running whose
+// BusyRun is the number of holds on a Run's attempts: work running whose
 // answer will advance it.
-func (t *attempts) busyRun(prefix string) int {
+func (t *Table) BusyRun(prefix string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.busy[prefix]
 }
 
-// handled reports whether this process handles the attempt: calls,
+// Handled reports whether this process handles the attempt: calls,
 // watches, cancels or settles it.
-func (t *attempts) handled(key string) bool {
+func (t *Table) Handled(key string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.byKey[key]
 	return a != nil && a.phase != phaseSettled
 }
 
-// inFlight counts the attempts of keys under prefix that are not settled.
-func (t *attempts) inFlight(prefix string) int {
+// InFlight counts the attempts of keys under prefix that are not settled.
+func (t *Table) InFlight(prefix string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
@@ -468,8 +476,23 @@ func (t *attempts) inFlight(prefix string) int {
 	return n
 }
 
-func (t *attempts) len() int {
+// Len is the number of attempts the table holds: in flight, watched, or
+// settled tombstones.
+func (t *Table) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.byKey)
+}
+
+// Describe lists the attempts the table holds, each with its phase and
+// holds, sorted, for failure messages.
+func (t *Table) Describe() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for k, a := range t.byKey {
+		out = append(out, fmt.Sprintf("%s %s holds=%d cancelling=%v deferrals=%d", k, a.phase, a.holds, a.cancelling, a.deferrals))
+	}
+	sort.Strings(out)
+	return out
 }

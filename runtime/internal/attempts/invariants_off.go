@@ -1,6 +1,6 @@
 //go:build !invariants
 
-package runtime
+package attempts
 
 // invariants is false in a build without the invariants tag: an illegal
 // attempt transition is an error the caller logs, not a panic.

@@ -1,6 +1,6 @@
 //go:build invariants
 
-package runtime
+package attempts
 
 // invariants turns the runtime's bookkeeping checks into panics: an
 // illegal attempt transition, a busy count below zero, work tracked for a

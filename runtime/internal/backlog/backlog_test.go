@@ -1,4 +1,4 @@
-package runtime
+package backlog
 
 import (
 	"context"
@@ -9,21 +9,21 @@ import (
 // A drive waits while the backlog is full and goes on as soon as one
 // commit ends; a stopping runtime's context ends the wait.
 func TestCommitBacklogHoldsNewWorkWhileFull(t *testing.T) {
-	b := newCommitBacklog(2)
+	b := New(2)
 	ctx := context.Background()
-	if !b.wait(ctx) {
+	if !b.Wait(ctx) {
 		t.Fatal("an empty backlog holds a drive")
 	}
-	b.begin()
-	b.begin()
+	b.Begin()
+	b.Begin()
 	waited := make(chan bool)
-	go func() { waited <- b.wait(ctx) }()
+	go func() { waited <- b.Wait(ctx) }()
 	select {
 	case <-waited:
 		t.Fatal("a full backlog let a drive through")
 	case <-time.After(20 * time.Millisecond): // a negative check: the drive must still be waiting
 	}
-	b.end()
+	b.End()
 	select {
 	case ok := <-waited:
 		if !ok {
@@ -32,9 +32,9 @@ func TestCommitBacklogHoldsNewWorkWhileFull(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the drive still waits once the backlog is below its bound")
 	}
-	b.begin() // full again
+	b.Begin() // full again
 	stop, cancel := context.WithCancel(ctx)
-	go func() { waited <- b.wait(stop) }()
+	go func() { waited <- b.Wait(stop) }()
 	cancel()
 	select {
 	case ok := <-waited:

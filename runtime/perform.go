@@ -1,0 +1,271 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime/internal/attempts"
+	"github.com/agenthost/agenthost/runtime/internal/watcher"
+)
+
+// Performing calls: what a committed advance obliges (perform), the
+// executor calls it launches, bounded by Options.MaxCallsInFlight
+// (launch), and the attempt bookkeeping around them.
+
+// perform carries out what a committed advance obliges, once it is durable
+// (write-ahead dispatch): executor calls for the dispatched effects,
+// cancels, watcher wake-ups, and the adoption of any executing effect this
+// process is not handling yet.
+func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects) {
+	fresh := map[string]bool{}
+	for _, d := range fx.dispatched {
+		// reserveDispatches reserved these before the commit.
+		key := assignment(run, d.effect.ID, d.effect.Attempt)
+		fresh[d.effect.ID] = true
+		e, req := d.effect, d.request
+		rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, req, abi.ExportStart, slot) })
+	}
+	cancelling := map[string]bool{}
+	for _, a := range fx.cancels {
+		cancelling[a.EffectID] = true
+		key := assignment(run, a.EffectID, a.Attempt)
+		watched, ok := rt.attempts.BeginCancel(key)
+		if !ok {
+			continue
+		}
+		if watched { // the cancel reply settles it: no poll, no attach
+			rt.watcher.Cancel("poll/" + key)
+			rt.watcher.Cancel("attach/" + key)
+		}
+		e := *run.Effect(a.EffectID)
+		rt.launch(key, func(slot *callSlot) { rt.callCancel(t, run, e, slot) })
+	}
+	for _, e := range run.Executing() {
+		if fresh[e.ID] || cancelling[e.ID] {
+			continue
+		}
+		// Executing, but this process is neither calling nor watching it:
+		// an effect of an earlier incarnation (attach), or of this one
+		// whose call was abandoned (call again: executors treat (effect,
+		// attempt) as an idempotency key).
+		key := assignment(run, e.ID, e.Attempt)
+		if !rt.attempts.BeginCall(key) {
+			continue
+		}
+		e := e
+		switch {
+		case e.Epoch != epoch:
+			rt.launch(key, func(slot *callSlot) { rt.recoverEffect(t, run, e, key, slot) })
+		case e.Handle != "":
+			rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, nil, abi.ExportPoll, slot) })
+		default:
+			rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, nil, abi.ExportStart, slot) })
+		}
+	}
+	for _, a := range fx.wakes {
+		rt.watcher.Schedule(watcher.Item{
+			Key: "wake/" + run.Tenant + "/" + run.ID + "/" + strconv.FormatInt(a.At, 10), Kind: watcher.Wake,
+			At: time.UnixMilli(a.At), Tenant: run.Tenant, Session: run.Session, RunID: run.ID,
+		})
+	}
+}
+
+func assignment(run loop.Run, effectID string, attempt int) string {
+	return loop.AssignmentKey{Tenant: run.Tenant, Session: run.Session, EffectID: effectID, Attempt: attempt}.String()
+}
+
+// reserveDispatches reserves the attempts a commit is about to dispatch
+// (attempts.Table.Reserve). A runtime that is stopping still reserves them: the
+// commit may carry an outcome that must not be lost, and the dispatches it
+// folds in are then left to recovery (launch abandons them).
+func (rt *Runtime) reserveDispatches(run loop.Run, fx sideEffects) error {
+	for i, d := range fx.dispatched {
+		if err := rt.check(rt.attempts.Reserve(assignment(run, d.effect.ID, d.effect.Attempt))); err != nil {
+			rt.unreserveDispatches(run, sideEffects{dispatched: fx.dispatched[:i]})
+			return err
+		}
+	}
+	return nil
+}
+
+// unreserveDispatches undoes reserveDispatches when the commit did not
+// happen.
+func (rt *Runtime) unreserveDispatches(run loop.Run, fx sideEffects) {
+	for _, d := range fx.dispatched {
+		rt.check(rt.attempts.Unreserve(assignment(run, d.effect.ID, d.effect.Attempt)))
+	}
+}
+
+// launch runs a call on an attempt the caller holds as tracked work; if
+// the runtime is stopping, the call is abandoned: the record stays
+// executing for recovery.
+//
+// The executor calls in flight are bounded (Options.MaxCallsInFlight):
+// launch waits for a free call slot before it starts the goroutine, so
+// the caller (an advance, holding its Run's lock, on a driver's slot or an
+// executor call's goroutine) waits too, and a restart that finds 50,000
+// effects in flight starts the calls as slots free up instead of 50,000
+// goroutines queueing in the plugins' pools. The call gives its slot
+// back as soon as the executor answers (callSlot.free), before it commits
+// the answer: a goroutine holding a slot never waits for a Run's lock, so
+// a launcher waiting for a slot under its Run's lock cannot deadlock with
+// it.
+func (rt *Runtime) launch(key string, f func(slot *callSlot)) {
+	select {
+	case rt.calls <- struct{}{}:
+	case <-rt.life.Done():
+		rt.abandon(key)
+		return
+	}
+	slot := &callSlot{calls: rt.calls}
+	if !rt.goTracked(func() {
+		defer slot.free()
+		f(slot)
+	}) {
+		slot.free()
+		rt.abandon(key)
+	}
+}
+
+// callSlot is one launched call's slot among Options.MaxCallsInFlight.
+type callSlot struct {
+	once  sync.Once
+	calls chan struct{}
+}
+
+// free gives the slot back, once; a nil slot (a call the Watcher's
+// bounded workers make) has none.
+func (s *callSlot) free() {
+	if s != nil {
+		s.once.Do(func() { <-s.calls })
+	}
+}
+
+// abandon gives up the caller's hold on an attempt without an answer.
+func (rt *Runtime) abandon(key string) { rt.check(rt.attempts.Abandon(key)) }
+
+// check logs a bookkeeping error (which panics first under the invariants
+// build tag) and returns it.
+func (rt *Runtime) check(err error) error {
+	if err != nil {
+		rt.log.Error("runtime bookkeeping error; please report it", "err", err)
+	}
+	return err
+}
+
+// forgetRun drops the bookkeeping of a Run that has ended.
+func (rt *Runtime) forgetRun(run loop.Run) {
+	rt.attempts.ForgetRun(attempts.RunPrefixOf(run.Tenant, run.Session, run.ID))
+}
+
+// effectCall builds the input of an executor call.
+func (rt *Runtime) effectCall(ctx context.Context, run loop.Run, e loop.Effect, request json.RawMessage) (EffectCall, error) {
+	in := abi.EffectInput{ABI: abi.Version, Handle: e.Handle, Effect: abi.Effect{
+		ID: e.ID, AssignmentKey: assignment(run, e.ID, e.Attempt), Attempt: e.Attempt, Kind: e.Kind,
+		DeadlineMS: run.Limits.DeadlineMS,
+	}}
+	if e.Kind == abi.KindTool {
+		in.Effect.Tool = e.Tool
+		args := e.Arguments
+		if len(args) == 0 {
+			args = json.RawMessage(`{}`)
+		}
+		raw, err := json.Marshal(abi.ToolRequest{Arguments: args})
+		if err != nil {
+			return EffectCall{}, err
+		}
+		in.Effect.Request = raw
+	} else {
+		if request == nil {
+			evs, err := rt.store.Events(ctx, run.Tenant, run.ID, e.RequestSeq, 1)
+			if err != nil {
+				return EffectCall{}, fmt.Errorf("runtime: read the request of %s: %w", e.ID, err)
+			}
+			if len(evs) == 0 || evs[0].Type != loop.EventModelStepPlanned {
+				return EffectCall{}, fmt.Errorf("runtime: the request of %s (event %d) is gone", e.ID, e.RequestSeq)
+			}
+			request = evs[0].Request
+		}
+		in.Effect.Request = request
+	}
+	return EffectCall{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, Input: in}, nil
+}
+
+// callExecutor calls the executor's start, poll or attach export (export)
+// for an effect attempt the caller holds, and acts on the reply.
+func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request json.RawMessage, export string, slot *callSlot) {
+	key := assignment(run, e.ID, e.Attempt)
+	exec := t.executorFor(e.Kind, e.Tool)
+	ctx, cancel := rt.callCtx(exec)
+	defer cancel()
+	if exec == nil {
+		slot.free()
+		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "no executor is configured for "+effectTarget(e), true),
+			fmt.Errorf("runtime: the tenant has no executor for %s %q", e.Kind, e.Tool))
+		return
+	}
+	call, err := rt.effectCall(ctx, run, e, request)
+	if err != nil {
+		slot.free()
+		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "the request for "+effectSubject(e)+" could not be prepared", true), err)
+		return
+	}
+	if rt.halted.Load() {
+		// The runtime gave its lease up (or was halted) after this call
+		// was let through: it starts, polls and attaches nothing more.
+		// The record stays executing, for recovery.
+		slot.free()
+		rt.abandon(key)
+		return
+	}
+	rt.stats.ExecutorCalls.Add(1)
+	var reply abi.EffectReply
+	switch export {
+	case abi.ExportPoll:
+		reply, err = exec.Poll(ctx, call)
+	case abi.ExportAttach:
+		reply, err = exec.Attach(ctx, call)
+	default:
+		reply, err = exec.Start(ctx, call)
+	}
+	slot.free()
+	rt.onReply(run, e, key, export, reply, err)
+}
+
+// callCancel asks the executor to stop an attempt and settles it with the
+// reply: done settles with its outcome, anything else as cancelled.
+func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect, slot *callSlot) {
+	key := assignment(run, e.ID, e.Attempt)
+	exec := t.executorFor(e.Kind, e.Tool)
+	ctx, cancel := rt.callCtx(exec)
+	defer cancel()
+	o := loop.Outcome{State: loop.OutcomeCancelled}
+	if exec != nil {
+		if call, err := rt.effectCall(ctx, run, e, nil); err == nil {
+			rt.stats.ExecutorCalls.Add(1)
+			reply, err := exec.Cancel(ctx, call)
+			slot.free()
+			switch {
+			case err != nil && rt.life.Err() != nil:
+				rt.abandon(key)
+				return
+			case err != nil:
+				o.Error = &loop.Failure{Class: abi.ClassCancelled, Message: "the call was cancelled; " + effectSubject(e) + " did not confirm the cancel"}
+				rt.logEffectFailure(run, key, o.Error, fmt.Errorf("cancel: %w", err))
+			case reply.State == abi.StateDone:
+				var derr error
+				if o, derr = decodeOutcome(e.Kind, reply.Outcome); derr != nil {
+					rt.logEffectFailure(run, key, o.Error, fmt.Errorf("cancel: %w", derr))
+				}
+			}
+		}
+	}
+	slot.free()
+	rt.commitSettlement(run, e, key, o)
+}
