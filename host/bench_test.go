@@ -8,6 +8,7 @@ import (
 	extism "github.com/extism/go-sdk"
 
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/wasmengine"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -25,7 +26,7 @@ func BenchmarkCallEmpty(b *testing.B) {
 
 	b.Run("wazero", func(b *testing.B) {
 		e := newEnv(b, Config{})
-		mod, closeRT, err := e.h.wazeroBaseline(ctx, wasm)
+		mod, closeRT, err := wasmengine.WazeroBaseline(ctx, e.h.cache, wasm)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -42,7 +43,7 @@ func BenchmarkCallEmpty(b *testing.B) {
 
 	b.Run("extism", func(b *testing.B) {
 		e := newEnv(b, Config{})
-		compiled, err := e.h.extismBaseline(ctx, wasm, 10000)
+		compiled, err := wasmengine.ExtismBaseline(ctx, e.h.cache, wasm, 10000, e.h.sdkHostFunctions())
 		if err != nil {
 			b.Fatal(err)
 		}

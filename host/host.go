@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/agenthost/agenthost/internal/wasmengine"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -69,15 +70,10 @@ func New(cfg Config) (*Host, error) {
 }
 
 // runtimeConfig is the one wazero RuntimeConfig of every plugin runtime
-// and of the inspection at load, on both call paths. It must equal what
-// go-sdk ends with, so that every path compiles to the same cache entry:
-// the shared cache, and CloseOnContextDone, which go-sdk turns on because
-// Manifest.Timeout > 0 (and which changes the module's cache key). Its
-// termination checks are also what lets the native path stop a spinning
-// guest at its timeout. No memory limit pages: the
-// cap is enforced by the instance memory allocator (memory.go).
+// and of the inspection at load, on both call paths, over the host's
+// compilation cache (wasmengine.RuntimeConfig says why it is what it is).
 func (h *Host) runtimeConfig() wazero.RuntimeConfig {
-	return wazero.NewRuntimeConfig().WithCompilationCache(h.cache).WithCloseOnContextDone(true)
+	return wasmengine.RuntimeConfig(h.cache)
 }
 
 // Load reads, checks and compiles a plugin, then calls describe on a

@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/agenthost/agenthost/internal/wasmengine"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -28,8 +29,8 @@ import (
 // call (docs/DESIGN.md §7.6).
 
 // maxVarBytes bounds an instance's Extism vars (var_set), as the
-// reference path's manifest does.
-const maxVarBytes = 64 << 10
+// reference path's manifest does: one limit for both.
+const maxVarBytes = wasmengine.MaxVarBytes
 
 // nativeCode is a plugin compiled for the native path: a wazero runtime
 // of its own (the host's compilation cache) with WASI and the two host

@@ -11,6 +11,8 @@ import (
 	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/agenthost/agenthost/internal/wasmengine"
 )
 
 // The reference call path: extism go-sdk. The host ran every call through
@@ -20,24 +22,16 @@ import (
 // Config.CallPath selects (RATIONALE.md, "Why a native Extism kernel?").
 
 // compileExtism compiles wasm with the extism go-sdk as the reference path
-// compiles every plugin: under the host's RuntimeConfig and compilation
-// cache, with WASI, the host functions, the sandbox's config and paths, a
-// call timeout of timeoutMS, and no extism http_request.
+// compiles every plugin (wasmengine.CompileExtism: the host's
+// RuntimeConfig and compilation cache, WASI, no extism http_request), with
+// the host functions, the sandbox's config and paths and a call timeout
+// of timeoutMS.
 func (h *Host) compileExtism(ctx context.Context, wasm []byte, sb Sandbox, timeoutMS uint64) (*extism.CompiledPlugin, error) {
-	manifest := extism.Manifest{
-		Wasm: []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
-		// Set explicitly: built in Go, both default to 0, not to extism's
-		// JSON defaults (docs/DESIGN.md §10). Vars are host memory; extism's own
-		// http_request is never granted, so it may buffer nothing.
-		Memory:       &extism.ManifestMemory{MaxPages: 0, MaxVarBytes: maxVarBytes, MaxHttpResponseBytes: 0},
+	return wasmengine.CompileExtism(ctx, h.cache, wasmengine.ExtismPlugin{
+		Wasm:         wasm,
 		Config:       sb.Config,
 		AllowedPaths: sb.AllowedPaths,
-		AllowedHosts: nil, // never: see RATIONALE.md, "Why our own agenthost_http?"
-		Timeout:      timeoutMS,
-	}
-	return extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{
-		RuntimeConfig: h.runtimeConfig(),
-		EnableWasi:    true,
+		TimeoutMS:    timeoutMS,
 	}, h.sdkHostFunctions())
 }
 

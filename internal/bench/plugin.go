@@ -15,10 +15,11 @@ import (
 
 	extism "github.com/extism/go-sdk"
 	"github.com/spf13/cobra"
+	"github.com/tetratelabs/wazero"
 
 	"github.com/agenthost/agenthost/host"
-	"github.com/agenthost/agenthost/internal/hostlink"
 	"github.com/agenthost/agenthost/internal/plugincatalog"
+	"github.com/agenthost/agenthost/internal/wasmengine"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -295,12 +296,22 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 		defer h.Close(context.WithoutCancel(ctx))
 		hosts[cp] = h
 	}
-	h := hosts[host.CallPathNative]
 	bf.progressf(cmd, "loading %s four ways (raw wazero, extism go-sdk, host on each call path)", p.CallPlugin)
 
-	mod, closeRT, err := hostlink.WazeroBaseline(ctx, h, wasm)
+	// The baselines compile through a compilation cache of their own on
+	// the hosts' directory, as host.New opens it, so they find the hosts'
+	// cache entries; they run under the hosts' RuntimeConfig by
+	// construction (wasmengine).
+	cache := wazero.NewCompilationCache()
+	if p.CacheDir != "" {
+		if cache, err = wazero.NewCompilationCacheWithDir(p.CacheDir); err != nil {
+			return fmt.Errorf("bench plugin: compilation cache %s: %w (set a writable --cache-dir)", p.CacheDir, err)
+		}
+	}
+	defer cache.Close(context.WithoutCancel(ctx))
+	mod, closeRT, err := wasmengine.WazeroBaseline(ctx, cache, wasm)
 	if err != nil {
-		return fmt.Errorf("bench plugin: %w", err)
+		return fmt.Errorf("bench plugin: %s: %w", paths[p.CallPlugin], err)
 	}
 	defer closeRT(context.WithoutCancel(ctx))
 	empty := mod.ExportedFunction("empty")
@@ -308,9 +319,15 @@ func benchPluginCalls(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p
 		return fmt.Errorf("bench plugin: %s exports no \"empty\": rebuild the plugins with `make plugins`", paths[p.CallPlugin])
 	}
 
-	compiled, err := hostlink.ExtismBaseline(ctx, h, wasm, uint64(host.DefaultCallTimeout.Milliseconds()))
+	// "empty" calls no host function: stubs of the plugin's imports stand
+	// in for the host's.
+	stubs, err := wasmengine.StubHostFunctions(ctx, cache, wasm)
 	if err != nil {
-		return fmt.Errorf("bench plugin: %w", err)
+		return fmt.Errorf("bench plugin: %s: %w", paths[p.CallPlugin], err)
+	}
+	compiled, err := wasmengine.ExtismBaseline(ctx, cache, wasm, uint64(host.DefaultCallTimeout.Milliseconds()), stubs)
+	if err != nil {
+		return fmt.Errorf("bench plugin: %s: %w", paths[p.CallPlugin], err)
 	}
 	defer compiled.Close(context.WithoutCancel(ctx))
 	inst, err := compiled.Instance(ctx, extism.PluginInstanceConfig{})
