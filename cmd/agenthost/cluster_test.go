@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/internal/bench"
+	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/loop"
@@ -152,7 +152,7 @@ func (c *cluster) checkRuns(ids []string) {
 				c.t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", r.ID, r.Dispatched)
 			}
 		}
-		n, violations, err := bench.CheckSlowJobs(ctx, store, "demo", "slow-job", recs)
+		n, violations, err := chaos.CheckSlowJobs(ctx, store, "demo", "slow-job", recs)
 		if err != nil {
 			c.t.Fatal(err)
 		}

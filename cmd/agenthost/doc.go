@@ -28,8 +28,9 @@
 //     internal/httpapi over them with metrics (internal/metrics), the
 //     usage ledger and scheduled retention (Server, for serve);
 //   - internal/config reads and checks the YAML config;
-//   - internal/bench is `agenthost bench` (NewCommand): the benches and
-//     the chaos run, with the invariant checks the crash tests share;
+//   - internal/bench is `agenthost bench` (NewCommand): the benches, and
+//     `bench chaos`, the command of internal/chaos (the chaos harness,
+//     whose invariant checks the crash tests share);
 //   - internal/storecopy is `store copy`;
 //   - internal/serveproc runs `agenthost serve` as a child process and
 //     speaks to it over HTTP, for the benches and the end-to-end tests;

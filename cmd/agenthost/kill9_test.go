@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/badgerstore"
-	"github.com/agenthost/agenthost/internal/bench"
+	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/loop"
 )
 
@@ -235,7 +235,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 				t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", r.ID, r.Dispatched)
 			}
 		}
-		n, violations, err := bench.CheckSlowJobs(ctx, store, "demo", "slow-job", recs)
+		n, violations, err := chaos.CheckSlowJobs(ctx, store, "demo", "slow-job", recs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agenthost/agenthost/internal/bench"
+	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/pgstore"
 )
@@ -87,7 +87,7 @@ func TestANodeCutOffFromPostgresStopsTrustingItsLeaseBeforeItRunsOut(t *testing.
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, bin: buildBinary(t), dsn: pg.DSN("partition"), token: "partition-token"}
-	proxy, throughProxy, err := bench.PostgresProxy(c.dsn)
+	proxy, throughProxy, err := chaos.PostgresProxy(c.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

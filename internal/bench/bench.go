@@ -2,9 +2,10 @@
 // end, each figure against a baseline measured in the same run (Runs
 // through the runtime and through the HTTP API against bare Badger, or
 // bare PostgreSQL for pgstore, recovery after kill -9, plugin calls
-// against raw wazero and the extism go-sdk), and runs the chaos bench
-// that kills and pauses a serving child process under load and checks
-// docs/DESIGN.md §9's invariants afterwards.
+// against raw wazero and the extism go-sdk), and is the command of the
+// chaos harness (internal/chaos), `bench chaos`, which kills and pauses
+// serving child processes under load and checks docs/DESIGN.md §9's
+// invariants afterwards.
 // NewCommand is its cobra command, which package main adds to the CLI.
 package bench
 

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/internal/pgserver"
-	"github.com/agenthost/agenthost/loop"
-	"github.com/agenthost/agenthost/plugins/abi"
 )
 
 // TestChaosShort is the short chaos run of docs/DESIGN.md §9: `agenthost bench
@@ -32,7 +31,7 @@ func TestChaosShort(t *testing.T) {
 	began := time.Now()
 	out, err := runBench(t, benchPluginsDir(t), args...)
 	var got struct {
-		Result chaosResult `json:"result"`
+		Result chaos.Result `json:"result"`
 	}
 	if jerr := json.Unmarshal([]byte(out), &got); jerr != nil {
 		t.Fatalf("bench chaos (err %v) printed no JSON result: %v\n%s", err, jerr, out)
@@ -52,7 +51,7 @@ func TestChaosShort(t *testing.T) {
 	if r.Kills < 1 || r.Pauses < 1 || r.Restarts < 1 {
 		t.Errorf("seed %d: %d kills, %d pauses and %d graceful restarts; want at least one of each", r.Seed, r.Kills, r.Pauses, r.Restarts)
 	}
-	for _, kind := range chaosKinds {
+	for _, kind := range chaos.Kinds() {
 		if r.Kinds[kind]["acknowledged"] == 0 {
 			t.Errorf("seed %d: no Run of kind %s was acknowledged", r.Seed, kind)
 		}
@@ -112,7 +111,7 @@ func TestChaosShortPostgres(t *testing.T) {
 	began := time.Now()
 	out, err := runBench(t, benchPluginsDir(t), args...)
 	var got struct {
-		Result chaosResult `json:"result"`
+		Result chaos.Result `json:"result"`
 	}
 	if jerr := json.Unmarshal([]byte(out), &got); jerr != nil {
 		t.Fatalf("bench chaos (err %v) printed no JSON result: %v\n%s", err, jerr, out)
@@ -146,7 +145,7 @@ func TestChaosShortPostgres(t *testing.T) {
 	if r.Streams.CrossNode == 0 || r.Streams.Followed == 0 {
 		t.Errorf("seed %d: event streams %+v: want Runs followed to their end on a node other than the one that acknowledged them", r.Seed, r.Streams)
 	}
-	for _, kind := range chaosKinds {
+	for _, kind := range chaos.Kinds() {
 		if r.Kinds[kind]["acknowledged"] == 0 {
 			t.Errorf("seed %d: no Run of kind %s was acknowledged", r.Seed, kind)
 		}
@@ -156,166 +155,14 @@ func TestChaosShortPostgres(t *testing.T) {
 	}
 }
 
-// TestChaosChecks shows that the chaos bench holds each Run's log to
-// loop.LogCheck (whose own tests, TestCheckLog, show each rule catching a
-// broken log) with the chaos clients' answers and the Run ended: a run of
-// zero violations means something only if a broken log yields some.
-func TestChaosChecks(t *testing.T) {
-	spec := loop.Spec{Tenant: "alpha", Session: "w0-0", ID: "run_chk", Input: "ask:Which city?|answer:noted", Limits: loop.DefaultLimits,
-		ModelPolicy: loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 8}}
-	m1, m2 := loop.ModelEffectID(spec.ID, 1), loop.ModelEffectID(spec.ID, 2)
-	model := func(m abi.ModelOutcome) *loop.Outcome {
-		m.Message.Role = abi.MessageAssistant
-		return &loop.Outcome{State: loop.OutcomeDone, Model: &m}
+// The partition fault is refused, saying why, where it cannot be done.
+func TestChaosRefusesAPartitionWithoutPostgres(t *testing.T) {
+	_, err := runBench(t, t.TempDir(), "chaos", "--faults", "partition", "--duration", "1s")
+	if err == nil || !strings.Contains(err.Error(), "the partition fault cuts a node off from PostgreSQL: it needs --store postgres") {
+		t.Fatalf("--faults partition on Badger: %v", err)
 	}
-	ask := model(abi.ModelOutcome{Message: abi.Message{Content: "Which city?"}, AwaitInput: &abi.AwaitInput{Prompt: "Which city?"}})
-	input := loop.Event{Type: loop.EventInputProvided, Input: chaosAnswer("Which city?")}
-	evs := []loop.Event{
-		loop.RunCreated(spec, 1),
-		{Type: loop.EventRunStarted},
-		{Type: loop.EventModelStepPlanned, Step: 1, Request: []byte(`{}`)},
-		{Type: loop.EventEffectDispatched, EffectID: m1, Attempt: 1, Epoch: 1},
-		{Type: loop.EventEffectSettled, EffectID: m1, Attempt: 1, Outcome: ask},
-		input,
-		{Type: loop.EventModelStepPlanned, Step: 2, Request: []byte(`{}`)},
-		{Type: loop.EventEffectDispatched, EffectID: m2, Attempt: 1, Epoch: 2},
-		{Type: loop.EventEffectSettled, EffectID: m2, Attempt: 1, Outcome: model(abi.ModelOutcome{Message: abi.Message{Content: "noted"}})},
-		{Type: loop.EventRunCompleted},
-	}
-	var run loop.Run
-	for i := range evs {
-		evs[i].At = int64(i + 1)
-		next, err := loop.Apply(run, evs[i])
-		if err != nil {
-			t.Fatalf("the good log's event %d (%s) is refused: %v", i+1, evs[i].Type, err)
-		}
-		run = next
-		evs[i].Seq = run.Seq
-	}
-	numbered := func(evs []loop.Event) []loop.Event {
-		for i := range evs {
-			evs[i].Seq = int64(i + 1)
-		}
-		return evs
-	}
-	with := func(i int, ev loop.Event) []loop.Event {
-		out := append([]loop.Event(nil), evs...)
-		out[i] = ev
-		out[i].Seq = int64(i + 1)
-		return out
-	}
-	for _, c := range []struct {
-		name string
-		evs  []loop.Event
-		want string // a fragment of a violation; "" for none
-	}{
-		{"a Run that ended, its question answered, passes", evs, ""},
-		{"an answer to another question is caught", with(5, loop.Event{Type: loop.EventInputProvided, Input: chaosAnswer("Which day?")}), "does not answer the open question"},
-		{"a Run that has not ended is caught", evs[:len(evs)-1], "not terminal"},
-		{"an attempt settled twice is caught", numbered(append(append(append([]loop.Event(nil), evs[:9]...), evs[8]), evs[9:]...)), "settled twice"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got := chaosCheckLog(c.evs)
-			switch {
-			case c.want == "" && len(got) > 0:
-				t.Errorf("violations %q, want none", got)
-			case c.want != "" && (len(got) == 0 || !strings.Contains(strings.Join(got, "\n"), c.want)):
-				t.Errorf("violations %q, want one with %q", got, c.want)
-			}
-		})
-	}
-}
-
-// TestChaosStreamCheck shows that the bench catches an event stream that
-// delivered something other than the store's log, and one that skipped or
-// repeated an event.
-func TestChaosStreamCheck(t *testing.T) {
-	evs := []loop.Event{{Seq: 1, Type: loop.EventRunCreated}, {Seq: 2, Type: loop.EventRunStarted}, {Seq: 3, Type: loop.EventRunCompleted}}
-	stream := func(types ...loop.EventType) *runStream { return &runStream{types: types} }
-	for _, c := range []struct {
-		name string
-		st   *runStream
-		want string
-	}{
-		{"the whole log passes", stream(loop.EventRunCreated, loop.EventRunStarted, loop.EventRunCompleted), ""},
-		{"a prefix passes", stream(loop.EventRunCreated), ""},
-		{"no stream passes", nil, ""},
-		{"a missed event is compared with nothing", stream(loop.EventRunCreated, "", loop.EventRunCompleted), ""},
-		{"another type is caught", stream(loop.EventRunCreated, loop.EventRunCancelled), "the store holds run_started at 2"},
-		{"an event the store lacks is caught", stream(loop.EventRunCreated, loop.EventRunStarted, loop.EventRunCompleted, loop.EventRunCompleted), "has 3 events"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got := chaosCheckStream(c.st, evs)
-			switch {
-			case c.want == "" && len(got) > 0:
-				t.Errorf("violations %q, want none", got)
-			case c.want != "" && (len(got) == 0 || !strings.Contains(strings.Join(got, "\n"), c.want)):
-				t.Errorf("violations %q, want one with %q", got, c.want)
-			}
-		})
-	}
-
-	c := &chaosClients{reported: map[string]bool{}}
-	r := ackedRun{Tenant: "alpha", ID: "run_1"}
-	st := &runStream{}
-	for _, ev := range []sseEvent{{1, loop.EventRunCreated}, {2, loop.EventRunStarted}, {2, loop.EventRunStarted}, {4, loop.EventRunCompleted}} {
-		c.gotEvent(r, 1, st, ev)
-	}
-	if _, v := c.snapshot(); len(v) != 1 || !strings.Contains(v[0], "sent event 2 (run_started) after event 2") {
-		t.Errorf("violations %q, want the repeated event 2 reported once", v)
-	}
-	if want := []loop.EventType{loop.EventRunCreated, loop.EventRunStarted, "", loop.EventRunCompleted}; !st.ended || strings.Join(eventTypes(st.types), ",") != strings.Join(eventTypes(want), ",") {
-		t.Errorf("stream %+v, want %v and ended", st, want)
-	}
-}
-
-func eventTypes(ts []loop.EventType) []string {
-	out := make([]string, len(ts))
-	for i, t := range ts {
-		out[i] = string(t)
-	}
-	return out
-}
-
-// TestChaosTakeoverTimes shows how the bench reads the takeovers from the
-// nodes' logs and times them from each death, in lease TTLs.
-func TestChaosTakeoverTimes(t *testing.T) {
-	line := `time=2026-12-01T08:00:07.500Z level=INFO msg="recovery: session taken over" node=node-b tenant=alpha session="w1 2" dead_owner=node-a epoch=3`
-	for key, want := range map[string]string{"time": "2026-12-01T08:00:07.500Z", "msg": "recovery: session taken over", "node": "node-b", "session": "w1 2", "dead_owner": "node-a", "missing": ""} {
-		if got := logAttr(line, key); got != want {
-			t.Errorf("logAttr(%s) = %q, want %q", key, got, want)
-		}
-	}
-	began := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return began.Add(time.Duration(s * float64(time.Second))) }
-	deaths := []chaosDeath{
-		{Node: 0, Kind: faultKill, Owner: "node-a", at: at(1)},
-		{Node: 1, Kind: faultPause, Owner: "node-c", at: at(2)},
-		{Node: 2, Kind: faultKill, Owner: "node-d", at: at(3)},
-	}
-	takeovers := []chaosTakeover{
-		{at: at(9), taker: "node-b", deadOwner: "node-a", tenant: "alpha", session: "s1"},
-		{at: at(11), taker: "node-e", deadOwner: "node-a", tenant: "beta", session: "s2"},
-		{at: at(16), taker: "node-b", deadOwner: "node-c", tenant: "alpha", session: "s3"},
-		{at: at(4), taker: "node-b", deadOwner: "", tenant: "alpha", session: "s4"},
-		{at: at(1), taker: "node-b", deadOwner: "node-x", tenant: "alpha", session: "s5"},
-	}
-	ids := map[string]int{"node-a": 0, "node-b": 2, "node-c": 1, "node-e": 0}
-	rep := chaosTimeTakeovers(deaths, takeovers, ids, 3, 10*time.Second, began)
-	kill := rep.Deaths[0]
-	if kill.Sessions != 2 || kill.FirstS != 8 || kill.AllS != 10 || kill.FirstTTL != 0.8 || kill.AllTTL != 1 || len(kill.Takers) != 2 {
-		t.Errorf("the kill's takeovers: %+v, want 2 sessions, first after 8 s (0.8 TTL), all after 10 s (1 TTL), by nodes 0 and 2", kill)
-	}
-	if p := rep.Deaths[1]; p.Sessions != 1 || p.FirstTTL != 1.4 {
-		t.Errorf("the pause's takeovers: %+v, want 1 session after 1.4 TTL", p)
-	}
-	if rep.KillsWithout != 1 || rep.Released != 1 || len(rep.Other) != 1 {
-		t.Errorf("report %+v: want 1 kill without takeovers, 1 released session, 1 takeover no death explains", rep)
-	}
-	if a := rep.All; a.Deaths != 2 || a.Kills != 1 || a.PausesPast != 1 || a.Sessions != 3 || a.FirstMax != 1.4 || a.AllMax != 1.4 {
-		t.Errorf("all: %+v", a)
-	}
-	if n := rep.Nodes[0]; n.Kills != 1 || n.Sessions != 2 || n.AllMedian != 1 {
-		t.Errorf("node 0: %+v", n)
+	_, err = runBench(t, t.TempDir(), "chaos", "--faults", "cut", "--duration", "1s")
+	if err == nil || !strings.Contains(err.Error(), "kill, pause, term, pgrestart and partition") {
+		t.Fatalf("--faults cut: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package chaos
 
 import (
 	"fmt"
@@ -13,19 +13,19 @@ import (
 // SIGKILL, or a SIGSTOP past its lease) pass to another once its lease
 // has run out at the store: a recovery pass (every 10 s, on each node)
 // claims them and logs "recovery: session taken over" with the dead
-// owner's node ID. The bench times each death to the first takeover of
+// owner's node ID. The harness times each death to the first takeover of
 // the dead incarnation's sessions and to the last, as multiples of the
 // lease TTL, from the nodes' logs.
 
-// chaosDeath is the end of a node incarnation that the takeovers of its
+// Death is the end of a node incarnation that the takeovers of its
 // sessions are timed from.
-type chaosDeath struct {
+type Death struct {
 	Node int    `json:"node"`
 	Kind string `json:"kind"` // kill; pause (past the lease, or one it lost its lease in); partition (from PostgreSQL); lease_lost (an exit for a lost lease no fault explains); term
 	// Owner is the dead incarnation's node ID, the dead_owner of the
 	// takeovers.
 	Owner  string  `json:"node_id"`
-	AtS    float64 `json:"at_s"` // since the bench began
+	AtS    float64 `json:"at_s"` // since the run began
 	PauseS float64 `json:"pause_s,omitempty"`
 
 	Sessions int     `json:"sessions_taken_over"`
@@ -52,9 +52,9 @@ type chaosTakeover struct {
 // lease no fault explains.
 const chaosLeaseLost = "lease_lost"
 
-// chaosTakeoverSummary sums up the deaths of a node (or of a kind, or all)
+// TakeoverSummary sums up the deaths of a node (or of a kind, or all)
 // whose sessions were taken over, for the table and --json.
-type chaosTakeoverSummary struct {
+type TakeoverSummary struct {
 	Name string `json:"name"` // "node N", a kind of death, or "all"
 	// Deaths counts the deaths whose sessions were taken over: Kills,
 	// PausesPast (a pause past the lease) and LeaseLosses (an exit for a
@@ -72,20 +72,20 @@ type chaosTakeoverSummary struct {
 	AllMaxSeconds float64 `json:"all_taken_over_max_s"`
 }
 
-// chaosTakeoverReport is what the bench found about takeovers.
-type chaosTakeoverReport struct {
-	LeaseTTLS float64                `json:"lease_ttl_s"`
-	Deaths    []chaosDeath           `json:"deaths"`
-	Nodes     []chaosTakeoverSummary `json:"by_node"`
-	Kinds     []chaosTakeoverSummary `json:"by_kind"`
-	All       chaosTakeoverSummary   `json:"all"`
+// TakeoverReport is what the run found about takeovers.
+type TakeoverReport struct {
+	LeaseTTLS float64           `json:"lease_ttl_s"`
+	Deaths    []Death           `json:"deaths"`
+	Nodes     []TakeoverSummary `json:"by_node"`
+	Kinds     []TakeoverSummary `json:"by_kind"`
+	All       TakeoverSummary   `json:"all"`
 	// KillsWithout counts the kills that left no session with a live Run
 	// behind.
 	KillsWithout int `json:"kills_without_takeovers"`
 	// Released counts the sessions taken over that no node owned: those a
 	// graceful stop released, claimed by the next recovery pass.
 	Released int `json:"released_sessions_claimed"`
-	// Other lists the takeovers of a dead owner the bench saw no death of
+	// Other lists the takeovers of a dead owner the run saw no death of
 	// before them.
 	Other []string `json:"other_takeovers"`
 }
@@ -119,8 +119,8 @@ func chaosReadTakeovers(nodes []*chaosServer) ([]chaosTakeover, map[string]int) 
 
 // chaosTimeTakeovers attributes each takeover to the latest death of its
 // dead owner before it, and sums the figures up, in multiples of ttl.
-func chaosTimeTakeovers(deaths []chaosDeath, takeovers []chaosTakeover, ids map[string]int, nodes int, ttl time.Duration, began time.Time) chaosTakeoverReport {
-	rep := chaosTakeoverReport{LeaseTTLS: ttl.Seconds(), Other: []string{}}
+func chaosTimeTakeovers(deaths []Death, takeovers []chaosTakeover, ids map[string]int, nodes int, ttl time.Duration, began time.Time) TakeoverReport {
+	rep := TakeoverReport{LeaseTTLS: ttl.Seconds(), Other: []string{}}
 	sort.SliceStable(deaths, func(i, j int) bool { return deaths[i].at.Before(deaths[j].at) })
 	for _, t := range takeovers {
 		if t.deadOwner == "" {
@@ -147,13 +147,13 @@ func chaosTimeTakeovers(deaths []chaosDeath, takeovers []chaosTakeover, ids map[
 		}
 		d.last = t.at
 	}
-	perNode := make([][]*chaosDeath, nodes)
-	perKind := map[string][]*chaosDeath{}
-	var all []*chaosDeath
+	perNode := make([][]*Death, nodes)
+	perKind := map[string][]*Death{}
+	var all []*Death
 	for i := range deaths {
 		d := &deaths[i]
 		if len(d.sessions) == 0 {
-			if d.Kind == faultKill {
+			if d.Kind == FaultKill {
 				rep.KillsWithout++
 			}
 			continue
@@ -176,8 +176,8 @@ func chaosTimeTakeovers(deaths []chaosDeath, takeovers []chaosTakeover, ids map[
 	for i := 0; i < nodes; i++ {
 		rep.Nodes = append(rep.Nodes, summarizeDeaths(fmt.Sprintf("node %d", i), perNode[i]))
 	}
-	for _, k := range []struct{ kind, name string }{{faultKill, "kills"}, {faultPause, "pauses past the lease"},
-		{faultPgRestart, "lost leases in PostgreSQL restarts"}, {faultPartition, "partitions from PostgreSQL"}, {chaosLeaseLost, "other lost leases"}, {"exit", "other exits"}} {
+	for _, k := range []struct{ kind, name string }{{FaultKill, "kills"}, {FaultPause, "pauses past the lease"},
+		{FaultPgRestart, "lost leases in PostgreSQL restarts"}, {FaultPartition, "partitions from PostgreSQL"}, {chaosLeaseLost, "other lost leases"}, {"exit", "other exits"}} {
 		if ds := perKind[k.kind]; len(ds) > 0 {
 			rep.Kinds = append(rep.Kinds, summarizeDeaths(k.name, ds))
 		}
@@ -187,15 +187,15 @@ func chaosTimeTakeovers(deaths []chaosDeath, takeovers []chaosTakeover, ids map[
 }
 
 // summarizeDeaths sums up the deaths whose sessions were taken over.
-func summarizeDeaths(name string, ds []*chaosDeath) chaosTakeoverSummary {
-	s := chaosTakeoverSummary{Name: name}
+func summarizeDeaths(name string, ds []*Death) TakeoverSummary {
+	s := TakeoverSummary{Name: name}
 	var first, all []float64
 	for _, d := range ds {
 		s.Deaths++
 		switch d.Kind {
-		case faultKill:
+		case FaultKill:
 			s.Kills++
-		case faultPause:
+		case FaultPause:
 			s.PausesPast++
 		default:
 			s.LeaseLosses++
@@ -254,29 +254,4 @@ func logAttr(line, key string) string {
 		}
 	}
 	return ""
-}
-
-// chaosTakeoverTables are the takeover figures, per node and per kind of
-// death.
-func chaosTakeoverTables(rep *chaosTakeoverReport) []table {
-	t := table{Title: fmt.Sprintf("Takeovers (lease TTL %s)", time.Duration(rep.LeaseTTLS*float64(time.Second))),
-		Header: []string{"deaths of", "kills", "pauses past the lease", "lost leases", "sessions taken over", "first takeover ×TTL (median / max)", "all taken over ×TTL (median / max)"}}
-	row := func(s chaosTakeoverSummary) []string {
-		return []string{s.Name, strconv.Itoa(s.Kills), strconv.Itoa(s.PausesPast), strconv.Itoa(s.LeaseLosses), strconv.Itoa(s.Sessions),
-			fmt.Sprintf("%.2f / %.2f", s.FirstMedian, s.FirstMax), fmt.Sprintf("%.2f / %.2f", s.AllMedian, s.AllMax)}
-	}
-	for _, s := range rep.Nodes {
-		t.Rows = append(t.Rows, row(s))
-	}
-	for _, s := range rep.Kinds {
-		t.Rows = append(t.Rows, row(s))
-	}
-	t.Rows = append(t.Rows, row(rep.All))
-	t.Notes = []string{fmt.Sprintf("the deaths whose sessions were taken over, timed from the SIGKILL, the SIGSTOP, the partition or the PostgreSQL restart to the first and the last \"recovery: session taken over\" naming the dead incarnation; slowest: all taken over %.1f s after the death",
-		rep.All.AllMaxSeconds),
-		fmt.Sprintf("%d kills left no session with a live Run to take over; %d sessions released by graceful stops claimed", rep.KillsWithout, rep.Released)}
-	if len(rep.Other) > 0 {
-		t.Notes = append(t.Notes, fmt.Sprintf("%d takeovers of an owner no death explains: %s", len(rep.Other), strings.Join(firstN(rep.Other, 5), "; ")))
-	}
-	return []table{t}
 }

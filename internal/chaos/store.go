@@ -1,4 +1,4 @@
-package bench
+package chaos
 
 import (
 	"context"
@@ -21,31 +21,31 @@ import (
 
 // chaosStore is where the chaos nodes keep their Runs: Badger in the one
 // node's data dir, or one PostgreSQL database that every node shares,
-// on a throwaway server the bench starts (and may restart: the pgrestart
+// on a throwaway server the run starts (and may restart: the pgrestart
 // fault) or on the server --dsn names.
 type chaosStore struct {
 	driver string           // config.DriverBadger or config.DriverPostgres
-	pg     *pgserver.Server // the bench's own server; nil with --dsn, or Badger
+	pg     *pgserver.Server // the run's own server; nil with --dsn, or Badger
 	dsn    string
-	schema string // "" for pgstore's default (the bench's own server has a fresh database)
-	pgDir  string // where the bench's own server lives ("" until started)
+	schema string // "" for pgstore's default (the run's own server has a fresh database)
+	pgDir  string // where the run's own server lives ("" until started)
 }
 
-// chaosDatabase is the database the bench creates on its own server.
+// chaosDatabase is the database the run creates on its own server.
 const chaosDatabase = "agenthost_chaos"
 
 // openChaosStore gets the store ready: nothing for Badger; for postgres,
 // its own PostgreSQL server (fsync on) in dir when the socket path fits
 // and the server's user can reach it, with a fresh database, or a fresh
 // schema on the server of --dsn.
-func openChaosStore(ctx context.Context, o *chaosOptions, dir string) (*chaosStore, error) {
-	if o.store != config.DriverPostgres {
+func openChaosStore(ctx context.Context, o *Options, dir string) (*chaosStore, error) {
+	if o.Store != config.DriverPostgres {
 		return &chaosStore{driver: config.DriverBadger}, nil
 	}
 	s := &chaosStore{driver: config.DriverPostgres}
-	if o.dsn != "" {
-		s.dsn = o.dsn
-		s.schema = fmt.Sprintf("chaos_%d_%d", o.seed%1_000_000, time.Now().Unix())
+	if o.DSN != "" {
+		s.dsn = o.DSN
+		s.schema = fmt.Sprintf("chaos_%d_%d", o.Seed%1_000_000, time.Now().Unix())
 		return s, nil
 	}
 	pgDir := chaosPGDir(dir)
@@ -62,7 +62,7 @@ func openChaosStore(ctx context.Context, o *chaosOptions, dir string) (*chaosSto
 	return s, nil
 }
 
-// chaosPGDir is where the bench's own PostgreSQL server goes: dir/pg, so
+// chaosPGDir is where the run's own PostgreSQL server goes: dir/pg, so
 // that a work dir kept after a violation keeps the database, when its
 // socket path fits and (as root, when the server runs as the postgres
 // user) every directory above it can be entered by others; else "", a
@@ -75,7 +75,7 @@ func chaosPGDir(dir string) string {
 	if os.Geteuid() != 0 {
 		return pgDir
 	}
-	if err := os.Chmod(dir, 0o755); err != nil { // the work dir is the bench's own
+	if err := os.Chmod(dir, 0o755); err != nil { // the work dir is the run's own
 		return ""
 	}
 	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
@@ -142,7 +142,7 @@ func (s *chaosStore) restart(ctx context.Context) error {
 	return s.pg.Restart(ctx)
 }
 
-// close stops the bench's own server (its directory stays when it is in
+// close stops the run's own server (its directory stays when it is in
 // the work dir).
 func (s *chaosStore) close() error {
 	if s.pg == nil {
@@ -166,4 +166,14 @@ func (s *chaosStore) dropSchema(ctx context.Context) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+s.schema+" CASCADE")
 	return err
+}
+
+// oneLineErr is err's message on one line, with dsn's password, should it
+// hold it, masked.
+func oneLineErr(err error, dsn string) string {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	if cfg, perr := pgx.ParseConfig(dsn); perr == nil && cfg.Password != "" {
+		msg = strings.ReplaceAll(msg, cfg.Password, "xxxxx")
+	}
+	return msg
 }

@@ -1,4 +1,4 @@
-package bench
+package chaos
 
 import (
 	"context"
@@ -6,28 +6,23 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/internal/config"
 	"github.com/agenthost/agenthost/internal/netfault"
 	"github.com/agenthost/agenthost/pgstore"
 )
 
-// chaosRun is one run of the chaos bench: its store, its nodes, its
-// clients, and what it found. Only runChaos's goroutine touches it; the
+// chaosRun is one run of the chaos harness: its store, its nodes, its
+// clients, and what it found. Only Run's goroutine touches it; the
 // clients have their own state.
 type chaosRun struct {
-	cmd *cobra.Command
-	bf  *benchFlags
-	o   *chaosOptions
-	ctx context.Context // ends on SIGINT or SIGTERM
+	env Env
+	o   *Options
+	ctx context.Context // Run's: its end interrupts the run
 
 	dir     string
 	keep    bool // keep the work dir: there were violations
@@ -37,14 +32,18 @@ type chaosRun struct {
 	ttl     time.Duration
 	clients *chaosClients
 	began   time.Time
-	res     *chaosResult
+	res     *Result
+	// checked is set once the checks are done: res and params are then
+	// the run's Report.
+	checked bool
+	params  Params
 
 	// proxies are the nodes' ways to PostgreSQL, by node, for the
 	// partition fault (nil without it).
 	proxies    []*netfault.Proxy
 	partitions []chaosPartitionMark
 
-	deaths        []chaosDeath
+	deaths        []Death
 	violations    []string // the faults' and the nodes' (the clients keep theirs)
 	lastPause     []chaosPauseMark
 	lastPgRestart time.Time
@@ -61,25 +60,74 @@ type chaosPauseMark struct {
 
 var errChaosInterrupted = errors.New("bench chaos: interrupted")
 
-func runChaos(cmd *cobra.Command, bf *benchFlags, o *chaosOptions) error {
-	if o.seed == 0 {
-		o.seed = rand.Uint64()
+// Run does one chaos run with o (see Options.Check) in a fresh directory
+// under env.WorkDir, until its faults and load are over and its checks
+// are done, or ctx ends. It returns a Report once the checks are done:
+// with a nil error when every invariant held, else with an error that
+// names the violations (and the directory it kept for a post-mortem: the
+// nodes' logs, and the run's own PostgreSQL data). A run that could not
+// go through to its checks (bad options, a node that did not come back,
+// ctx ended) returns only an error.
+func Run(ctx context.Context, env Env, o Options) (*Report, error) {
+	if err := o.Check(); err != nil {
+		return nil, err
 	}
-	dir, cleanup, err := bf.tempDir("chaos")
+	for _, p := range Plugins() {
+		if env.Plugins[p] == "" {
+			return nil, fmt.Errorf("bench chaos: no path for plugin %s: Env.Plugins must map each of chaos.Plugins() to its .wasm file", p)
+		}
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+	dir, err := workDir(env.WorkDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	r := &chaosRun{cmd: cmd, bf: bf, o: o, ctx: ctx, dir: dir}
+	r := &chaosRun{env: env, o: &o, ctx: ctx, dir: dir}
 	err = r.run()
 	if !r.keep {
-		cleanup()
+		_ = os.RemoveAll(dir)
 	}
-	return err
+	if !r.checked {
+		return nil, err
+	}
+	return &Report{Started: r.began, Params: r.params, Result: *r.res}, err
 }
 
-func (r *chaosRun) progressf(format string, args ...any) { r.bf.progressf(r.cmd, format, args...) }
+// workDir makes a fresh directory for a run under parent ("" for the
+// system's temp dir).
+func workDir(parent string) (string, error) {
+	if parent != "" {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return "", fmt.Errorf("--work-dir: %w", err)
+		}
+	}
+	dir, err := os.MkdirTemp(parent, "agenthost-bench-chaos-")
+	if err != nil {
+		return "", fmt.Errorf("bench: temporary directory: %w (set --work-dir to a writable directory)", err)
+	}
+	return dir, nil
+}
+
+// writeConfig writes a node's config file into dir and loads it, so
+// that the run sees the config exactly as the node's `serve` does.
+func writeConfig(dir, yaml string) (*config.Config, error) {
+	path := filepath.Join(dir, "agenthost.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		return nil, err
+	}
+	return config.Load(path)
+}
+
+// msf is a duration in milliseconds, for the Result.
+func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func (r *chaosRun) progressf(format string, args ...any) {
+	if r.env.Progress != nil {
+		r.env.Progress(format, args...)
+	}
+}
 
 func (r *chaosRun) since(t time.Time) time.Duration {
 	return t.Sub(r.began).Round(100 * time.Millisecond)
@@ -87,18 +135,8 @@ func (r *chaosRun) since(t time.Time) time.Duration {
 
 func (r *chaosRun) run() error {
 	o := r.o
-	bin, err := r.bf.binary()
-	if err != nil {
-		return err
-	}
-	plugins, err := r.bf.pluginPaths(chaosBuilder, chaosScripted, chaosHostile, chaosSlowJob)
-	if err != nil {
-		return err
-	}
-	cache, err := r.bf.cachePath()
-	if err != nil {
-		return err
-	}
+	bin, plugins, cache := r.env.Binary, r.env.Plugins, r.env.CacheDir
+	var err error
 	r.store, err = openChaosStore(r.ctx, o, r.dir)
 	if err != nil {
 		return err
@@ -118,13 +156,13 @@ func (r *chaosRun) run() error {
 			}
 		}
 	}()
-	for i := 0; i < o.nodes; i++ {
+	for i := 0; i < o.Nodes; i++ {
 		nodeDir := filepath.Join(r.dir, fmt.Sprintf("node%d", i))
 		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
 			return fmt.Errorf("bench chaos: %w", err)
 		}
 		dsn := ""
-		if o.faults.has(faultPartition) {
+		if o.Faults.Has(FaultPartition) {
 			// The node reaches PostgreSQL through a proxy of its own, for
 			// the partition fault to cut; it outlives the node's
 			// incarnations, whose config names its port.
@@ -135,39 +173,39 @@ func (r *chaosRun) run() error {
 			r.proxies = append(r.proxies, p)
 			dsn = through
 		}
-		cfg, err := writeBenchConfig(nodeDir, chaosConfig(plugins, cache, tenants, r.store.configYAML(dsn), o.leaseTTL))
+		cfg, err := writeConfig(nodeDir, chaosConfig(plugins, cache, tenants, r.store.configYAML(dsn), o.LeaseTTL))
 		if err != nil {
 			return fmt.Errorf("bench chaos: config: %w", err)
 		}
-		if cfg.Store.Driver != o.store {
+		if cfg.Store.Driver != o.Store {
 			return fmt.Errorf("bench chaos: the nodes' config says store.driver %s, not %s: unset %s_STORE_DRIVER and %s_STORE_DSN, which override the config the bench writes",
-				cfg.Store.Driver, o.store, config.EnvPrefix, config.EnvPrefix)
+				cfg.Store.Driver, o.Store, config.EnvPrefix, config.EnvPrefix)
 		}
 		if i == 0 {
 			r.ttl, r.dataDir, watchdog = cfg.LeaseTTL, cfg.DataDir, cfg.WatchdogInterval
 		}
 		r.nodes = append(r.nodes, &chaosServer{idx: i, bin: bin, cfgPath: filepath.Join(nodeDir, "agenthost.yaml"), logPath: filepath.Join(nodeDir, "serve.log")})
 	}
-	r.lastPause = make([]chaosPauseMark, o.nodes)
-	if o.longPause.lo == 0 {
-		o.longPause = durRange{(r.ttl * 12 / 10).Round(100 * time.Millisecond), (r.ttl * 16 / 10).Round(100 * time.Millisecond)}
+	r.lastPause = make([]chaosPauseMark, o.Nodes)
+	if o.LongPause.Lo == 0 {
+		o.LongPause = DurRange{(r.ttl * 12 / 10).Round(100 * time.Millisecond), (r.ttl * 16 / 10).Round(100 * time.Millisecond)}
 	}
-	if o.partition.lo == 0 {
-		o.partition = durRange{(r.ttl * 12 / 10).Round(100 * time.Millisecond), (r.ttl * 16 / 10).Round(100 * time.Millisecond)}
+	if o.Partition.Lo == 0 {
+		o.Partition = DurRange{(r.ttl * 12 / 10).Round(100 * time.Millisecond), (r.ttl * 16 / 10).Round(100 * time.Millisecond)}
 	}
-	if o.faults.has(faultPartition) && o.partition.lo < r.ttl {
-		return fmt.Errorf("bench chaos: --partition %s: a partition must last at least the nodes' lease TTL, %s, for the node cut off to have to give its lease up", &o.partition, r.ttl)
+	if o.Faults.Has(FaultPartition) && o.Partition.Lo < r.ttl {
+		return fmt.Errorf("bench chaos: --partition %s: a partition must last at least the nodes' lease TTL, %s, for the node cut off to have to give its lease up", &o.Partition, r.ttl)
 	}
 	longPauses := ""
-	if o.longPauses > 0 {
-		longPauses = fmt.Sprintf(", %.0f%% of them %s, past the %s lease", 100*o.longPauses, &o.longPause, r.ttl)
+	if o.LongPauses > 0 {
+		longPauses = fmt.Sprintf(", %.0f%% of them %s, past the %s lease", 100*o.LongPauses, &o.LongPause, r.ttl)
 	}
 	partitions := ""
-	if o.faults.has(faultPartition) {
-		partitions = fmt.Sprintf(", partitions from PostgreSQL %s", &o.partition)
+	if o.Faults.Has(FaultPartition) {
+		partitions = fmt.Sprintf(", partitions from PostgreSQL %s", &o.Partition)
 	}
 	r.progressf("chaos: seed %d (replay with --seed %d), %s of faults (%s) every %s (pauses %s%s%s), %d clients, %d node(s) on %s, work dir %s",
-		o.seed, o.seed, o.duration, &o.faults, &o.faultEvery, &o.pause, longPauses, partitions, o.concurrency, o.nodes, r.store.where(filepath.Join(r.dir, "node0")), r.dir)
+		o.Seed, o.Seed, o.Duration, &o.Faults, &o.FaultEvery, &o.Pause, longPauses, partitions, o.Concurrency, o.Nodes, r.store.where(filepath.Join(r.dir, "node0")), r.dir)
 
 	defer func() {
 		// On an early return: stop the clients' retries and the children.
@@ -196,13 +234,13 @@ func (r *chaosRun) run() error {
 
 	r.began = time.Now()
 	r.lastProgress = r.began
-	r.res = &chaosResult{Seed: o.seed, Store: o.store, Nodes: o.nodes, Kinds: map[string]map[string]int{}, ByStatus: map[string]int{},
+	r.res = &Result{Seed: o.Seed, Store: o.Store, Nodes: o.Nodes, Kinds: map[string]map[string]int{}, ByStatus: map[string]int{},
 		EffectsSettled: map[string]int{}, Recovery: map[string]int{}}
 	res := r.res
-	r.clients = newChaosClients(r.nodes, tenants, o.seed, o.timeout)
+	r.clients = newChaosClients(r.nodes, tenants, o.Seed, o.RequestTimeout)
 	clients := r.clients
 	var workers sync.WaitGroup
-	for i := 0; i < o.concurrency; i++ {
+	for i := 0; i < o.Concurrency; i++ {
 		workers.Add(1)
 		go func() { defer workers.Done(); clients.worker(i) }()
 	}
@@ -214,7 +252,7 @@ func (r *chaosRun) run() error {
 	// The drain: no new Runs; a submission in flight retries until the
 	// drain's deadline; then every acknowledged Run must end.
 	drainBegan := time.Now()
-	deadline := drainBegan.Add(o.drain)
+	deadline := drainBegan.Add(o.DrainTimeout)
 	clients.stopping.Store(true)
 	clients.giveUp.Store(deadline.UnixNano())
 	workersDone := make(chan struct{})
@@ -237,7 +275,7 @@ func (r *chaosRun) run() error {
 	}
 	res.DrainS = time.Since(drainBegan).Seconds()
 	if len(notEnded) > 0 {
-		r.violations = append(r.violations, fmt.Sprintf("%d acknowledged Runs did not end within the drain's %s: %s", len(notEnded), o.drain, strings.Join(firstN(notEnded, 10), ", ")))
+		r.violations = append(r.violations, fmt.Sprintf("%d acknowledged Runs did not end within the drain's %s: %s", len(notEnded), o.DrainTimeout, strings.Join(firstN(notEnded, 10), ", ")))
 	}
 	if err := r.supervise(); err != nil {
 		return err
@@ -272,7 +310,7 @@ func (r *chaosRun) run() error {
 	res.Acknowledged = len(acked)
 	res.Retries, res.ClientErrors = clients.retries.get(), clients.errors.get()
 	res.Approved, res.Denied, res.Answered, res.Cancels = clients.approved.get(), clients.denied.get(), clients.answered.get(), clients.cancels.get()
-	res.Streams = chaosStreamStats{Opened: clients.streamsOpened.get(), CrossNode: clients.streamsCrossNode.get(), Events: clients.streamEvents.get(),
+	res.Streams = StreamStats{Opened: clients.streamsOpened.get(), CrossNode: clients.streamsCrossNode.get(), Events: clients.streamEvents.get(),
 		Broken: clients.streamsBroken.get(), Idle: clients.streamsIdle.get(), Stale: clients.streamsStale.get()}
 	res.Violations = append(res.Violations, r.violations...)
 	res.Violations = append(res.Violations, clientViolations...)
@@ -293,7 +331,7 @@ func (r *chaosRun) run() error {
 	if res.Watchdog > 0 {
 		res.Violations = append(res.Violations, fmt.Sprintf("the watchdog reported %d stuck Runs (see \"watchdog: run is stuck\" in the nodes' serve.log under %s)", res.Watchdog, r.dir))
 	}
-	if o.store == config.DriverPostgres {
+	if o.Store == config.DriverPostgres {
 		takeovers, ids := chaosReadTakeovers(r.nodes)
 		res.Violations = append(res.Violations, chaosCheckPartitions(r.partitions, takeovers, r.began)...)
 		rep := chaosTimeTakeovers(r.deaths, takeovers, ids, len(r.nodes), r.ttl, r.began)
@@ -306,35 +344,32 @@ func (r *chaosRun) run() error {
 		res.UnusualEnds = []string{}
 	}
 
-	params := chaosParams{Seed: o.seed, DurationS: o.duration.Seconds(), Concurrency: o.concurrency,
-		FaultEvery: o.faultEvery.String(), Faults: o.faults.String(), Pause: o.pause.String(), ResumeBoundS: o.resumeBound.Seconds(),
-		TermBoundS: o.termBound.Seconds(), DrainTimeoutS: o.drain.Seconds(), RequestTimeout: o.timeout.Seconds(),
-		Store: o.store, Nodes: o.nodes, LeaseTTLS: r.ttl.Seconds(), LongPauses: o.longPauses, WatchdogInterval: watchdog.String()}
-	if o.dsn != "" {
-		params.DSN = pgstore.RedactDSN(o.dsn)
+	r.params = Params{Seed: o.Seed, DurationS: o.Duration.Seconds(), Concurrency: o.Concurrency,
+		FaultEvery: o.FaultEvery.String(), Faults: o.Faults.String(), Pause: o.Pause.String(), ResumeBoundS: o.ResumeBound.Seconds(),
+		TermBoundS: o.TermBound.Seconds(), DrainTimeoutS: o.DrainTimeout.Seconds(), RequestTimeout: o.RequestTimeout.Seconds(),
+		Store: o.Store, Nodes: o.Nodes, LeaseTTLS: r.ttl.Seconds(), LongPauses: o.LongPauses, WatchdogInterval: watchdog.String()}
+	if o.DSN != "" {
+		r.params.DSN = pgstore.RedactDSN(o.DSN)
 	}
-	if o.longPauses > 0 {
-		params.LongPause = o.longPause.String()
+	if o.LongPauses > 0 {
+		r.params.LongPause = o.LongPause.String()
 	}
-	if o.faults.has(faultPgRestart) {
-		params.PgRecoverBoundS = o.pgRecoverBound.Seconds()
+	if o.Faults.Has(FaultPgRestart) {
+		r.params.PgRecoverBoundS = o.PgRecoverBound.Seconds()
 	}
-	if o.faults.has(faultPartition) {
-		params.Partition = o.partition.String()
+	if o.Faults.Has(FaultPartition) {
+		r.params.Partition = o.Partition.String()
 	}
-	if err := r.bf.emit(r.cmd.OutOrStdout(), benchOutput{Bench: "chaos", Started: r.began, Machine: r.bf.thisMachine(), Params: params, Result: res},
-		chaosTables(res)...); err != nil {
-		return err
-	}
+	r.checked = true
 	if n := len(res.Violations); n > 0 {
 		r.keep = true
 		kept := ""
-		if o.dsn != "" {
+		if o.DSN != "" {
 			kept = fmt.Sprintf("; the Runs stay in schema %s of the --dsn database (DROP SCHEMA %s CASCADE when done)", r.store.schema, r.store.schema)
 		}
-		return fmt.Errorf("bench chaos: seed %d: %d violations (work dir kept: %s%s):\n  %s", o.seed, n, r.dir, kept, strings.Join(firstN(res.Violations, 20), "\n  "))
+		return fmt.Errorf("bench chaos: seed %d: %d violations (work dir kept: %s%s):\n  %s", o.Seed, n, r.dir, kept, strings.Join(firstN(res.Violations, 20), "\n  "))
 	}
-	if o.dsn != "" {
+	if o.DSN != "" {
 		if err := r.store.dropSchema(context.WithoutCancel(r.ctx)); err != nil {
 			r.progressf("chaos: dropping schema %s of the --dsn database: %v (drop it with DROP SCHEMA %s CASCADE)", r.store.schema, err, r.store.schema)
 		}
@@ -346,22 +381,22 @@ func (r *chaosRun) run() error {
 // of each kind.
 func (r *chaosRun) faults() error {
 	o := r.o
-	rng := rand.New(rand.NewPCG(o.seed, 0))
+	rng := rand.New(rand.NewPCG(o.Seed, 0))
 	// The first faults are each kind once, in a seeded order, so that even
 	// a short run has every kind (the run goes on until they are done);
 	// then the kinds are random.
-	first := append(faultKinds(nil), o.faults...)
+	first := append(FaultKinds(nil), o.Faults...)
 	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
-	end := r.began.Add(o.duration)
+	end := r.began.Add(o.Duration)
 	for n := 1; ; n++ {
-		next := o.faultEvery.draw(rng)
+		next := o.FaultEvery.draw(rng)
 		if n > len(first) && time.Now().Add(next).After(end) {
 			return r.wait(time.Until(end)) // the rest of the chaos phase, with no fault
 		}
 		if err := r.wait(next); err != nil {
 			return err
 		}
-		kind := o.faults[rng.IntN(len(o.faults))]
+		kind := o.Faults[rng.IntN(len(o.Faults))]
 		if n <= len(first) {
 			kind = first[n-1]
 		}
@@ -374,16 +409,16 @@ func (r *chaosRun) faults() error {
 		}
 		var err error
 		switch kind {
-		case faultKill:
+		case FaultKill:
 			err = r.kill(node)
-		case faultTerm:
+		case FaultTerm:
 			err = r.term(node)
-		case faultPause:
+		case FaultPause:
 			err = r.pause(node, rng)
-		case faultPgRestart:
+		case FaultPgRestart:
 			err = r.pgRestart()
-		case faultPartition:
-			err = r.partition(node, o.partition.draw(rng))
+		case FaultPartition:
+			err = r.partition(node, o.Partition.draw(rng))
 		}
 		if err != nil {
 			return err
@@ -409,7 +444,7 @@ func (r *chaosRun) wait(d time.Duration) error {
 		r.lastProgress = time.Now()
 		acked, _ := r.clients.snapshot()
 		pg := ""
-		if r.o.store == config.DriverPostgres {
+		if r.o.Store == config.DriverPostgres {
 			pg = fmt.Sprintf(", PostgreSQL restarts %d, partitions %d, lease-lost exits %d", r.res.PgRestarts, r.res.Partitions, r.res.LeaseLostExits)
 		}
 		r.progressf("chaos: %s runs submitted %d, acknowledged %d; kills %d, pauses %d, graceful restarts %d%s",
@@ -435,18 +470,18 @@ func (r *chaosRun) supervise() error {
 		owner, _ := n.incarnation()
 		lost, why := n.exitedForLostLease(p)
 		now := time.Now()
-		d := chaosDeath{Node: n.idx, Kind: "exit", Owner: owner, at: now}
+		d := Death{Node: n.idx, Kind: "exit", Owner: owner, at: now}
 		switch mark := r.lastPause[n.idx]; {
 		case !lost:
 			r.violations = append(r.violations, fmt.Sprintf("node %d exited by itself at %s: %s", n.idx, r.since(now), why))
 			r.progressf("chaos: %s node %d: VIOLATION: it exited by itself: %s", r.since(now), n.idx, why)
 		case owner != "" && mark.owner == owner:
-			d.Kind, d.at, d.PauseS = faultPause, mark.at, mark.d.Seconds()
+			d.Kind, d.at, d.PauseS = FaultPause, mark.at, mark.d.Seconds()
 			r.res.LeaseLostExits++
 			r.res.PausesPastLease++
 			r.progressf("chaos: %s node %d exited 1: its lease expired while it was paused for %s; starting it again", r.since(now), n.idx, mark.d.Round(time.Millisecond))
-		case !r.lastPgRestart.IsZero() && now.Sub(r.lastPgRestart) < r.ttl+r.o.pgRecoverBound:
-			d.Kind, d.at = faultPgRestart, r.lastPgRestart
+		case !r.lastPgRestart.IsZero() && now.Sub(r.lastPgRestart) < r.ttl+r.o.PgRecoverBound:
+			d.Kind, d.at = FaultPgRestart, r.lastPgRestart
 			r.res.LeaseLostExits++
 			r.progressf("chaos: %s node %d exited 1: it could not renew its lease while PostgreSQL restarted; starting it again", r.since(now), n.idx)
 		default:
@@ -472,7 +507,7 @@ func (r *chaosRun) supervise() error {
 	for i, n := range exited {
 		if errs[i] != nil {
 			r.keep = true
-			return fmt.Errorf("bench chaos: seed %d: node %d did not come back after it exited: %w (work dir kept: %s)", r.o.seed, n.idx, errs[i], r.dir)
+			return fmt.Errorf("bench chaos: seed %d: node %d did not come back after it exited: %w (work dir kept: %s)", r.o.Seed, n.idx, errs[i], r.dir)
 		}
 		r.res.MaxReadyMS = max(r.res.MaxReadyMS, msf(ready[i]))
 	}
@@ -490,7 +525,7 @@ func (r *chaosRun) allRunning() bool {
 }
 
 func (r *chaosRun) died(n *chaosServer, kind, owner string, at time.Time, pause time.Duration) {
-	r.deaths = append(r.deaths, chaosDeath{Node: n.idx, Kind: kind, Owner: owner, at: at, AtS: at.Sub(r.began).Seconds(), PauseS: pause.Seconds()})
+	r.deaths = append(r.deaths, Death{Node: n.idx, Kind: kind, Owner: owner, at: at, AtS: at.Sub(r.began).Seconds(), PauseS: pause.Seconds()})
 }
 
 func (r *chaosRun) kill(n *chaosServer) error {
@@ -499,11 +534,11 @@ func (r *chaosRun) kill(n *chaosServer) error {
 	ready, err := n.kill()
 	if err != nil {
 		r.keep = true
-		return fmt.Errorf("bench chaos: seed %d: node %d did not come back after SIGKILL %d: %w (work dir kept: %s)", r.o.seed, n.idx, r.res.Kills+1, err, r.dir)
+		return fmt.Errorf("bench chaos: seed %d: node %d did not come back after SIGKILL %d: %w (work dir kept: %s)", r.o.Seed, n.idx, r.res.Kills+1, err, r.dir)
 	}
 	r.res.Kills++
 	r.res.MaxReadyMS = max(r.res.MaxReadyMS, msf(ready))
-	r.died(n, faultKill, owner, at, 0)
+	r.died(n, FaultKill, owner, at, 0)
 	r.progressf("chaos: %s kill %d: node %d SIGKILLed, restarted on the same store, ready in %s", r.since(at), r.res.Kills, n.idx, ready.Round(time.Millisecond))
 	return nil
 }
@@ -511,7 +546,7 @@ func (r *chaosRun) kill(n *chaosServer) error {
 func (r *chaosRun) term(n *chaosServer) error {
 	owner, _ := n.incarnation()
 	at := time.Now()
-	exited, stopErr := n.stop(r.o.termBound)
+	exited, stopErr := n.stop(r.o.TermBound)
 	if stopErr != nil {
 		r.violations = append(r.violations, fmt.Sprintf("graceful restart %d (node %d): %v", r.res.Restarts+1, n.idx, stopErr))
 		r.progressf("chaos: %s graceful restart %d: node %d: VIOLATION: %v", r.since(at), r.res.Restarts+1, n.idx, stopErr)
@@ -519,12 +554,12 @@ func (r *chaosRun) term(n *chaosServer) error {
 	ready, err := n.start()
 	if err != nil {
 		r.keep = true
-		return fmt.Errorf("bench chaos: seed %d: node %d did not come back after SIGTERM %d: %w (work dir kept: %s)", r.o.seed, n.idx, r.res.Restarts+1, err, r.dir)
+		return fmt.Errorf("bench chaos: seed %d: node %d did not come back after SIGTERM %d: %w (work dir kept: %s)", r.o.Seed, n.idx, r.res.Restarts+1, err, r.dir)
 	}
 	r.res.Restarts++
 	r.res.MaxExitMS = max(r.res.MaxExitMS, msf(exited))
 	r.res.MaxReadyMS = max(r.res.MaxReadyMS, msf(ready))
-	r.died(n, faultTerm, owner, at, 0)
+	r.died(n, FaultTerm, owner, at, 0)
 	r.progressf("chaos: %s graceful restart %d: node %d SIGTERMed, exited in %s, restarted on the same store, ready in %s", r.since(at), r.res.Restarts, n.idx, exited.Round(time.Millisecond), ready.Round(time.Millisecond))
 	return nil
 }
@@ -534,12 +569,12 @@ func (r *chaosRun) term(n *chaosServer) error {
 func (r *chaosRun) pause(n *chaosServer, rng *rand.Rand) error {
 	o := r.o
 	long := false
-	if o.longPauses > 0 {
-		long = rng.Float64() < o.longPauses || (r.res.Pauses == 0 && len(r.nodes) > 1)
+	if o.LongPauses > 0 {
+		long = rng.Float64() < o.LongPauses || (r.res.Pauses == 0 && len(r.nodes) > 1)
 	}
-	span := o.pause
+	span := o.Pause
 	if long {
-		span = o.longPause
+		span = o.LongPause
 	}
 	d := span.draw(rng)
 	pastLease := d >= r.ttl
@@ -547,10 +582,10 @@ func (r *chaosRun) pause(n *chaosServer, rng *rand.Rand) error {
 	at := time.Now()
 	r.lastPause[n.idx] = chaosPauseMark{owner: owner, at: at, d: d}
 	errorsBefore := r.clients.errors.get()
-	bound := o.resumeBound
+	bound := o.ResumeBound
 	if pastLease {
 		// It stops as for a SIGTERM, within the same bound.
-		bound = max(bound, o.termBound)
+		bound = max(bound, o.TermBound)
 	}
 	out, err := n.pause(d, bound, pastLease)
 	cutOff := r.clients.errors.get() - errorsBefore
@@ -563,7 +598,7 @@ func (r *chaosRun) pause(n *chaosServer, rng *rand.Rand) error {
 			r.died(n, "exit", owner, time.Now(), 0)
 			if _, err := n.start(); err != nil {
 				r.keep = true
-				return fmt.Errorf("bench chaos: seed %d: node %d did not come back after pause %d: %w (work dir kept: %s)", o.seed, n.idx, r.res.Pauses, err, r.dir)
+				return fmt.Errorf("bench chaos: seed %d: node %d did not come back after pause %d: %w (work dir kept: %s)", o.Seed, n.idx, r.res.Pauses, err, r.dir)
 			}
 		}
 		return nil
@@ -571,11 +606,11 @@ func (r *chaosRun) pause(n *chaosServer, rng *rand.Rand) error {
 	if out.leaseLost {
 		r.res.PausesPastLease++
 		r.res.LeaseLostExits++
-		r.died(n, faultPause, owner, at, d)
+		r.died(n, FaultPause, owner, at, d)
 		ready, err := n.start()
 		if err != nil {
 			r.keep = true
-			return fmt.Errorf("bench chaos: seed %d: node %d did not come back after pause %d: %w (work dir kept: %s)", o.seed, n.idx, r.res.Pauses, err, r.dir)
+			return fmt.Errorf("bench chaos: seed %d: node %d did not come back after pause %d: %w (work dir kept: %s)", o.Seed, n.idx, r.res.Pauses, err, r.dir)
 		}
 		r.res.MaxReadyMS = max(r.res.MaxReadyMS, msf(ready))
 		r.progressf("chaos: %s pause %d: node %d SIGSTOPped for %s (%d requests cut off; lease %s), exited 1 for its lost lease %s after SIGCONT, started again, ready in %s",
@@ -601,13 +636,13 @@ func (r *chaosRun) pgRestart() error {
 	lostBefore := r.res.LeaseLostExits
 	if err := r.store.restart(r.ctx); err != nil {
 		r.keep = true
-		return fmt.Errorf("bench chaos: seed %d: PostgreSQL did not come back after restart %d: %w (work dir kept: %s)", o.seed, r.res.PgRestarts+1, err, r.dir)
+		return fmt.Errorf("bench chaos: seed %d: PostgreSQL did not come back after restart %d: %w (work dir kept: %s)", o.Seed, r.res.PgRestarts+1, err, r.dir)
 	}
 	took := time.Since(t0)
 	restarted := time.Now()
 	r.res.PgRestarts++
-	rec := chaosPgRestart{AtS: t0.Sub(r.began).Seconds(), RestartMS: msf(took)}
-	deadline := t0.Add(o.pgRecoverBound)
+	rec := PgRestart{AtS: t0.Sub(r.began).Seconds(), RestartMS: msf(took)}
+	deadline := t0.Add(o.PgRecoverBound)
 	for {
 		if err := r.supervise(); err != nil {
 			return err
@@ -624,7 +659,7 @@ func (r *chaosRun) pgRestart() error {
 		}
 		if now.After(deadline) {
 			rec.Failed, rec.ErrorWindowS = failed, now.Sub(t0).Seconds()
-			r.violations = append(r.violations, fmt.Sprintf("PostgreSQL restart %d: the clients' requests still failed %s after it began (%d failed)", r.res.PgRestarts, o.pgRecoverBound, failed))
+			r.violations = append(r.violations, fmt.Sprintf("PostgreSQL restart %d: the clients' requests still failed %s after it began (%d failed)", r.res.PgRestarts, o.PgRecoverBound, failed))
 			r.progressf("chaos: %s PostgreSQL restart %d: VIOLATION: the clients' requests still fail", r.since(t0), r.res.PgRestarts)
 			break
 		}

@@ -1,4 +1,4 @@
-package bench
+package chaos
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 	"github.com/agenthost/agenthost/internal/serveproc"
 )
 
-// The chaos bench's clients: each submits Runs of a random kind, round
+// The chaos harness's clients: each submits Runs of a random kind, round
 // robin through the nodes, follows each one's event stream through a node
 // other than the one that acknowledged it (answering its approvals and
 // questions, and cancelling it, through any node), and retries every
@@ -115,6 +115,11 @@ type chaosClients struct {
 }
 
 type chaosTenant struct{ ID, Token string }
+
+// counter is an atomic count of the clients' doings.
+type counter struct{ atomic.Int64 }
+
+func (c *counter) get() int64 { return c.Load() }
 
 func newChaosClients(nodes []*chaosServer, tenants []chaosTenant, seed uint64, timeout time.Duration) *chaosClients {
 	dial := (&net.Dialer{Timeout: timeout}).DialContext

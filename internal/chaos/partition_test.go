@@ -1,4 +1,4 @@
-package bench
+package chaos
 
 import (
 	"context"
@@ -113,17 +113,5 @@ func TestChaosFindsATakeoverBeforeThePartitionedNodeGaveItsLeaseUp(t *testing.T)
 	}
 	if v := chaosCheckPartitions(marks, takeovers[:1], began); len(v) != 0 {
 		t.Fatalf("violations %q for a takeover after the lease was given up", v)
-	}
-}
-
-// The partition fault is refused, saying why, where it cannot be done.
-func TestChaosRefusesAPartitionWithoutPostgres(t *testing.T) {
-	_, err := runBench(t, t.TempDir(), "chaos", "--faults", "partition", "--duration", "1s")
-	if err == nil || !strings.Contains(err.Error(), "the partition fault cuts a node off from PostgreSQL: it needs --store postgres") {
-		t.Fatalf("--faults partition on Badger: %v", err)
-	}
-	_, err = runBench(t, t.TempDir(), "chaos", "--faults", "cut", "--duration", "1s")
-	if err == nil || !strings.Contains(err.Error(), "kill, pause, term, pgrestart and partition") {
-		t.Fatalf("--faults cut: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package chaos
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 // The invariants a crash leaves intact (docs/DESIGN.md §9) are checked
 // over each Run's event log, as the store holds it after the server
-// stopped, by loop.LogCheck: the chaos bench, bench recovery and
+// stopped, by loop.LogCheck: the chaos harness, bench recovery and
 // TestServeSurvivesKill9 share it. What needs more than the log (the
 // slow-job plugin's own execution counts, in its KV) is checked here.
 

@@ -1,4 +1,4 @@
-package bench
+package chaos
 
 import (
 	"bufio"
@@ -17,18 +17,19 @@ import (
 	"github.com/agenthost/agenthost/internal/serveproc"
 )
 
-// durRange is a flag that holds a range of durations, "3s-10s" (or one
-// duration, "5s"); draw picks one uniformly.
-type durRange struct{ lo, hi time.Duration }
+// DurRange is a range of durations, and a flag (a pflag.Value) that
+// holds one, "3s-10s" (or one duration, "5s"); draw picks one
+// uniformly. The zero DurRange stands for an option's default.
+type DurRange struct{ Lo, Hi time.Duration }
 
-func (r *durRange) String() string {
-	if r.lo == r.hi {
-		return r.lo.String()
+func (r *DurRange) String() string {
+	if r.Lo == r.Hi {
+		return r.Lo.String()
 	}
-	return r.lo.String() + "-" + r.hi.String()
+	return r.Lo.String() + "-" + r.Hi.String()
 }
 
-func (r *durRange) Set(s string) error {
+func (r *DurRange) Set(s string) error {
 	lo, hi, ok := strings.Cut(s, "-")
 	if !ok {
 		hi = lo
@@ -44,46 +45,46 @@ func (r *durRange) Set(s string) error {
 	if a <= 0 || b < a {
 		return fmt.Errorf("want a range of positive durations, low first, such as 3s-10s; got %q", s)
 	}
-	r.lo, r.hi = a, b
+	r.Lo, r.Hi = a, b
 	return nil
 }
 
-func (r *durRange) Type() string { return "range" }
+func (r *DurRange) Type() string { return "range" }
 
-func (r durRange) draw(rng *rand.Rand) time.Duration {
-	if r.hi == r.lo {
-		return r.lo
+func (r DurRange) draw(rng *rand.Rand) time.Duration {
+	if r.Hi == r.Lo {
+		return r.Lo
 	}
-	return r.lo + time.Duration(rng.Int64N(int64(r.hi-r.lo)+1))
+	return r.Lo + time.Duration(rng.Int64N(int64(r.Hi-r.Lo)+1))
 }
 
 // The kinds of fault: SIGKILL and restart, SIGSTOP then SIGCONT, a
 // graceful restart (SIGTERM, a clean exit, then start again), with
-// PostgreSQL a partition of a node from the database (chaos_partition.go),
-// and, when the store is the bench's own PostgreSQL server, a crash and
+// PostgreSQL a partition of a node from the database (partition.go),
+// and, when the store is the run's own PostgreSQL server, a crash and
 // restart of that server (pg_ctl restart -m immediate).
 const (
-	faultKill      = "kill"
-	faultPause     = "pause"
-	faultTerm      = "term"
-	faultPgRestart = "pgrestart"
-	faultPartition = "partition"
+	FaultKill      = "kill"
+	FaultPause     = "pause"
+	FaultTerm      = "term"
+	FaultPgRestart = "pgrestart"
+	FaultPartition = "partition"
 )
 
-// faultKinds is a flag that holds the kinds of fault a chaos run draws
-// from, a comma-separated list of kill, pause, term, pgrestart and
-// partition.
-type faultKinds []string
+// FaultKinds are the kinds of fault a chaos run draws from, and a flag
+// (a pflag.Value) that holds them, a comma-separated list of kill,
+// pause, term, pgrestart and partition.
+type FaultKinds []string
 
-func (f *faultKinds) String() string { return strings.Join(*f, ",") }
+func (f *FaultKinds) String() string { return strings.Join(*f, ",") }
 
-func (f *faultKinds) Set(s string) error {
+func (f *FaultKinds) Set(s string) error {
 	var kinds []string
 	seen := map[string]bool{}
 	for _, k := range strings.Split(s, ",") {
 		k = strings.TrimSpace(k)
 		switch k {
-		case faultKill, faultPause, faultTerm, faultPgRestart, faultPartition:
+		case FaultKill, FaultPause, FaultTerm, FaultPgRestart, FaultPartition:
 		default:
 			return fmt.Errorf("want a comma-separated list of kill, pause, term, pgrestart and partition; got %q", k)
 		}
@@ -96,9 +97,9 @@ func (f *faultKinds) Set(s string) error {
 	return nil
 }
 
-func (f *faultKinds) Type() string { return "kinds" }
+func (f *FaultKinds) Type() string { return "kinds" }
 
-func (f faultKinds) has(kind string) bool {
+func (f FaultKinds) Has(kind string) bool {
 	for _, k := range f {
 		if k == kind {
 			return true
@@ -107,7 +108,7 @@ func (f faultKinds) has(kind string) bool {
 	return false
 }
 
-// chaosServer is one `agenthost serve` node the chaos bench kills, pauses
+// chaosServer is one `agenthost serve` node the chaos harness kills, pauses
 // and restarts (on the same data dir, or the same PostgreSQL database);
 // the clients ask it for its current address. It is safe for concurrent
 // use.

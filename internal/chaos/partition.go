@@ -1,4 +1,4 @@
-package bench
+package chaos
 
 import (
 	"fmt"
@@ -145,7 +145,7 @@ func (r *chaosRun) partition(n *chaosServer, d time.Duration) error {
 	r.res.Partitions++
 	cutOff := r.clients.errors.get() - errorsBefore
 	r.partitions = append(r.partitions, chaosPartitionMark{node: n.idx, owner: owner, at: at, lostAt: lostAt})
-	r.died(n, faultPartition, owner, at, 0)
+	r.died(n, FaultPartition, owner, at, 0)
 	violation := func(format string, args ...any) {
 		v := fmt.Sprintf("partition %d (node %d, %s): ", r.res.Partitions, n.idx, d.Round(time.Millisecond)) + fmt.Sprintf(format, args...)
 		r.violations = append(r.violations, v)
@@ -157,10 +157,10 @@ func (r *chaosRun) partition(n *chaosServer, d time.Duration) error {
 		r.res.MaxLeaseGivenUpMS = max(r.res.MaxLeaseGivenUpMS, msf(lostAt.Sub(at)))
 	}
 	p := n.current()
-	_, exitErr := p.WaitExit(o.termBound)
+	_, exitErr := p.WaitExit(o.TermBound)
 	exited := time.Now()
 	if exitErr != nil {
-		violation("it still ran %s after the partition healed: a node that gave its lease up must exit 1", o.termBound)
+		violation("it still ran %s after the partition healed: a node that gave its lease up must exit 1", o.TermBound)
 		p.Kill()
 	} else if lost, why := n.exitedForLostLease(p); !lost {
 		violation("%s", why)
@@ -171,7 +171,7 @@ func (r *chaosRun) partition(n *chaosServer, d time.Duration) error {
 	ready, err := n.start()
 	if err != nil {
 		r.keep = true
-		return fmt.Errorf("bench chaos: seed %d: node %d did not come back after partition %d: %w (work dir kept: %s)", o.seed, n.idx, r.res.Partitions, err, r.dir)
+		return fmt.Errorf("bench chaos: seed %d: node %d did not come back after partition %d: %w (work dir kept: %s)", o.Seed, n.idx, r.res.Partitions, err, r.dir)
 	}
 	r.res.MaxReadyMS = max(r.res.MaxReadyMS, msf(ready))
 	gaveUp := "never"
