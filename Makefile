@@ -1,8 +1,10 @@
 # agenthost — build, test, lint and benchmark.
 #
 #   make build   compile every package and the agenthost binary into bin/
+#   make check   the everyday loop: gofmt, go vet and go test -short ./... (no installs,
+#                no PostgreSQL, no browser, no chaos, no C or AssemblyScript builds)
 #   make test    deps, lint, warm the test cache, then every test (race-enabled, with the
-#                runtime's invariant checks), fuzz seed corpora included
+#                runtime's invariant checks), fuzz seed corpora included: what CI runs
 #   make deps    install what the tests need when it is missing (scripts/deps.sh)
 #   make warm-cache  build the conformance plugins and fill the wazero cache, without -race
 #   make lint    gofmt -l, go vet and go mod tidy -diff; fails on any finding
@@ -24,7 +26,7 @@ TESTFLAGS ?=
 PLUGINS  := build/plugins
 QUESTION ?= What is (2+3)*4?
 
-.PHONY: build test deps lint bench clean warm-cache plugins plugins-c plugins-as run
+.PHONY: build check fmt-check test deps lint bench clean warm-cache plugins plugins-c plugins-as run
 
 build:
 	$(GO) build ./...
@@ -37,11 +39,13 @@ build:
 deps:
 	@sh scripts/deps.sh
 
-lint:
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
-	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+lint: fmt-check
 	$(GO) vet ./...
 	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy and commit the result"; $(GO) mod tidy -diff; exit 1; }
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 # Compiling Wasm under -race is about 11x slower (docs/DESIGN.md §9): build the
 # conformance plugins and compile them into the shared on-disk wazero cache
@@ -93,6 +97,14 @@ plugins-as:
 run: plugins
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 	$(BIN)/agenthost run --config config.example.yaml "$(QUESTION)"
+
+# The everyday tier, for a person changing a package: -short skips what
+# needs PostgreSQL, a browser, clang or node, and the crash, cluster, chaos
+# and hostile-client tests (conformance.SkipInShort says which), and it
+# installs nothing. make test runs all of it.
+check: fmt-check
+	$(GO) vet ./...
+	$(GO) test -short -count=1 -timeout 10m $(TESTFLAGS) ./...
 
 # -tags invariants turns the runtime's bookkeeping checks into panics
 # (runtime/internal/attempts/invariants_on.go).

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
 )
 
 // ListExamplePlugins returns the names of the example plugins, sorted: the
@@ -37,6 +38,43 @@ func ListExamplePlugins() ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// SkipInShort skips tb under -short, the tier of make check (the
+// everyday loop: no installs, no PostgreSQL, no browser, no chaos, a few
+// minutes), saying what it leaves out; make test runs everything.
+func SkipInShort(tb testing.TB, what string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("-short (make check) leaves out %s: make test runs it", what)
+	}
+}
+
+// ExampleWasm is BuildExampleWasm for a test: a build error fails tb.
+// Under -short (make check, which installs nothing) it skips tb for a C or
+// AssemblyScript example, whose toolchain make check does not install;
+// make test builds and checks them all.
+func ExampleWasm(tb testing.TB, name string) string {
+	tb.Helper()
+	if testing.Short() && !IsGoExample(name) {
+		tb.Skipf("-short (make check) builds no C or AssemblyScript plugin such as %s: make test builds and checks it", name)
+	}
+	p, err := BuildExampleWasm(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// IsGoExample reports whether examples/plugins/NAME is built from Go
+// sources, with nothing but the Go toolchain.
+func IsGoExample(name string) bool {
+	root, err := moduleRoot()
+	if err != nil {
+		return false
+	}
+	gofiles, _ := filepath.Glob(filepath.Join(root, "examples", "plugins", name, "*.go"))
+	return len(gofiles) > 0
 }
 
 // BuildExampleWasm builds the example plugin examples/plugins/NAME and

@@ -215,6 +215,28 @@ func (e *RuntimeEnv) UntilTerminal(rt *runtime.Runtime, runID string, step time.
 	return loop.Run{}
 }
 
+// WaitUntil polls cond until it reports true, failing tb at the deadline
+// with what it waited for and cond's last error. The poll interval is a
+// condition check's cadence, not a wait for time to pass.
+func WaitUntil(tb testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		if time.Now().After(deadline) {
+			tb.Fatalf("waited %s for %s; last error: %v", timeout, what, last)
+		}
+		<-tick.C
+	}
+}
+
 // Eventually waits for cond, failing the test after a deadline.
 func Eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()

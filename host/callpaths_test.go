@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -307,6 +308,9 @@ func TestCallPathsAgree(t *testing.T) {
 
 	for _, cp := range plugins {
 		t.Run(cp.name, func(t *testing.T) {
+			if testing.Short() && !conformance.IsGoExample(cp.name) && !slices.Contains(conformance.Plugins, cp.name) {
+				t.Skipf("-short (make check) builds no C or AssemblyScript plugin such as %s: make test checks it", cp.name)
+			}
 			path, err := cp.wasm()
 			if err != nil {
 				t.Fatalf("building %s: %v", cp.name, err)

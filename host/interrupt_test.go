@@ -125,10 +125,7 @@ func TestInstrumentLoopsCoversEveryPlugin(t *testing.T) {
 		paths = append(paths, pluginPath(t, name))
 	}
 	for _, dir := range []string{"calculator", "calculator-c", "calculator-as", "prompt-builder", "scripted-model", "slow-job", "openai"} {
-		p, err := conformance.BuildExampleWasm(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := conformance.ExampleWasm(t, dir)
 		paths = append(paths, p)
 	}
 	for _, p := range paths {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
@@ -93,6 +94,7 @@ func TestAChangeReachesTheOtherInstancesNotItsOwn(t *testing.T) {
 // under two Stores: the listener reconnects, delivers a Rescan, and later
 // changes arrive again.
 func TestTheFeedReconnectsAfterARestartAndSaysRescan(t *testing.T) {
+	conformance.SkipInShort(t, "starting a PostgreSQL server")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv, err := pgserver.Start(ctx, pgserver.Options{})

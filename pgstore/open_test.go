@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
@@ -85,6 +86,7 @@ func TestOpenOfAnUnreachableServerSaysSoWithoutThePassword(t *testing.T) {
 // every call fails with runtime.ErrStoreUnavailable (KVGet too, never a
 // nil value), and the Store still closes.
 func TestAServerGoneIsStoreUnavailable(t *testing.T) {
+	conformance.SkipInShort(t, "starting a PostgreSQL server")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, err := pgserver.Start(ctx, pgserver.Options{})

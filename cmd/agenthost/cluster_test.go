@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/internal/serveproc"
@@ -234,6 +235,7 @@ func pendingSlowJob(run runView) bool {
 // event once and the end, nothing is settled twice, no job runs twice, and
 // the dead node's sessions are taken over within about one lease TTL.
 func TestThreeNodesSurviveAKill(t *testing.T) {
+	conformance.SkipInShort(t, "three serve nodes on PostgreSQL")
 	const runs = 30
 	c := startCluster(t, 3)
 	const victim = 0
@@ -329,6 +331,7 @@ func TestThreeNodesSurviveAKill(t *testing.T) {
 // it), run none of their jobs again (the slow-job plugin's own counts),
 // and, its lease gone, exit 1 for its supervisor to restart it.
 func TestPausedNodeIsFenced(t *testing.T) {
+	conformance.SkipInShort(t, "three serve nodes on PostgreSQL")
 	const runs = 6
 	c := startCluster(t, 2)
 	const paused, other = 0, 1

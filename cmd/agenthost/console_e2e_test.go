@@ -40,6 +40,7 @@ const (
 // repeating an event. The browser's screenshots of each step are kept,
 // and their directory printed, when it fails.
 func TestConsoleInABrowser(t *testing.T) {
+	conformance.SkipInShort(t, "the console in a browser")
 	for _, need := range []struct{ file, what string }{
 		{chromiumPath, "chromium (apt-get install -y chromium; make deps does it)"},
 		{"/usr/bin/node", "node (apt-get install -y nodejs npm; make deps does it)"},
@@ -173,10 +174,7 @@ func consoleConfig(t *testing.T, dir string) string {
 	t.Helper()
 	ex := map[string]string{}
 	for _, name := range []string{"prompt-builder", "scripted-model", "calculator", "slow-job"} {
-		p, err := conformance.BuildExampleWasm(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := conformance.ExampleWasm(t, name)
 		ex[name] = p
 	}
 	return writeConfig(t, dir, `

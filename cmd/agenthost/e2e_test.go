@@ -193,10 +193,7 @@ func TestRunExamplesEndToEnd(t *testing.T) {
 	bin := buildBinary(t)
 	paths := map[string]string{}
 	for _, name := range []string{"prompt-builder", "scripted-model", "calculator"} {
-		p, err := conformance.BuildExampleWasm(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := conformance.ExampleWasm(t, name)
 		paths[name] = p
 	}
 	base := `

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/badgerstore"
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/loop"
 )
@@ -35,6 +36,7 @@ import (
 // Runs' lives the crash falls), not a wait for a condition. Set
 // AGENTHOST_KILL9_SEED to replay a seed.
 func TestServeSurvivesKill9(t *testing.T) {
+	conformance.SkipInShort(t, "SIGKILLing serve under load")
 	const (
 		runs  = 60
 		kills = 4

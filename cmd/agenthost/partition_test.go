@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/pgstore"
@@ -75,6 +76,7 @@ func storedLeaseEnd(t *testing.T, dsn, nodeID string) time.Time {
 // its sessions over and every Run completes, each job run once by the
 // slow-job plugin's own counts.
 func TestANodeCutOffFromPostgresStopsTrustingItsLeaseBeforeItRunsOut(t *testing.T) {
+	conformance.SkipInShort(t, "partitions from PostgreSQL")
 	const runs = 6
 	const cut = 0
 	ctx := context.Background()

@@ -44,10 +44,7 @@ func runCLIStdin(t *testing.T, bin, stdin string, args ...string) result {
 // question says `use calculate {…}`.
 func TestPluginCallAndUseWithTheAssemblyScriptExample(t *testing.T) {
 	bin := buildBinary(t)
-	calc, err := conformance.BuildExampleWasm("calculator-as")
-	if err != nil {
-		t.Fatal(err)
-	}
+	calc := conformance.ExampleWasm(t, "calculator-as")
 	cache := conformance.WazeroCacheDir()
 	dir := t.TempDir()
 	call := func(args ...string) result {

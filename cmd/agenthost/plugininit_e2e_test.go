@@ -43,6 +43,9 @@ func TestPluginInitBuildsAndVerifiesEveryLanguage(t *testing.T) {
 		name := "word-tools-" + map[string]string{"go": "go", "c": "c", "assemblyscript": "as"}[lang]
 		dir := filepath.Join(root, name)
 		t.Run(lang, func(t *testing.T) {
+			if lang != "go" {
+				conformance.SkipInShort(t, "building a "+lang+" plugin, whose toolchain make check does not install")
+			}
 			r := runCLI(t, bin, nil, "plugin", "init", "--lang", lang, name, dir)
 			if r.code != 0 {
 				t.Fatalf("plugin init exit %d", r.code)
@@ -106,7 +109,7 @@ func TestPluginInitBuildsAndVerifiesEveryLanguage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--lang", "c", "word-tools-c", filepath.Join(root, "word-tools-c")}, "plugin init: " + filepath.Join(root, "word-tools-c") + " already exists and is not empty"},
+		{[]string{"--lang", "c", "word-tools-c", filepath.Join(root, "word-tools-go")}, "plugin init: " + filepath.Join(root, "word-tools-go") + " already exists and is not empty"},
 		{[]string{"--lang", "go", "Word", filepath.Join(root, "w")}, `plugin init: the plugin name "Word" has 'W' at byte 1`},
 		{[]string{"--lang", "rust", "w", filepath.Join(root, "w")}, `plugin init: --lang "rust" is not a language init writes: want one of go, c, assemblyscript`},
 		{[]string{"w"}, "plugin init: --lang is required"},
@@ -138,10 +141,7 @@ func toolRunConfig(t *testing.T, cache, name, path string) string {
 	t.Helper()
 	paths := map[string]string{}
 	for _, example := range []string{"prompt-builder", "scripted-model"} {
-		p, err := conformance.BuildExampleWasm(example)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := conformance.ExampleWasm(t, example)
 		paths[example] = p
 	}
 	return writeConfig(t, t.TempDir(), `

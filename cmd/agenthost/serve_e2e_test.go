@@ -37,10 +37,7 @@ const hostileCallTimeout = 10 * time.Second
 //   - small may have one active Run and 30 model tokens in all.
 func e2eConfig(t *testing.T, dir string) *config.Config {
 	t.Helper()
-	slowJob, err := conformance.BuildExampleWasm("slow-job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	slowJob := conformance.ExampleWasm(t, "slow-job")
 	tenant := func(id, token, extra string) string {
 		return `
   ` + id + `:

@@ -14,27 +14,8 @@ import (
 	"github.com/agenthost/agenthost/internal/serveproc"
 )
 
-// waitUntil polls cond until it reports true, failing the test at the
-// deadline with what it waited for and cond's last error. The poll
-// interval is a condition check's cadence, not a wait for time to pass.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last error: %v", timeout, what, last)
-		}
-		<-tick.C
-	}
-}
+// waitUntil polls cond until it holds, failing the test at the deadline.
+var waitUntil = conformance.WaitUntil
 
 // apiClient speaks to an agenthost server as one tenant: the benches'
 // client (Do), with the tests' helpers.
@@ -201,10 +182,7 @@ func slowJobServeConfig(t *testing.T, dir, token, extra string) string {
 	t.Helper()
 	paths := map[string]string{}
 	for _, name := range []string{"prompt-builder", "scripted-model", "slow-job"} {
-		p, err := conformance.BuildExampleWasm(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := conformance.ExampleWasm(t, name)
 		paths[name] = p
 	}
 	return writeConfig(t, dir, `

@@ -7,12 +7,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/conformance"
 )
 
 // A serve paused for longer than its lease can no longer commit: it must
 // not go on answering as if it could. It exits 1 once it runs again, and
 // the restart's recovery finishes what was in flight.
 func TestServeExitsWhenItsLeaseExpires(t *testing.T) {
+	conformance.SkipInShort(t, "pausing serve past its lease")
 	bin := buildBinary(t)
 	const token = "lease-token"
 	dir := t.TempDir()

@@ -61,10 +61,7 @@ func restart(t testing.TB, clock *conformance.FakeClock, kv *conformance.MemStor
 // example is part of what make test checks.
 func wasmPath(t testing.TB, dir string) string {
 	t.Helper()
-	p, err := conformance.BuildExampleWasm(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := conformance.ExampleWasm(t, dir)
 	return p
 }
 

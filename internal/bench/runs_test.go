@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/config"
 	"github.com/agenthost/agenthost/internal/pgserver"
 )
@@ -136,6 +137,7 @@ func TestBenchRunsOnPostgres(t *testing.T) {
 // postgres` starts a throwaway server and reports the ratio against bare
 // PostgreSQL in its table.
 func TestBenchRunsStartsItsOwnPostgres(t *testing.T) {
+	conformance.SkipInShort(t, "starting a PostgreSQL server")
 	out, err := runBench(t, t.TempDir(), "runs", "--store", "postgres", "--in-process", "--runs", "4", "--concurrency", "2", "--rounds", "1")
 	if err != nil {
 		t.Fatal(err)

@@ -53,6 +53,7 @@ func TestFindBinaries(t *testing.T) {
 }
 
 func TestAServerServesDatabasesSurvivesACrashRestartAndIsGoneAfterStop(t *testing.T) {
+	skipInShort(t)
 	t.Parallel()
 	ctx := testContext(t)
 	srv, err := Start(ctx, Options{})
@@ -126,6 +127,7 @@ func TestCreateDatabaseRefusesNamesThatNeedQuoting(t *testing.T) {
 }
 
 func TestNewDatabaseIsFreshAndDroppedByCleanup(t *testing.T) {
+	skipInShort(t)
 	t.Parallel()
 	var dsns []string
 	t.Run("uses", func(t *testing.T) {
@@ -161,11 +163,22 @@ func TestNewDatabaseIsFreshAndDroppedByCleanup(t *testing.T) {
 	}
 }
 
+// skipInShort skips a test that starts a server under -short (make
+// check), as Require does.
+func skipInShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(ShortSkipMessage)
+	}
+}
+
 // fakeTB records what the helpers do with a TB.
 type fakeTB struct {
-	fatals, logs []string
-	cleanups     []func()
+	fatals, logs, skips []string
+	cleanups            []func()
 }
+
+func (f *fakeTB) Skip(a ...any) { f.skips = append(f.skips, fmt.Sprint(a...)) }
 
 func (f *fakeTB) Helper() {}
 func (f *fakeTB) Fatalf(format string, a ...any) {
@@ -178,6 +191,13 @@ const bogusDSN = "host=/nonexistent/agpg-bogus port=5432 user=postgres dbname=po
 
 func TestRequireFailsWithWhatToDoWhenAGENTHOST_TEST_PGDoesNotAnswer(t *testing.T) {
 	t.Setenv(EnvDSN, bogusDSN)
+	if testing.Short() {
+		var tb fakeTB
+		if srv := Require(&tb); srv != nil || len(tb.fatals) != 0 || len(tb.skips) != 1 || tb.skips[0] != ShortSkipMessage {
+			t.Fatalf("under -short Require returned %v, Fatalf %q, Skip %q; want a skip with %q", srv, tb.fatals, tb.skips, ShortSkipMessage)
+		}
+		return
+	}
 	for _, ci := range []string{"", "true"} {
 		t.Setenv("CI", ci)
 		var tb fakeTB
@@ -254,6 +274,7 @@ func deadPID(t *testing.T) int {
 }
 
 func TestStartRemovesTheServerOfADeadOwnerAndNothingElse(t *testing.T) {
+	skipInShort(t)
 	t.Parallel()
 	ctx := testContext(t)
 	orphanDir, err := os.MkdirTemp(tempBase(), dirPrefix)

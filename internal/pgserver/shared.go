@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -23,6 +24,20 @@ type TB interface {
 	Fatalf(format string, args ...any)
 	Cleanup(func())
 	Logf(format string, args ...any)
+	Skip(args ...any)
+}
+
+// ShortSkipMessage is what a test that needs PostgreSQL says when it is
+// skipped under -short, the tier of make check that starts no server.
+const ShortSkipMessage = "-short (make check) starts no PostgreSQL: make test runs this test"
+
+// Short reports whether this process is a test binary run with -short. It
+// reads the flag rather than calling testing.Short, because this package
+// is linked into the agenthost binary too, which must not link package
+// testing.
+func Short() bool {
+	f := flag.Lookup("test.short")
+	return f != nil && f.Value.String() == "true"
 }
 
 var shared struct {
@@ -104,10 +119,15 @@ func RunTests(m interface{ Run() int }) int {
 
 // Require is Shared for a test: on error it fails the test with tb.Fatalf
 // and the error, which says what to do (under CI=true the message starts
-// "CI needs PostgreSQL: "). A test never skips for want of a server. It
-// returns nil only when tb.Fatalf returns, which testing's does not.
+// "CI needs PostgreSQL: "). A test never skips for want of a server; it
+// is skipped only under -short (Short), which starts none. It returns nil
+// only when tb.Fatalf or tb.Skip returns, which testing's do not.
 func Require(tb TB) *Server {
 	tb.Helper()
+	if Short() {
+		tb.Skip(ShortSkipMessage)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv, err := Shared(ctx)

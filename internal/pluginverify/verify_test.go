@@ -64,10 +64,7 @@ func TestExamplePluginsPass(t *testing.T) {
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			path, err := conformance.BuildExampleWasm(name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			path := conformance.ExampleWasm(t, name)
 			s := open(t, path, Options{})
 			sum := conformance.PluginSuite(context.Background(), s, abicheck.Options{Limits: s.SuiteLimits()}, conformance.TestReporter(t))
 			if sum.Passed == 0 {

@@ -66,26 +66,8 @@ func halt(t *testing.T, rt *runtime.Runtime) {
 
 var quietLog = slog.New(slog.DiscardHandler)
 
-// waitUntil polls cond until it reports true, failing the test at the
-// deadline with what it waited for and cond's last error.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last error: %v", timeout, what, last)
-		}
-		<-tick.C
-	}
-}
+// waitUntil polls cond until it holds, failing the test at the deadline.
+var waitUntil = conformance.WaitUntil
 
 // waitRun polls a Run until cond holds.
 func waitRun(t *testing.T, st runtime.Store, tenant, id, what string, cond func(loop.Run) bool) {
