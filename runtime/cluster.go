@@ -31,6 +31,13 @@ func (rt *Runtime) joinFeed() {
 	}
 	cancel := feed.SubscribeChanges(rt.onChange)
 	rt.mu.Lock()
+	if rt.stopped {
+		// Stopped while subscribing: markStopped found no leaveFeed to
+		// call, so the subscription ends here.
+		rt.mu.Unlock()
+		cancel()
+		return
+	}
 	rt.shared, rt.leaveFeed = true, cancel
 	rt.mu.Unlock()
 }
