@@ -565,3 +565,40 @@ func TestEventsAfterASlowBuildCarryTheTimeAfterIt(t *testing.T) {
 		})
 	}
 }
+
+// A Run whose session driver is backing off after a store error is not
+// stuck: the driver will try again. The chaos bench on PostgreSQL saw the
+// watchdog report such a Run after a database restart, when two scans
+// fell inside one backoff of the driver. The watchdog must report only a
+// Run that nothing will move, and the Run completes once the driver
+// retries.
+func TestARunWhoseDriverIsBackingOffIsNotReportedStuck(t *testing.T) {
+	eachStoreWithFaults(t, func(t *testing.T, e *conformance.RuntimeEnv, fs *conformance.FaultStore) {
+		first := e.Execute("s1", "answer:one")
+		if first.Kind != runtime.ResultTerminal {
+			t.Fatalf("first run %s", first.Kind)
+		}
+		conformance.Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() && e.Clock.Running() == 0 })
+		timers := e.Clock.Pending()
+		fs.FailNext("ActiveRuns", conformance.FaultError, 1)
+		run, _, err := e.Runtime.Submit(context.Background(), runtime.Request{Tenant: "acme", Session: "s1", Input: "answer:two"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The driver's read failed: it waits for its backoff on the fake
+		// clock, which does not move until the test moves it.
+		conformance.Eventually(t, "the driver to back off", func() bool {
+			return len(fs.Injected()) == 1 && e.Clock.Pending() > timers && e.Clock.Running() == 0
+		})
+		if n := e.Runtime.WatchdogScan(context.Background()) + e.Runtime.WatchdogScan(context.Background()); n != 0 {
+			t.Fatalf("the watchdog reported %d Runs while the session's driver was backing off to retry", n)
+		}
+		done := storedTerminal(t, e, run.ID)
+		if done.Status != loop.StatusCompleted {
+			t.Fatalf("run %s (%+v)", done.Status, done.Failure)
+		}
+		if n := e.Runtime.Recovery().WatchdogReports; n != 0 {
+			t.Fatalf("%d watchdog reports", n)
+		}
+	})
+}

@@ -72,6 +72,16 @@ func (t *sessionTable) claimed(tenant, session string) (uint64, bool) {
 	return 0, false
 }
 
+// driven reports whether a driver of this process is on the session, or
+// will be (kicked while driven): whatever stops it now, a backoff after a
+// store error or a wait for a slot, it looks at the session again.
+func (t *sessionTable) driven(tenant, session string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[sessionKey(tenant, session)]
+	return s != nil && (s.driving || s.dirty)
+}
+
 // setClaim records this node's claim on a session.
 func (t *sessionTable) setClaim(tenant, session string, epoch uint64) {
 	t.mu.Lock()

@@ -155,11 +155,12 @@ func (w *watchdog) keepOnly(seen map[string]bool) {
 	}
 }
 
-// stuck reports whether nothing will move a head Run on: no effect this
-// process calls, watches or settles, no person awaited, no effect timer,
-// and no advance running or holding its lock.
+// stuck reports whether nothing will move a head Run on: no driver on
+// its session (a driver backing off after a store error tries again), no
+// effect this process calls, watches or settles, no person awaited, no
+// effect timer, and no advance running or holding its lock.
 func (rt *Runtime) stuck(run loop.Run) bool {
-	if run.Status.Terminal() {
+	if run.Status.Terminal() || rt.sessions.driven(run.Tenant, run.Session) {
 		return false
 	}
 	rk := runKey(run.Tenant, run.ID)
