@@ -52,6 +52,9 @@ func NewCommand(version string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure agenthost end to end: Runs, HTTP, recovery, plugin calls, chaos",
+		// An error is no misuse: the usage would only bury it, and after
+		// --json it would corrupt the JSON on stdout.
+		SilenceUsage: true,
 		Long: `bench measures the real binary's figures, each against a baseline measured in
 the same run (bare Badger or PostgreSQL, raw wazero, the extism go-sdk), and
 prints a table (or JSON with --json). Progress goes to stderr.

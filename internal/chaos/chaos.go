@@ -513,6 +513,7 @@ func chaosReadLog(path string, res *Result) []string {
 	}
 	defer f.Close()
 	var out []string
+	stuck := 0
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
 	for sc.Scan() {
@@ -526,6 +527,11 @@ func chaosReadLog(path string, res *Result) []string {
 			res.SessionsTaken++
 		case strings.Contains(line, "watchdog: run is stuck"):
 			res.Watchdog++
+			// The first few lines themselves, so that a failed run in a
+			// test whose work dir is gone still says which Run and when.
+			if stuck++; stuck <= 3 {
+				out = append(out, "a watchdog report in "+path+": "+line)
+			}
 		case strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:"):
 			out = append(out, "the server log has a Go "+line)
 		}

@@ -1,6 +1,9 @@
 package chaos
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -223,5 +226,32 @@ func TestOptionsCheck(t *testing.T) {
 				t.Fatalf("Check(%+v) = %v, want an error with %q", o, err, c.want)
 			}
 		})
+	}
+}
+
+// A node's log is read for what it reports: recovery decisions, takeovers,
+// watchdog reports (each quoted, the first three, so that a run whose work
+// dir a test removed still says which Run was stuck) and panics.
+func TestChaosReadLogQuotesWatchdogReports(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "serve.log")
+	stuck := `time=2026-12-03T17:52:40Z level=ERROR msg="watchdog: run is stuck: not terminal, nothing in flight, nothing awaited, no timer; driving it again" tenant=alpha session=s7 run=run_x status=running seq=9`
+	lines := []string{
+		`time=2026-12-03T17:52:30Z level=INFO msg="recovery decision" decision=attach effect=run_a.t1.0`,
+		`time=2026-12-03T17:52:31Z level=INFO msg="recovery: session taken over" tenant=alpha session=s1`,
+		stuck, stuck, stuck, stuck,
+		"panic: boom",
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := &Result{Recovery: map[string]int{}}
+	got := chaosReadLog(path, res)
+	if res.Watchdog != 4 || res.SessionsTaken != 1 || res.Recovery["attach"] != 1 {
+		t.Errorf("counted %d watchdog reports, %d takeovers, recovery %v; want 4, 1, attach 1", res.Watchdog, res.SessionsTaken, res.Recovery)
+	}
+	want := []string{"a watchdog report in " + path + ": " + stuck, "a watchdog report in " + path + ": " + stuck,
+		"a watchdog report in " + path + ": " + stuck, "the server log has a Go panic: boom"}
+	if !slices.Equal(got, want) {
+		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
