@@ -33,8 +33,8 @@ build:
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 
 # What the tests need beyond Go (the C toolchain for the C example, node and
-# npm for the AssemblyScript one and the console's browser test, chromium for
-# that test, postgresql for pgstore's): installed with apt-get as root on Debian/Ubuntu, else the exact command to run is
+# npm for the AssemblyScript one, the console's browser test and redocly lint
+# of the API's OpenAPI document, chromium for the browser test, postgresql for pgstore's): installed with apt-get as root on Debian/Ubuntu, else the exact command to run is
 # printed and make stops. Instant when everything is there.
 deps:
 	@sh scripts/deps.sh

@@ -15,9 +15,11 @@
 # (examples/plugins/calculator-c) that the tests verify; nodejs and npm,
 # which build the AssemblyScript one (examples/plugins/calculator-as: its
 # build.sh installs the compiler and Extism's PDK from package-lock.json
-# with npm ci, into its node_modules/, the first time it runs), and the web
+# with npm ci, into its node_modules/, the first time it runs), the web
 # console's browser test (internal/console/testdata/e2e:
-# playwright-core, by npm ci the first time); chromium, the browser that
+# playwright-core, by npm ci the first time), and the lint of the API's
+# OpenAPI document (internal/httpapi/testdata/openapi: @redocly/cli, by
+# npm ci the first time); chromium, the browser that the console's
 # test drives (Debian's, at /usr/bin/chromium; playwright downloads
 # none); and postgresql,
 # whose server (initdb, pg_ctl) runs the pgstore tests: internal/pgserver

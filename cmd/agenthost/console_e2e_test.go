@@ -54,7 +54,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	npmCI(t, e2eDir)
+	conformance.NPMCI(t, e2eDir, "playwright-core")
 
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -139,30 +139,6 @@ func TestConsoleInABrowser(t *testing.T) {
 		if strings.Contains(line, "status=429") || strings.Contains(line, "status=413") {
 			t.Errorf("a request was refused for a limit: %s", line)
 		}
-	}
-}
-
-// npmCI installs the browser test's packages (playwright-core, at the
-// version package-lock.json pins) when node_modules was not installed
-// from this package-lock.json; it needs the npm registry, or npm's cache,
-// the first time.
-func npmCI(t *testing.T, dir string) {
-	t.Helper()
-	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stamp := filepath.Join(dir, "node_modules", ".installed-package-lock.json")
-	if have, err := os.ReadFile(stamp); err == nil && bytes.Equal(have, lock) {
-		return
-	}
-	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--prefer-offline")
-	cmd.Dir = dir
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s (it fetches playwright-core from the npm registry the first time): %v\n%s", dir, err, b)
-	}
-	if err := os.WriteFile(stamp, lock, 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 

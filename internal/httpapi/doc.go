@@ -28,11 +28,16 @@
 //	GET  /readyz                  503 until Config.Ready says ready (recovery's first pass), then 200
 //	GET  /metrics                 Config.Metrics (Prometheus)
 //	GET  /console/                the web console (package console); GET / redirects there
+//	GET  /v1/openapi.json         the OpenAPI 3.1 description of all of these (openapi.json)
 //
 // The /v1 routes need "Authorization: Bearer TOKEN"; the probes and
 // /metrics do not (expose them on a trusted network only), nor do the
-// console's static files, which call the /v1 routes with the token the
-// person signs in with.
+// API's description and the console's static files, which call the /v1
+// routes with the token the person signs in with.
+//
+// The route table (routeTable in server.go) is the one list of routes:
+// the server registers it, and a test fails unless openapi.json
+// describes each route and no other.
 //
 // A Run's JSON (RunJSON) has id, session, status (pending, running,
 // waiting, completed, failed, cancelled), input, metadata, usage
@@ -59,8 +64,10 @@
 //
 // # Errors
 //
-// Every failure answers {"error": {"code": "...", "message": "..."}}: the
-// message says what is wrong and what to do.
+// Every failure answers {"error": {"code": "...", "message": "...",
+// "request_id": "..."}}: the message says what is wrong and what to do.
+// The main codes are below; openapi.json gives every code of every
+// answer of each route.
 //
 //	400 bad_request, unknown_field, invalid_session   malformed body, unknown JSON field, bad session ID, bad query
 //	401 unauthorized                                  no token, or one no tenant has

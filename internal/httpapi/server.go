@@ -179,54 +179,83 @@ func New(cfg Config) (*Server, error) {
 // Handler returns the API's http.Handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Drain makes the server stop intake: every /v1 request from now on
-// answers 503, and open event streams end (clients resume them from
-// Last-Event-ID elsewhere or later). Call it before http.Server.Shutdown,
-// which would otherwise wait for the streams. It is safe to call more than
-// once.
+// Drain makes the server stop intake: every /v1 request that needs a
+// token answers 503 from now on, and open event streams end (clients
+// resume them from Last-Event-ID elsewhere or later). Call it before
+// http.Server.Shutdown, which would otherwise wait for the streams. It is
+// safe to call more than once.
 func (s *Server) Drain() { s.stopDrain() }
 
-func (s *Server) routes() {
-	s.mux.HandleFunc("POST /v1/sessions/{id}/runs", s.authed(s.limitSubmissions(s.submitRun)))
-	s.mux.HandleFunc("GET /v1/sessions/{id}/runs", s.authed(s.limitReads(s.listSessionRuns)))
-	s.mux.HandleFunc("GET /v1/whoami", s.authed(s.whoAmI))
-	s.mux.HandleFunc("GET /v1/runs", s.authed(s.limitReads(s.listTenantRuns)))
-	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.limitReads(s.getRun)))
-	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.streamEvents))
-	s.mux.HandleFunc("POST /v1/runs/{id}/input", s.authed(s.postInput))
-	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.cancelRun))
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if s.drain.Err() != nil {
-			// Every /v1 call answers 503 now: a load balancer routing
-			// on readiness sends them to the other nodes instead.
-			e := errorf(http.StatusServiceUnavailable, CodeUnavailable,
-				"not ready: the server is stopping; send requests to another node")
-			e.RetryAfter = s.cfg.RetryAfter
-			writeAPIError(w, e)
-			return
-		}
-		if !s.cfg.Ready() {
-			e := errorf(http.StatusServiceUnavailable, CodeUnavailable,
-				"not ready: recovery's first pass has not finished; retry after the Retry-After delay")
-			e.RetryAfter = time.Second
-			writeAPIError(w, e)
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+// route is one operation of the API: a method, a path pattern in
+// ServeMux's syntax ({id} is a path parameter, {$} ends the path, a
+// trailing slash serves the path's subtree), and its handler.
+type route struct {
+	method, pattern string
+	handler         http.Handler
+}
+
+// routeTable lists every route of the server: routes registers these and
+// no others, and openapi_test.go checks that openapi.json describes each
+// of them and nothing else, so that a route added here without its
+// description fails the tests.
+func (s *Server) routeTable() []route {
+	rs := []route{
+		{"POST", "/v1/sessions/{id}/runs", s.authed(s.limitSubmissions(s.submitRun))},
+		{"GET", "/v1/sessions/{id}/runs", s.authed(s.limitReads(s.listSessionRuns))},
+		{"GET", "/v1/whoami", s.authed(s.whoAmI)},
+		{"GET", "/v1/runs", s.authed(s.limitReads(s.listTenantRuns))},
+		{"GET", "/v1/runs/{id}", s.authed(s.limitReads(s.getRun))},
+		{"GET", "/v1/runs/{id}/events", s.authed(s.streamEvents)},
+		{"POST", "/v1/runs/{id}/input", s.authed(s.postInput)},
+		{"POST", "/v1/runs/{id}/cancel", s.authed(s.cancelRun)},
+		// The API's description needs no token: it documents no tenant's
+		// data, and a client reads it before it has a token.
+		{"GET", "/v1/openapi.json", http.HandlerFunc(serveOpenAPIDocument)},
+		{"GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		})},
+		{"GET", "/readyz", http.HandlerFunc(s.readyz)},
+	}
 	if s.cfg.Metrics != nil {
-		s.mux.Handle("GET /metrics", s.cfg.Metrics)
+		rs = append(rs, route{"GET", "/metrics", s.cfg.Metrics})
 	}
 	// The web console: static files, no token needed to load them; in
 	// the browser it calls the /v1 routes with the tenant's token.
-	s.mux.Handle("GET "+console.Prefix, console.Handler())
-	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		console.SetHeaders(w.Header())
-		http.Redirect(w, r, console.Prefix, http.StatusFound)
-	})
+	return append(rs,
+		route{"GET", console.Prefix, console.Handler()},
+		route{"GET", "/{$}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			console.SetHeaders(w.Header())
+			http.Redirect(w, r, console.Prefix, http.StatusFound)
+		})},
+	)
+}
+
+func (s *Server) routes() {
+	for _, rt := range s.routeTable() {
+		s.mux.Handle(rt.method+" "+rt.pattern, rt.handler)
+	}
+}
+
+// readyz answers 503 until recovery's first pass is done and once the
+// server drains, 200 in between.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if s.drain.Err() != nil {
+		// Every /v1 call answers 503 now: a load balancer routing
+		// on readiness sends them to the other nodes instead.
+		e := errorf(http.StatusServiceUnavailable, CodeUnavailable,
+			"not ready: the server is stopping; send requests to another node")
+		e.RetryAfter = s.cfg.RetryAfter
+		writeAPIError(w, e)
+		return
+	}
+	if !s.cfg.Ready() {
+		e := errorf(http.StatusServiceUnavailable, CodeUnavailable,
+			"not ready: recovery's first pass has not finished; retry after the Retry-After delay")
+		e.RetryAfter = time.Second
+		writeAPIError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // dispatch routes a request, answering unknown routes (404) and wrong
@@ -246,7 +275,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 			return
 		case http.StatusNotFound:
 			writeAPIError(w, errorf(http.StatusNotFound, CodeNotFound,
-				"no route %s %s; the API serves /v1/whoami, /v1/runs, /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, /healthz, /readyz and /metrics, and the web console at /console/", r.Method, r.URL.Path))
+				"no route %s %s; the API serves /v1/whoami, /v1/runs, /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, /healthz, /readyz and /metrics, its description at /v1/openapi.json, and the web console at /console/", r.Method, r.URL.Path))
 			return
 		}
 	}
