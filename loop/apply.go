@@ -113,6 +113,13 @@ func applyCreated(run Run, ev Event) (Run, error) {
 		}
 	}
 	s.Tools = append([]ToolSpec(nil), s.Tools...)
+	if s.Agent != nil {
+		if err := CheckID("agent", s.Agent.Name); err != nil {
+			return run, err
+		}
+		a := *s.Agent
+		s.Agent = &a
+	}
 	r := Run{
 		Spec:       s,
 		Status:     StatusPending,

@@ -114,6 +114,26 @@ type Spec struct {
 	Limits      Limits          `json:"limits"`
 	ModelPolicy Policy          `json:"model_policy"`
 	Tools       []ToolSpec      `json:"tools,omitempty"`
+	// Agent is the agent the Run was created for, as it was then: the
+	// builder is given its instructions and settings for the Run's whole
+	// life, whatever the agent has become since. It is nil in a Run
+	// created before agents were pinned, which runs as its tenant's
+	// default agent is now.
+	Agent *AgentPin `json:"agent,omitempty"`
+}
+
+// AgentPin is what a Run keeps of its agent: the agent's name, by which
+// the runtime finds the executors of its effects, and the version,
+// instructions and settings the Run was created with.
+type AgentPin struct {
+	Name string `json:"name"`
+	// Version is the hash of the agent's resolved definition when the
+	// Run was created ("" for an agent that has none).
+	Version      string `json:"version,omitempty"`
+	Instructions string `json:"instructions,omitempty"`
+	// Settings is a JSON object, passed to the builder as they are (the
+	// model's name, temperature, max_output_tokens...).
+	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
 // EffectState is the state of one effect.

@@ -530,9 +530,13 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 	return nil, run, fx, fmt.Errorf("runtime: run %s: decisions did not settle", run.ID)
 }
 
-// build calls the tenant's builder for the next model step of run.
+// build calls the builder of run's agent for the next model step of run.
 func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.RawMessage, error) {
-	if t.Builder == nil {
+	a := t.agentOf(&run)
+	if a == nil {
+		return nil, errAgentGone
+	}
+	if a.Builder == nil {
 		return nil, errNoBuilder
 	}
 	history, err := rt.history(ctx, run)
@@ -545,13 +549,17 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 		History:    history,
 		Transcript: run.Transcript,
 		// The Run's own tools, as the Loop accepts calls of them: never
-		// the tenant's current set, which may have changed since the Run
+		// the agent's current set, which may have changed since the Run
 		// was created.
 		Tools: t.toolsOffered(run),
 	}
-	cctx, cancel := rt.callCtxFrom(ctx, t.Builder)
+	if p := run.Agent; p != nil {
+		// The agent as the Run was created with it, never as it is now.
+		in.Agent = &abi.AgentView{Name: p.Name, Version: p.Version, Instructions: p.Instructions, Settings: p.Settings}
+	}
+	cctx, cancel := rt.callCtxFrom(ctx, a.Builder)
 	defer cancel()
-	out, err := t.Builder.Build(cctx, t.ID, in)
+	out, err := a.Builder.Build(cctx, t.ID, in)
 	if err != nil {
 		return nil, err
 	}
@@ -562,12 +570,14 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 }
 
 // history returns the transcripts of the session's completed Runs before
-// run, oldest first, at most the tenant's HistoryRuns of them.
+// run, oldest first, at most its agent's HistoryRuns of them.
 func (rt *Runtime) history(ctx context.Context, run loop.Run) ([]abi.Message, error) {
 	t, _ := rt.opts.Tenants.Tenant(run.Tenant)
 	limit := DefaultHistoryRuns
-	if t != nil && t.HistoryRuns > 0 {
-		limit = t.HistoryRuns
+	if t != nil {
+		if a := t.agentOf(&run); a != nil && a.HistoryRuns > 0 {
+			limit = a.HistoryRuns
+		}
 	}
 	earlier, err := rt.store.CompletedRunsBefore(ctx, run.Tenant, run.Session, run.ID, limit)
 	if err != nil {

@@ -21,6 +21,10 @@ type Request struct {
 	// IdempotencyKey, when set, makes the submission idempotent within the
 	// tenant: a second submission with the same key returns the first Run.
 	IdempotencyKey string
+	// Agent is the agent of the tenant the Run runs as ("" is
+	// DefaultAgent). A name the tenant has no agent of is refused with an
+	// *UnknownAgentError (ErrUnknownAgent).
+	Agent string
 }
 
 // ResultKind is how Execute came back.
@@ -96,6 +100,10 @@ func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, err
 	if err := checkIDs("tenant", req.Tenant, "session", req.Session, "run", req.RunID); err != nil {
 		return loop.Run{}, false, err
 	}
+	agent, implicit, ok := t.Agent(req.Agent)
+	if !ok {
+		return loop.Run{}, false, &UnknownAgentError{Tenant: req.Tenant, Agent: req.Agent, Known: t.AgentNames()}
+	}
 	rt.mu.Lock()
 	stopped := rt.stopped
 	rt.mu.Unlock()
@@ -103,7 +111,7 @@ func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, err
 		return loop.Run{}, false, fmt.Errorf("runtime: submit: %w", ErrClosed)
 	}
 	now := rt.nowMS()
-	ev := loop.RunCreated(t.spec(req.Session, req.RunID, req.Input, req.Metadata, now), now)
+	ev := loop.RunCreated(t.specAs(agent, implicit, req.Session, req.RunID, req.Input, req.Metadata, now), now)
 	ev.Seq = 1
 	run, err := loop.Apply(loop.Run{}, ev)
 	if err != nil {

@@ -42,6 +42,7 @@ const MaxPluginMessageBytes = 1024
 var (
 	errNoBuilder     = errors.New("runtime: the tenant has no builder configured")
 	errHistoryUnread = errors.New("runtime: reading the session's history failed")
+	errAgentGone     = errors.New("runtime: the Run's agent is no longer configured")
 )
 
 // builderSubject names the builder in failure messages.
@@ -143,6 +144,8 @@ func planFailure(err error) *loop.Failure {
 	switch {
 	case errors.Is(err, errNoBuilder):
 		return &loop.Failure{Class: abi.ClassExecutorUnavailable, Message: "the tenant has no builder configured", Retriable: true}
+	case errors.Is(err, errAgentGone):
+		return &loop.Failure{Class: abi.ClassExecutorUnavailable, Message: "the Run's agent is no longer configured for the tenant", Retriable: true}
 	case errors.Is(err, errHistoryUnread):
 		return &loop.Failure{Class: abi.ClassExecutorUnavailable, Message: "the session's earlier Runs could not be read for " + builderSubject, Retriable: true}
 	}

@@ -1,20 +1,35 @@
 package runtime
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
-// Tenant is what the runtime needs to run a tenant's Runs: its builder,
-// its model executor, its tools and the rules its Runs follow. cmd wires
-// it from the operator's config and the plugins' describe replies.
+// Tenant is what the runtime needs to run a tenant's Runs: its agents
+// (each a builder, a model executor, tools and the rules its Runs follow).
+// cmd wires it from the operator's config and the plugins' describe
+// replies.
+//
+// A Tenant without Agents is one agent, DefaultAgent, made of its own
+// Builder, Model, Tools and rules, with no version, instructions or
+// settings: its Runs are created with no agent pin, exactly as before
+// agents existed. A Tenant with Agents runs each Run as the agent its
+// Request names, and its own Builder, Model, Tools and rules are unused.
 type Tenant struct {
 	ID      string
 	Builder Builder
 	Model   Executor
 	Tools   []Tool
+	// Agents are the tenant's agents by name; nil makes the Tenant its
+	// own DefaultAgent.
+	Agents map[string]*Agent
 	// Limits are the Run limits; Limits.DeadlineMS is ignored and derived
 	// from RunTimeout.
 	Limits loop.Limits
@@ -31,6 +46,90 @@ type Tenant struct {
 // DefaultHistoryRuns is the number of earlier Runs passed to a builder when
 // a tenant sets none.
 const DefaultHistoryRuns = 20
+
+// DefaultAgent is the agent a Request that names none runs as, and the
+// agent a Run created before agents were pinned runs as.
+const DefaultAgent = "default"
+
+// Agent is one agent of a tenant: a builder, a model executor, the tools
+// its Runs may call, the rules they follow, and what its Runs are pinned
+// to when they are created (its version, instructions and settings, and
+// its tools' descriptors and rules). A Run keeps those for its whole
+// life; its effects are carried out by the executors of the agent of its
+// name as it is now, looked up by tool name.
+type Agent struct {
+	Name string
+	// Version is the hash of the agent's resolved definition (cmd
+	// computes it); Runs record it.
+	Version string
+	// Instructions are the system prompt the builder is given; Settings
+	// a JSON object of model settings (model, temperature,
+	// max_output_tokens...) the builder passes to the model as params.
+	Instructions string
+	Settings     json.RawMessage
+	Builder      Builder
+	Model        Executor
+	Tools        []Tool
+	// Limits, RunTimeout, EffectTimeout, ModelPolicy and HistoryRuns are
+	// as a Tenant's.
+	Limits        loop.Limits
+	RunTimeout    time.Duration
+	EffectTimeout time.Duration
+	ModelPolicy   loop.Policy
+	HistoryRuns   int
+}
+
+// ErrUnknownAgent: a Request names an agent its tenant does not have.
+var ErrUnknownAgent = errors.New("runtime: unknown agent")
+
+// UnknownAgentError is the ErrUnknownAgent of a Submit: it names the agent
+// asked for and the tenant's agents, for a message that says what to do.
+type UnknownAgentError struct {
+	Tenant, Agent string
+	Known         []string // sorted
+}
+
+func (e *UnknownAgentError) Error() string {
+	return fmt.Sprintf("runtime: tenant %q has no agent %q (its agents: %s)", e.Tenant, e.Agent, strings.Join(e.Known, ", "))
+}
+
+// Unwrap makes errors.Is(err, ErrUnknownAgent) hold.
+func (e *UnknownAgentError) Unwrap() error { return ErrUnknownAgent }
+
+// AgentNames returns the names of the tenant's agents, sorted.
+func (t *Tenant) AgentNames() []string {
+	if len(t.Agents) == 0 {
+		return []string{DefaultAgent}
+	}
+	names := make([]string, 0, len(t.Agents))
+	for n := range t.Agents {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Agent returns the tenant's agent by name ("" is DefaultAgent), or false
+// when it has none of that name. A Tenant without Agents answers for
+// DefaultAgent with an Agent made of its own fields (implicit: true),
+// whose Runs carry no pin.
+func (t *Tenant) Agent(name string) (a *Agent, implicit, ok bool) {
+	if name == "" {
+		name = DefaultAgent
+	}
+	if len(t.Agents) == 0 {
+		if name != DefaultAgent {
+			return nil, false, false
+		}
+		return &Agent{
+			Name: DefaultAgent, Builder: t.Builder, Model: t.Model, Tools: t.Tools,
+			Limits: t.Limits, RunTimeout: t.RunTimeout, EffectTimeout: t.EffectTimeout,
+			ModelPolicy: t.ModelPolicy, HistoryRuns: t.HistoryRuns,
+		}, true, true
+	}
+	a, ok = t.Agents[name]
+	return a, false, ok && a != nil
+}
 
 // Tool binds a tool's descriptor (what the model sees), its loop rules
 // (approval, missing-effect policy) and the executor that carries it out.
@@ -56,16 +155,37 @@ func (m TenantMap) Tenant(id string) (*Tenant, bool) {
 	return t, ok
 }
 
-// executorFor returns the executor of an effect: the tenant's model
-// executor, or the executor of its tool by that name today. It is nil when
-// there is none, as for a tool a Run was created with that the tenant no
-// longer has (its tools changed while the Run was in flight): the callers
-// settle the attempt as executor_unavailable, naming the tool.
-func (t *Tenant) executorFor(kind abi.EffectKind, tool string) Executor {
-	if kind == abi.KindModel {
-		return t.Model
+// agentOf returns the agent run runs as now: the agent of its pin's name,
+// or DefaultAgent for a Run without a pin. It is nil when the tenant no
+// longer has that agent: the callers then settle what needs one as
+// executor_unavailable.
+func (t *Tenant) agentOf(run *loop.Run) *Agent {
+	name := DefaultAgent
+	if run.Agent != nil {
+		name = run.Agent.Name
 	}
-	for _, tl := range t.Tools {
+	a, _, ok := t.Agent(name)
+	if !ok {
+		return nil
+	}
+	return a
+}
+
+// executorFor returns the executor of an effect of run: its agent's model
+// executor, or the executor of its agent's tool by that name today. It is
+// nil when there is none, as for a tool a Run was created with that the
+// agent no longer has (its tools changed while the Run was in flight), or
+// for a Run whose agent is gone: the callers settle the attempt as
+// executor_unavailable, naming the tool.
+func (t *Tenant) executorFor(run *loop.Run, kind abi.EffectKind, tool string) Executor {
+	a := t.agentOf(run)
+	if a == nil {
+		return nil
+	}
+	if kind == abi.KindModel {
+		return a.Model
+	}
+	for _, tl := range a.Tools {
 		if tl.Spec.Name == tool {
 			return tl.Executor
 		}
@@ -73,25 +193,40 @@ func (t *Tenant) executorFor(kind abi.EffectKind, tool string) Executor {
 	return nil
 }
 
-// spec builds the loop spec of a new Run of this tenant.
+// spec builds the loop spec of a new Run of this tenant as its
+// DefaultAgent (specAs).
 func (t *Tenant) spec(session, runID, input string, metadata []byte, nowMS int64) loop.Spec {
-	lim := t.Limits
+	a, implicit, ok := t.Agent(DefaultAgent)
+	if !ok {
+		a, implicit = &Agent{Name: DefaultAgent}, true
+	}
+	return t.specAs(a, implicit, session, runID, input, metadata, nowMS)
+}
+
+// specAs builds the loop spec of a new Run of this tenant as agent a (from
+// Agent): its limits, policies and tools, and, unless a is the implicit
+// agent of a Tenant without Agents, its pin.
+func (t *Tenant) specAs(a *Agent, implicit bool, session, runID, input string, metadata []byte, nowMS int64) loop.Spec {
+	lim := a.Limits
 	if lim.MaxSteps == 0 {
 		lim = loop.DefaultLimits
 	}
 	lim.DeadlineMS = 0
-	if t.RunTimeout > 0 {
-		lim.DeadlineMS = nowMS + t.RunTimeout.Milliseconds()
+	if a.RunTimeout > 0 {
+		lim.DeadlineMS = nowMS + a.RunTimeout.Milliseconds()
 	}
-	if t.EffectTimeout > 0 {
-		lim.EffectTimeoutMS = t.EffectTimeout.Milliseconds()
+	if a.EffectTimeout > 0 {
+		lim.EffectTimeoutMS = a.EffectTimeout.Milliseconds()
 	}
-	mp := t.ModelPolicy
+	mp := a.ModelPolicy
 	if mp.Mode == "" {
 		mp = loop.DefaultModelPolicy
 	}
 	s := loop.Spec{Tenant: t.ID, Session: session, ID: runID, Input: input, Metadata: metadata, Limits: lim, ModelPolicy: mp}
-	for _, tl := range t.Tools {
+	if !implicit {
+		s.Agent = &loop.AgentPin{Name: a.Name, Version: a.Version, Instructions: a.Instructions, Settings: a.Settings}
+	}
+	for _, tl := range a.Tools {
 		ts := tl.Spec
 		if len(ts.InputSchema) == 0 {
 			// The Loop checks a call's arguments against the schema the
@@ -113,19 +248,23 @@ func (t *Tenant) spec(session, runID, input string, metadata []byte, nowMS int64
 // toolsOffered returns the tools the builder shows the model for a step of
 // run: the Run's own tool set, each as its descriptor was when the Run was
 // created. A Run created before descriptors were pinned (Descriptor nil)
-// gets, for each tool of its own set, the tenant's current descriptor of
-// that name, or, when the tenant no longer has it, one made of what the
-// Run holds (name, input schema, approval); a tool the tenant added since
+// gets, for each tool of its own set, its agent's current descriptor of
+// that name, or, when the agent no longer has it, one made of what the
+// Run holds (name, input schema, approval); a tool the agent added since
 // is never offered, since the Loop would refuse its calls.
 func (t *Tenant) toolsOffered(run loop.Run) []abi.Tool {
 	out := make([]abi.Tool, 0, len(run.Tools))
+	var current []Tool
+	if a := t.agentOf(&run); a != nil {
+		current = a.Tools
+	}
 	for _, ts := range run.Tools {
 		if ts.Descriptor != nil {
 			out = append(out, *ts.Descriptor)
 			continue
 		}
 		d, found := abi.Tool{}, false
-		for _, tl := range t.Tools {
+		for _, tl := range current {
 			if tl.Spec.Name == ts.Name {
 				d, found = tl.Descriptor, true
 				break

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -19,7 +20,7 @@ import (
 )
 
 func newRunCmd(g *globals) *cobra.Command {
-	var tenant, session string
+	var tenant, session, agent string
 	cmd := &cobra.Command{
 		Use:   `run "question"`,
 		Short: "Run one question in-process and stream the Run's events",
@@ -35,6 +36,7 @@ Exit status: 0 when the Run completed; 1 when it failed or was cancelled
 printed, and the Run stays in the store).`,
 		Example: `  agenthost run --config config.example.yaml "What is (2+3)*4?"
   agenthost run --tenant demo --session s1 "And what is that times 2?"
+  agenthost run --agent research "What is the boiling point of water at 2000 m?"
   agenthost run --data-dir /tmp/agenthost "What is 2+3?"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,11 +53,12 @@ printed, and the Run stays in the store).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runQuestion(ctx, cmd, cfg, tenantID, session, args[0])
+			return runQuestion(ctx, cmd, cfg, tenantID, session, strings.ToLower(agent), args[0])
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant to run as (default: the only tenant, or demo)")
 	cmd.Flags().StringVar(&session, "session", "", "the session the Run joins; its earlier Runs are the history (default: a new session)")
+	cmd.Flags().StringVar(&agent, "agent", "", "the tenant's agent the Run runs as (default: the agent named default)")
 	return cmd
 }
 
@@ -81,7 +84,7 @@ func pickTenant(cfg *config.Config, flag string) (string, error) {
 	return "", fmt.Errorf("run: %s declares several tenants (%s): pick one with --tenant", cfg.File, strings.Join(ids, ", "))
 }
 
-func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, tenantID, session, question string) (err error) {
+func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, tenantID, session, agent, question string) (err error) {
 	out := cmd.OutOrStdout()
 	log := node.NewLogger(cfg, cmd.ErrOrStderr())
 	sys, err := node.Open(ctx, cfg, []string{tenantID}, log, node.Wiring{})
@@ -96,7 +99,12 @@ func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, te
 	}()
 	rt := sys.Runtime()
 	runID := runtime.NewRunID(time.Now())
-	if _, _, err := rt.Submit(ctx, runtime.Request{Tenant: tenantID, Session: session, RunID: runID, Input: question}); err != nil {
+	if _, _, err := rt.Submit(ctx, runtime.Request{Tenant: tenantID, Session: session, RunID: runID, Input: question, Agent: agent}); err != nil {
+		var unknown *runtime.UnknownAgentError
+		if errors.As(err, &unknown) {
+			return fmt.Errorf("run: %s: tenant %s has no agent %q (its agents: %s): pass one of them with --agent, or leave --agent out for %q",
+				cfg.File, tenantID, unknown.Agent, strings.Join(unknown.Known, ", "), runtime.DefaultAgent)
+		}
 		return fmt.Errorf("run: submitting the Run: %w", err)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -205,6 +206,7 @@ func (c *runsClient) printRun(w io.Writer, raw json.RawMessage) error {
 		return err
 	}
 	fmt.Fprintf(w, "run %s (session %s): %s\n", r.ID, r.Session, r.Status)
+	fmt.Fprintf(w, "  agent: %s %s\n", r.Agent, r.AgentVersion)
 	fmt.Fprintf(w, "  created %s, updated %s, %d steps, %d events (its version, for --if-seq)\n", r.CreatedAt, r.UpdatedAt, r.Step, r.Seq)
 	fmt.Fprintf(w, "  usage: %d input tokens, %d output tokens\n", r.Usage.InputTokens, r.Usage.OutputTokens)
 	fmt.Fprintf(w, "  input: %s\n", oneLineText(r.Input))
@@ -249,16 +251,23 @@ func printJSON(w io.Writer, raw json.RawMessage) error {
 }
 
 func (c *runsClient) listCmd() *cobra.Command {
-	var session string
+	var session, agent string
 	var after, limit int64
 	cmd := &cobra.Command{
-		Use:     "list --session ID",
-		Short:   "List the Runs of a session, oldest first",
-		Example: "  agenthost runs list --session s1\n  agenthost runs list --session s1 --after 50 --limit 50 --json",
+		Use:   "list --session ID | --agent NAME",
+		Short: "List the Runs of a session, or of an agent, oldest first",
+		Long: `list lists the Runs of a session (--session), or the tenant's Runs of one
+agent (--agent, through GET /v1/runs?agent=). With both, it lists the
+session's Runs of that agent.`,
+		Example: "  agenthost runs list --session s1\n  agenthost runs list --session s1 --after 50 --limit 50 --json\n  agenthost runs list --agent support",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if session == "" {
-				return errors.New("runs list: pass --session ID (the session whose Runs to list)")
+			agent = strings.ToLower(agent)
+			switch {
+			case session == "" && agent == "":
+				return errors.New("runs list: pass --session ID (the session whose Runs to list) or --agent NAME (the agent whose Runs to list)")
+			case session == "":
+				return c.listAgentRuns(cmd, agent, limit)
 			}
 			q := url.Values{"after": {strconv.FormatInt(after, 10)}, "limit": {strconv.FormatInt(limit, 10)}}
 			var raw json.RawMessage
@@ -266,31 +275,86 @@ func (c *runsClient) listCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if c.asJSON {
+			if c.asJSON && agent == "" {
 				return printJSON(out, raw)
 			}
 			var page httpapi.RunListJSON
 			if err := json.Unmarshal(raw, &page); err != nil {
 				return err
 			}
+			if agent != "" {
+				// The session's page, less the Runs of other agents.
+				page.Runs = slices.DeleteFunc(page.Runs, func(r httpapi.RunSummaryJSON) bool { return r.Agent != agent })
+				if c.asJSON {
+					b, err := json.Marshal(page)
+					if err != nil {
+						return err
+					}
+					return printJSON(out, b)
+				}
+			}
 			if len(page.Runs) == 0 {
 				fmt.Fprintf(out, "session %s has no Runs after %d\n", session, after)
-				return nil
-			}
-			fmt.Fprintf(out, "%-4s %-26s %-10s %-24s %s\n", "#", "RUN", "STATUS", "CREATED", "INPUT")
-			for _, r := range page.Runs {
-				fmt.Fprintf(out, "%-4d %-26s %-10s %-24s %s\n", r.Ordinal, r.ID, r.Status, r.CreatedAt, truncateText(oneLineText(r.InputPreview), 60))
+			} else {
+				fmt.Fprintf(out, "%-4s %-26s %-10s %-16s %-24s %s\n", "#", "RUN", "STATUS", "AGENT", "CREATED", "INPUT")
+				for _, r := range page.Runs {
+					fmt.Fprintf(out, "%-4d %-26s %-10s %-16s %-24s %s\n", r.Ordinal, r.ID, r.Status, r.Agent, r.CreatedAt, truncateText(oneLineText(r.InputPreview), 60))
+				}
 			}
 			if page.NextAfter != nil {
-				fmt.Fprintf(out, "more: agenthost runs list --session %s --after %d\n", session, *page.NextAfter)
+				more := "agenthost runs list --session " + session
+				if agent != "" {
+					more += " --agent " + agent
+				}
+				fmt.Fprintf(out, "more: %s --after %d\n", more, *page.NextAfter)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&session, "session", "", "the session (required)")
-	cmd.Flags().Int64Var(&after, "after", 0, "list the Runs after this ordinal")
+	cmd.Flags().StringVar(&session, "session", "", "the session")
+	cmd.Flags().StringVar(&agent, "agent", "", "list only the Runs of this agent")
+	cmd.Flags().Int64Var(&after, "after", 0, "list the Runs after this ordinal (with --session)")
 	cmd.Flags().Int64Var(&limit, "limit", 50, "at most this many Runs (1 to 500)")
 	return cmd
+}
+
+// listAgentRuns prints the tenant's Runs of agent, a page at a time
+// (GET /v1/runs?agent=), until limit are printed or there are no more.
+func (c *runsClient) listAgentRuns(cmd *cobra.Command, agent string, limit int64) error {
+	out := cmd.OutOrStdout()
+	var all []httpapi.TenantRunJSON
+	after := ""
+	for int64(len(all)) < limit {
+		q := url.Values{"agent": {agent}, "limit": {strconv.FormatInt(limit-int64(len(all)), 10)}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		var page httpapi.TenantRunListJSON
+		if err := c.call(cmd.Context(), "GET", "/v1/runs?"+q.Encode(), nil, &page); err != nil {
+			return err
+		}
+		all = append(all, page.Runs...)
+		if page.NextAfter == "" {
+			break
+		}
+		after = page.NextAfter
+	}
+	if c.asJSON {
+		b, err := json.Marshal(httpapi.TenantRunListJSON{Runs: all})
+		if err != nil {
+			return err
+		}
+		return printJSON(out, b)
+	}
+	if len(all) == 0 {
+		fmt.Fprintf(out, "agent %s has no Runs\n", agent)
+		return nil
+	}
+	fmt.Fprintf(out, "%-26s %-12s %-10s %-24s %s\n", "RUN", "SESSION", "STATUS", "CREATED", "INPUT")
+	for _, r := range all {
+		fmt.Fprintf(out, "%-26s %-12s %-10s %-24s %s\n", r.ID, r.Session, r.Status, r.CreatedAt, truncateText(oneLineText(r.InputPreview), 60))
+	}
+	return nil
 }
 
 func truncateText(s string, n int) string {

@@ -42,6 +42,9 @@ func (p *printer) event(ev loop.Event) {
 	case loop.EventRunCreated:
 		p.runID = ev.Spec.ID
 		p.printf("run %s (tenant %s, session %s)", ev.Spec.ID, ev.Spec.Tenant, ev.Spec.Session)
+		if a := ev.Spec.Agent; a != nil {
+			p.printf("agent: %s %s", a.Name, a.Version)
+		}
 		p.printf("  question: %s", oneLineText(ev.Spec.Input))
 	case loop.EventModelStepPlanned:
 		var req abi.ModelRequest

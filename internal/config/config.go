@@ -16,6 +16,7 @@
 package config
 
 import (
+	"slices"
 	"time"
 
 	"github.com/agenthost/agenthost/loop"
@@ -239,6 +240,99 @@ type Tenant struct {
 	HistoryRuns int
 	// RateLimits bound the tenant's API requests on each node.
 	RateLimits RateLimits
+	// Agents are the tenant's agents by name (tenants.ID.agents), always
+	// with one at least. A tenant without an agents block is one agent,
+	// DefaultAgent, made of its top-level builder, model, tool_executors
+	// and tools (and so is that top-level form beside an agents block,
+	// when it names a model).
+	Agents map[string]Agent
+}
+
+// DefaultAgent is the name of the agent a submission that names none
+// runs as, and of the agent the tenant's top-level form defines.
+const DefaultAgent = "default"
+
+// Agent is one agent of a tenant: its instructions, its builder, its
+// model plugin and the settings that plugin is given, its tools and the
+// rules of its Runs.
+type Agent struct {
+	Name string
+	// Description says what the agent is for, for people (and, later,
+	// for the agents that may call it).
+	Description string
+	// Instructions are the system prompt the builder is given ("" leaves
+	// it to the builder's own config); InstructionsFile is the absolute
+	// path they were read from ("" when written inline).
+	Instructions     string
+	InstructionsFile string
+	// Builder and Model are plugin IDs.
+	Builder string
+	Model   string
+	// Settings are model.settings: a JSON object passed to the model as
+	// params (model, temperature, max_output_tokens, ...); nil when none.
+	Settings map[string]any
+	// Tools are the agent's tools, in the order listed.
+	Tools []AgentTool
+	// TopLevel is set on the DefaultAgent the tenant's top-level form
+	// (builder, model, tool_executors, tools) defines; Overrides are that
+	// form's tools map, by tool name.
+	TopLevel    bool
+	Overrides   map[string]ToolOverride
+	Limits      Limits
+	ModelPolicy loop.Policy
+	HistoryRuns int
+}
+
+// AgentTool is one entry of an agent's tools: every tool of an executor
+// plugin (Tool ""), or one of them, with the operator's word on it. Other
+// kinds of entries (agents, MCP tools) are for later; each will be told
+// apart by its key.
+type AgentTool struct {
+	Plugin string
+	Tool   string
+	ToolOverride
+}
+
+// ToolPolicy returns the policy of tool, which entry brought in, given
+// whether the tool declares itself idempotent: the entry's policy, else
+// the override of its name, else the default.
+func (a Agent) ToolPolicy(entry AgentTool, tool string, idempotent bool) loop.Policy {
+	o := entry.ToolOverride
+	if o.Policy == nil {
+		o = a.Overrides[tool]
+	}
+	return Tenant{Tools: map[string]ToolOverride{tool: o}}.ToolPolicy(tool, idempotent)
+}
+
+// ToolApproval returns whether a call of tool, which entry brought in,
+// waits for approval, given what the tool declares: the entry's approval,
+// else the override of its name, else the tool's own.
+func (a Agent) ToolApproval(entry AgentTool, tool string, declared abi.Approval) bool {
+	o := entry.ToolOverride
+	if o.Approval == "" {
+		o = a.Overrides[tool]
+	}
+	return Tenant{Tools: map[string]ToolOverride{tool: o}}.ToolApproval(tool, declared)
+}
+
+// Plugins returns the IDs of the plugins the agent uses, without repeats:
+// its builder, its model, then its tools' executors.
+func (a Agent) Plugins() []string {
+	ids := []string{a.Builder}
+	for _, id := range append([]string{a.Model}, toolPlugins(a.Tools)...) {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func toolPlugins(tools []AgentTool) []string {
+	out := make([]string, 0, len(tools))
+	for _, t := range tools {
+		out = append(out, t.Plugin)
+	}
+	return out
 }
 
 // RateLimits are a tenant's request rates (rate_limits.*), per node.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/viper"
 
@@ -62,14 +64,34 @@ var (
 		"limits.run_timeout", "limits.effect_timeout",
 	}
 	toolKeys = []string{"approval"}
+	// agentKeys are the keys of tenants.ID.agents.NAME; its tools list
+	// and its model.settings (a free JSON object) are read apart.
+	agentKeys = []string{
+		"description", "instructions", "instructions_file", "builder", "model.plugin", "history_runs",
+		"limits.max_steps", "limits.max_tool_calls_per_step", "limits.max_parallel_tool_calls",
+		"limits.run_timeout", "limits.effect_timeout",
+	}
+	// agentToolKeys are the keys of one entry of an agent's tools.
+	agentToolKeys = []string{"plugin", "tool", "approval"}
 )
 
 func init() {
 	for _, k := range policyKeys {
 		tenantKeys = append(tenantKeys, "model_policy."+k)
 		toolKeys = append(toolKeys, "policy."+k)
+		agentKeys = append(agentKeys, "model_policy."+k)
+		agentToolKeys = append(agentToolKeys, "policy."+k)
 	}
 }
+
+// agentNamePattern is what an agent's name must match, after viper has
+// lowercased it: it names the agent in URLs, in the Runs that ran as it
+// and in environment variables.
+var agentNamePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}$`)
+
+// MaxInstructionsBytes bounds an agent's instructions: every Run of the
+// agent keeps a copy of them in its snapshot.
+const MaxInstructionsBytes = 256 << 10
 
 // idPattern is what a tenant or plugin ID must match, after viper has
 // lowercased it.
@@ -120,6 +142,11 @@ func Parse(name string, data []byte) (*Config, error) {
 			for tool := range mapAt(t, "tools") {
 				for _, k := range toolKeys {
 					_ = v.BindEnv("tenants." + id + ".tools." + tool + "." + k)
+				}
+			}
+			for name := range mapAt(t, "agents") {
+				for _, k := range agentKeys {
+					_ = v.BindEnv("tenants." + id + ".agents." + name + "." + k)
 				}
 			}
 		}
@@ -455,10 +482,14 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 	}
 	t.HistoryRuns = d.integerAt(m, k, "history_runs", DefaultHistoryRuns, 0)
 
+	// With an agents block, the top-level builder is its agents' default
+	// and the top-level model is optional: when set, the top-level form
+	// is the default agent.
+	_, hasAgents := lookup(m, "agents")
 	t.Builder = d.strAt(m, k, "builder", "")
-	d.reference(k+"builder", t.Builder, abi.RoleBuilder, plugins, true)
+	d.reference(k+"builder", t.Builder, abi.RoleBuilder, plugins, !hasAgents)
 	t.Model = d.strAt(m, k, "model", "")
-	d.reference(k+"model", t.Model, abi.RoleExecutor, plugins, true)
+	d.reference(k+"model", t.Model, abi.RoleExecutor, plugins, !hasAgents)
 	t.ToolExecutors = d.stringsAt(m, k, "tool_executors")
 	seen := map[string]bool{}
 	for _, pid := range t.ToolExecutors {
@@ -490,18 +521,185 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 				d.problem(tk, "want a map (approval, policy), got %s", typeName(traw))
 				continue
 			}
-			var o ToolOverride
-			switch a := abi.Approval(d.strAt(om, tk+".", "approval", "")); a {
-			case "", abi.ApprovalNever, abi.ApprovalAlways:
-				o.Approval = a
-			default:
-				d.problem(tk+".approval", "%q is not an approval: want never or always", a)
-			}
-			o.Policy = d.policy(om, tk+".policy", "policy", toolPolicyDefaults)
-			t.Tools[name] = o
+			t.Tools[name] = d.toolOverride(om, tk)
 		}
 	}
+	d.agents(m, k, &t, hasAgents, plugins)
 	return t
+}
+
+// agents decodes tenants.ID.agents into t.Agents, and adds the default
+// agent of the top-level form: always without an agents block, and beside
+// one when the top-level model is set. (An empty agents block is no block:
+// viper drops it, and the top-level model is then required.)
+func (d *decoder) agents(m map[string]any, k string, t *Tenant, hasAgents bool, plugins map[string]Plugin) {
+	t.Agents = map[string]Agent{}
+	if hasAgents {
+		am, ok := m["agents"].(map[string]any)
+		if !ok {
+			// unknownKeys reported it.
+			return
+		}
+		for _, name := range sortedKeys(am) {
+			ak := k + "agents." + name
+			if !agentNamePattern.MatchString(name) {
+				d.problem(ak, "%q is not a valid agent name: use a-z first, then up to 63 of a-z, 0-9 and - (keys are lowercased)", name)
+				continue
+			}
+			raw, isMap := am[name].(map[string]any)
+			if !isMap {
+				d.problem(ak, "want a map (instructions, builder, model, tools...), got %s", typeName(am[name]))
+				continue
+			}
+			t.Agents[name] = d.agent(ak+".", name, raw, t, plugins)
+		}
+	}
+	topLevel := !hasAgents || t.Model != ""
+	switch {
+	case topLevel:
+		if _, dup := t.Agents[DefaultAgent]; dup {
+			d.problem(k+"agents."+DefaultAgent, "is defined twice: by the tenant's top-level model (with its builder, tool_executors and tools) and here; "+
+				"move the top-level model, tool_executors and tools into agents.%s, or name this agent otherwise", DefaultAgent)
+			return
+		}
+		def := Agent{Name: DefaultAgent, TopLevel: true, Builder: t.Builder, Model: t.Model, Overrides: t.Tools,
+			Limits: t.Limits, ModelPolicy: t.ModelPolicy, HistoryRuns: t.HistoryRuns}
+		for _, pid := range t.ToolExecutors {
+			def.Tools = append(def.Tools, AgentTool{Plugin: pid})
+		}
+		t.Agents[DefaultAgent] = def
+	case len(t.ToolExecutors) > 0 || len(t.Tools) > 0:
+		d.problem(k+"model", "is not set, but the tenant's top-level tool_executors or tools are: the top-level model, tool_executors and tools define the agent %q. "+
+			"Set model too, or move tool_executors and tools into one of the agents under agents", DefaultAgent)
+	}
+}
+
+// agent decodes one agent at key k (ending in "."); the tenant's builder,
+// limits, history_runs and model_policy are the defaults of its own.
+func (d *decoder) agent(k, name string, m map[string]any, t *Tenant, plugins map[string]Plugin) Agent {
+	a := Agent{Name: name}
+	a.Description = d.strAt(m, k, "description", "")
+	a.Instructions = d.strAt(m, k, "instructions", "")
+	if file := d.strAt(m, k, "instructions_file", ""); file != "" {
+		if _, inline := lookup(m, "instructions"); inline {
+			d.problem(k+"instructions_file", "is set, and so is instructions: keep one of them")
+		} else {
+			a.InstructionsFile = d.path(k+"instructions_file", file)
+			b, err := os.ReadFile(a.InstructionsFile)
+			switch {
+			case errors.Is(err, os.ErrNotExist):
+				d.problem(k+"instructions_file", "%s does not exist: write the agent's instructions there, or inline them under instructions (a relative path is read from the config file's directory)", a.InstructionsFile)
+			case err != nil:
+				d.problem(k+"instructions_file", "%s cannot be read: %v", a.InstructionsFile, err)
+			default:
+				a.Instructions = string(b)
+			}
+		}
+	}
+	which := "instructions"
+	if a.InstructionsFile != "" {
+		which = "instructions_file"
+	}
+	if len(a.Instructions) > MaxInstructionsBytes {
+		d.problem(k+which, "is %d bytes; the limit is %d (every Run of the agent keeps a copy): shorten them", len(a.Instructions), MaxInstructionsBytes)
+	} else if !utf8.ValidString(a.Instructions) {
+		d.problem(k+which, "is not UTF-8 text: save the instructions as UTF-8")
+	}
+	a.Builder = d.strAt(m, k, "builder", t.Builder)
+	if a.Builder == "" {
+		d.problem(k+"builder", "is required: the ID of a builder plugin declared under plugins (or set the tenant's builder, the default of its agents)")
+	} else {
+		d.reference(k+"builder", a.Builder, abi.RoleBuilder, plugins, true)
+	}
+	if _, isMap := m["model"].(map[string]any); isMap || m["model"] == nil {
+		a.Model = d.strAt(m, k, "model.plugin", "")
+		if a.Model == "" {
+			d.problem(k+"model.plugin", "is required: the ID of the model executor plugin declared under plugins that serves this agent")
+		} else {
+			d.reference(k+"model.plugin", a.Model, abi.RoleExecutor, plugins, true)
+		}
+	}
+	if raw, ok := lookup(m, "model.settings"); ok {
+		sm, isMap := raw.(map[string]any)
+		if _, err := json.Marshal(sm); !isMap || err != nil {
+			d.problem(k+"model.settings", "want a map of model settings (model, temperature, max_output_tokens...), got %s", typeName(raw))
+		} else {
+			a.Settings = sm
+		}
+	}
+	a.Tools = d.agentTools(k+"tools", m, plugins)
+	a.Limits = Limits{
+		MaxSteps:             d.integerAt(m, k, "limits.max_steps", t.Limits.MaxSteps, 0),
+		MaxToolCallsPerStep:  d.integerAt(m, k, "limits.max_tool_calls_per_step", t.Limits.MaxToolCallsPerStep, 0),
+		MaxParallelToolCalls: d.integerAt(m, k, "limits.max_parallel_tool_calls", t.Limits.MaxParallelToolCalls, 0),
+		RunTimeout:           d.durationAt(m, k, "limits.run_timeout", t.Limits.RunTimeout),
+		EffectTimeout:        d.durationAt(m, k, "limits.effect_timeout", t.Limits.EffectTimeout),
+	}
+	for _, lim := range []struct {
+		key string
+		v   int
+	}{{"max_steps", a.Limits.MaxSteps}, {"max_tool_calls_per_step", a.Limits.MaxToolCallsPerStep}, {"max_parallel_tool_calls", a.Limits.MaxParallelToolCalls}} {
+		if lim.v < 1 {
+			d.problem(k+"limits."+lim.key, "must be at least 1, got %d", lim.v)
+		}
+	}
+	a.HistoryRuns = d.integerAt(m, k, "history_runs", t.HistoryRuns, 0)
+	a.ModelPolicy = t.ModelPolicy
+	if mp := d.policy(m, k+"model_policy", "model_policy", t.ModelPolicy); mp != nil {
+		a.ModelPolicy = *mp
+	}
+	return a
+}
+
+// agentTools decodes an agent's tools list at key: each entry names an
+// executor plugin, and one of its tools or (without tool) all of them.
+func (d *decoder) agentTools(key string, m map[string]any, plugins map[string]Plugin) []AgentTool {
+	raw, ok := lookup(m, "tools")
+	if !ok {
+		return nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		d.problem(key, "want a list of tools, each {plugin: ID} for every tool of an executor plugin or {plugin: ID, tool: NAME} for one, got %s", typeName(raw))
+		return nil
+	}
+	var out []AgentTool
+	whole := map[string]bool{}
+	single := map[string]bool{}
+	for i, e := range list {
+		ek := fmt.Sprintf("%s[%d]", key, i)
+		em, ok := e.(map[string]any)
+		if !ok {
+			d.problem(ek, "want a map such as {plugin: calculator} or {plugin: calculator, tool: calculate}, got %s", typeName(e))
+			continue
+		}
+		d.unknownKeys(ek+".", em, tree(agentToolKeys))
+		at := AgentTool{Plugin: d.strAt(em, ek+".", "plugin", ""), Tool: d.strAt(em, ek+".", "tool", "")}
+		if at.Plugin == "" {
+			d.problem(ek+".plugin", "is required: the ID of the executor plugin whose tools the agent may call")
+			continue
+		}
+		d.reference(ek+".plugin", at.Plugin, abi.RoleExecutor, plugins, true)
+		switch {
+		case at.Tool == "" && (whole[at.Plugin] || single[at.Plugin]):
+			d.problem(ek, "lists plugin %q again: list it once, without tool for all its tools or with tool for each one", at.Plugin)
+		case at.Tool != "" && !abi.ValidToolName(at.Tool):
+			d.problem(ek+".tool", "%q is not a valid tool name", at.Tool)
+		case at.Tool != "" && whole[at.Plugin]:
+			d.problem(ek, "lists tool %q of plugin %q, whose every tool is listed already (without tool): keep one of the two", at.Tool, at.Plugin)
+		case at.Tool != "" && single[at.Plugin+"\x00"+at.Tool]:
+			d.problem(ek, "lists tool %q of plugin %q again", at.Tool, at.Plugin)
+		}
+		if at.Tool == "" {
+			whole[at.Plugin] = true
+		} else {
+			single[at.Plugin] = true
+			single[at.Plugin+"\x00"+at.Tool] = true
+		}
+		at.ToolOverride = d.toolOverride(em, ek)
+		out = append(out, at)
+	}
+	return out
 }
 
 // toolPolicyDefaults are the defaults of the keys a tool's policy block
@@ -514,6 +712,20 @@ var toolPolicyDefaults = func() loop.Policy {
 	p.Mode = ""
 	return p
 }()
+
+// toolOverride reads the approval and missing-effect policy a tool entry
+// at key (a map) overrides.
+func (d *decoder) toolOverride(m map[string]any, key string) ToolOverride {
+	var o ToolOverride
+	switch a := abi.Approval(d.strAt(m, key+".", "approval", "")); a {
+	case "", abi.ApprovalNever, abi.ApprovalAlways:
+		o.Approval = a
+	default:
+		d.problem(key+".approval", "%q is not an approval: want never or always", a)
+	}
+	o.Policy = d.policy(m, key+".policy", "policy", toolPolicyDefaults)
+	return o
+}
 
 // policy decodes a missing-effect policy under key (nil when absent). Each
 // key the block leaves out takes its value from def, field by field: a
@@ -862,6 +1074,10 @@ func schemaTree() *node {
 	plugin.children["config"] = &node{free: true}
 	tenant := tree(tenantKeys)
 	tenant.children["tools"] = &node{each: tree(toolKeys)}
+	agent := tree(agentKeys)
+	agent.children["model"].children["settings"] = &node{free: true}
+	agent.children["tools"] = &node{children: map[string]*node{}} // a list, read by agentTools
+	tenant.children["agents"] = &node{each: agent}
 	root.children["plugins"] = &node{each: plugin}
 	root.children["tenants"] = &node{each: tenant}
 	return root

@@ -23,6 +23,9 @@ type SubmitRequest struct {
 	// Metadata is stored with the Run as given; it must be a JSON object,
 	// nested at most maxNesting levels deep.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// Agent is the agent of the tenant the Run runs as; absent or "" is
+	// the agent "default".
+	Agent string `json:"agent,omitempty"`
 }
 
 // InputRequest is the body of POST /v1/runs/{id}/input: approvals of gated
@@ -60,7 +63,7 @@ const maxApprovals = 256
 
 // The shapes of the request bodies, for the strict reading (checkJSON).
 var (
-	submitShape = &shape{fields: []string{"input", "metadata"}}
+	submitShape = &shape{fields: []string{"input", "metadata", "agent"}}
 	inputShape  = &shape{fields: []string{"approvals", "message"}, sub: map[string]*shape{
 		"approvals": {elem: &shape{fields: []string{"tool_call_id", "approved", "reason"}}},
 	}}

@@ -35,7 +35,7 @@ import (
 // valid against that answer's schema (JSON Schema 2020-12, formats
 // asserted), and its required headers there and valid.
 func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
-	e := newEnv(t, withFields(httpapi.FieldLimits{MaxInputBytes: 1 << 10}),
+	e := newEnv(t, withFields(httpapi.FieldLimits{MaxInputBytes: 1 << 10}), withAgentsAsANodeShowsThem,
 		withLimits("globex", httpapi.TenantLimits{Requests: httpapi.Rate{PerSecond: slowRefill, Burst: 1}}))
 	api := loadOpenAPI(t, e)
 
@@ -50,6 +50,19 @@ func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
 	api.check("GET", "/v1/whoami", http.StatusOK, e.do("GET", "/v1/whoami", tokenAcme, ""))
 	api.check("GET", "/v1/whoami", http.StatusUnauthorized, e.do("GET", "/v1/whoami", "", ""))
 
+	// The tenant's agents: the list, one whole, and one it does not have.
+	const agents, oneAgent = "/v1/agents", "/v1/agents/{name}"
+	list := e.do("GET", "/v1/agents", tokenAcme, "")
+	require.Contains(t, string(list.Body), `"settings":{"temperature":0.5}`)
+	api.check("GET", agents, http.StatusOK, list)
+	support := e.do("GET", "/v1/agents/support", tokenAcme, "")
+	require.Contains(t, string(support.Body), `"instructions":"You help customers."`)
+	api.check("GET", oneAgent, http.StatusOK, support)
+	api.check("GET", oneAgent, http.StatusOK, e.do("GET", "/v1/agents/default", tokenAcme, ""))
+	api.check("GET", oneAgent, http.StatusNotFound, e.do("GET", "/v1/agents/research", tokenAcme, ""))
+	api.check("GET", agents, http.StatusUnauthorized, e.do("GET", "/v1/agents", "", ""))
+	api.check("GET", oneAgent, http.StatusUnauthorized, e.do("GET", "/v1/agents/support", "", ""))
+
 	// A submission, its replay, the same key for another one, and
 	// submissions refused.
 	const submissions = "/v1/sessions/{id}/runs"
@@ -57,12 +70,18 @@ func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
 	created := e.do("POST", "/v1/sessions/s1/runs", tokenAcme, body, "Idempotency-Key", "order-42")
 	api.check("POST", submissions, http.StatusCreated, created)
 	run := created.run(t)
+	require.Equal(t, "default", run.Agent)
+	require.Equal(t, defaultVersion, run.AgentVersion)
 	api.check("POST", submissions, http.StatusOK, e.do("POST", "/v1/sessions/s1/runs", tokenAcme, body, "Idempotency-Key", "order-42"))
+	ofAnotherAgent := e.do("POST", "/v1/sessions/s1/runs", tokenAcme, body[:len(body)-1]+`, "agent": "support"}`, "Idempotency-Key", "order-42")
+	require.Contains(t, string(ofAnotherAgent.Body), `agent (it was \"default\")`)
+	api.check("POST", submissions, http.StatusUnprocessableEntity, ofAnotherAgent)
 	for _, refused := range []struct {
 		status int
 		r      reply
 	}{
 		{http.StatusUnprocessableEntity, e.do("POST", "/v1/sessions/s1/runs", tokenAcme, `{"input": "other"}`, "Idempotency-Key", "order-42")},
+		{http.StatusNotFound, e.do("POST", "/v1/sessions/s1/runs", tokenAcme, `{"input": "x", "agent": "research"}`)},
 		{http.StatusBadRequest, e.do("POST", "/v1/sessions/s1/runs", tokenAcme, `{"INPUT": "x"}`)},
 		{http.StatusBadRequest, e.do("POST", "/v1/sessions/not.valid/runs", tokenAcme, `{"input": "x"}`)},
 		{http.StatusUnsupportedMediaType, e.do("POST", "/v1/sessions/s1/runs", tokenAcme, `{"input": "x"}`, "Content-Type", "text/plain")},
@@ -104,8 +123,22 @@ func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
 	api.check("POST", cancel, http.StatusConflict, e.do("POST", "/v1/runs/"+slow.ID+"/cancel", tokenAcme, ""))
 	api.check("POST", cancel, http.StatusBadRequest, e.do("POST", "/v1/runs/"+asking.ID+"/cancel", tokenAcme, `{"why": "x"}`))
 
-	// The pages of a session's Runs and of the tenant's.
+	// A Run of another agent than the default one, and its pages.
 	const tenantRuns = "/v1/runs"
+	ofSupport := e.do("POST", "/v1/sessions/s4/runs", tokenAcme, `{"input": "answer:hello", "agent": "support"}`)
+	api.check("POST", submissions, http.StatusCreated, ofSupport)
+	supportRun := ofSupport.run(t)
+	require.Equal(t, "support", supportRun.Agent)
+	require.Equal(t, supportVersion, supportRun.AgentVersion)
+	e.waitStatus(tokenAcme, supportRun.ID, loop.StatusCompleted)
+	api.check("GET", oneRun, http.StatusOK, e.do("GET", "/v1/runs/"+supportRun.ID, tokenAcme, ""))
+	api.check("GET", submissions, http.StatusOK, e.do("GET", "/v1/sessions/s4/runs", tokenAcme, ""))
+	ofAgent := e.do("GET", "/v1/runs?agent=support", tokenAcme, "")
+	require.Contains(t, string(ofAgent.Body), supportRun.ID)
+	api.check("GET", tenantRuns, http.StatusOK, ofAgent)
+	api.check("GET", tenantRuns, http.StatusBadRequest, e.do("GET", "/v1/runs?agent=not.an.agent", tokenAcme, ""))
+
+	// The pages of a session's Runs and of the tenant's.
 	e.submit(tokenAcme, "s1", "answer:second")
 	api.check("GET", submissions, http.StatusOK, e.do("GET", "/v1/sessions/s1/runs", tokenAcme, ""))
 	firstPage := e.do("GET", "/v1/sessions/s1/runs?limit=1", tokenAcme, "")
@@ -147,11 +180,39 @@ func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
 	// found), and a draining server, whose description is still served.
 	api.check("GET", oneRun, http.StatusNotFound, e.do("GET", "/v1/runs/"+run.ID, tokenGlobex, ""))
 	api.check("GET", oneRun, http.StatusTooManyRequests, e.do("GET", "/v1/runs/"+run.ID, tokenGlobex, ""))
+	api.check("GET", agents, http.StatusTooManyRequests, e.do("GET", "/v1/agents", tokenGlobex, ""))
+	api.check("GET", oneAgent, http.StatusTooManyRequests, e.do("GET", "/v1/agents/default", tokenGlobex, ""))
 	e.srv.Drain()
 	api.check("GET", oneRun, http.StatusServiceUnavailable, e.do("GET", "/v1/runs/"+run.ID, tokenAcme, ""))
+	api.check("GET", agents, http.StatusServiceUnavailable, e.do("GET", "/v1/agents", tokenAcme, ""))
+	api.check("GET", oneAgent, http.StatusServiceUnavailable, e.do("GET", "/v1/agents/support", tokenAcme, ""))
 	api.check("GET", "/v1/openapi.json", http.StatusOK, e.do("GET", "/v1/openapi.json", "", ""))
 
 	require.GreaterOrEqual(t, api.checked, 100, "bodies and headers validated against the document")
+}
+
+// The versions withAgentsAsANodeShowsThem gives acme's agents.
+const (
+	defaultVersion = "v-00000000d0d0"
+	supportVersion = "v-0000000005a5"
+)
+
+// withAgentsAsANodeShowsThem is withAgents (acme's agents "default" and
+// "support"), with versions and limits of the forms a node gives them
+// (internal/node: "v-" and 12 hex digits, timeouts as Go prints them), so
+// that the answers are checked against the document's patterns for them.
+func withAgentsAsANodeShowsThem(cfg *httpapi.Config, ropts *runtime.Options) {
+	withAgents(cfg, ropts)
+	versions := map[string]string{"default": defaultVersion, "support": supportVersion}
+	acme := ropts.Tenants.(runtime.TenantMap)["acme"]
+	for i := range cfg.Agents["acme"] {
+		shown := &cfg.Agents["acme"][i]
+		a := acme.Agents[shown.Name]
+		a.Version, a.HistoryRuns = versions[shown.Name], runtime.DefaultHistoryRuns
+		shown.Version, shown.HistoryRuns = a.Version, a.HistoryRuns
+		shown.Limits = httpapi.AgentLimitsJSON{MaxSteps: a.Limits.MaxSteps, MaxToolCallsPerStep: a.Limits.MaxToolCallsPerStep,
+			MaxParallelToolCalls: a.Limits.MaxParallelToolCalls, RunTimeout: a.RunTimeout.String(), EffectTimeout: a.EffectTimeout.String()}
+	}
 }
 
 // openAPI is the document a server serves, and the validators of its

@@ -18,7 +18,13 @@ type RunJSON struct {
 	Status   loop.Status     `json:"status"`
 	Input    string          `json:"input"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
-	Usage    abi.Usage       `json:"usage"`
+	// Agent is the agent the Run runs as ("default" for a Run created
+	// before agents), and AgentVersion the version of it the Run was
+	// created with and keeps ("" for a Run created before agents were
+	// versioned, which runs as the agent is now).
+	Agent        string    `json:"agent"`
+	AgentVersion string    `json:"agent_version,omitempty"`
+	Usage        abi.Usage `json:"usage"`
 	// CreatedAt and UpdatedAt are RFC 3339 times, in UTC, to the
 	// millisecond.
 	CreatedAt string `json:"created_at"`
@@ -78,8 +84,11 @@ type PendingJSON struct {
 func NewRunJSON(run loop.Run) RunJSON {
 	j := RunJSON{
 		ID: run.ID, Session: run.Session, Status: run.Status, Input: run.Input, Metadata: validUTF8(run.Metadata),
-		Usage: run.Usage, CreatedAt: rfc3339(run.CreatedAt), UpdatedAt: rfc3339(run.UpdatedAt),
+		Agent: runAgent(run), Usage: run.Usage, CreatedAt: rfc3339(run.CreatedAt), UpdatedAt: rfc3339(run.UpdatedAt),
 		Step: run.Step, Seq: run.Seq,
+	}
+	if run.Agent != nil {
+		j.AgentVersion = run.Agent.Version
 	}
 	switch run.Status {
 	case loop.StatusCompleted:
@@ -133,6 +142,8 @@ type RunSummaryJSON struct {
 	ID      string      `json:"id"`
 	Session string      `json:"session"`
 	Status  loop.Status `json:"status"`
+	// Agent is the agent the Run runs as (RunJSON.Agent).
+	Agent string `json:"agent"`
 	// InputPreview is the input's first InputPreviewChars characters (all
 	// of it when it is shorter).
 	InputPreview string    `json:"input_preview"`
@@ -165,7 +176,7 @@ type WaitingSummaryJSON struct {
 // session.
 func NewRunSummaryJSON(ordinal int64, run loop.Run) RunSummaryJSON {
 	j := RunSummaryJSON{
-		Ordinal: ordinal, ID: run.ID, Session: run.Session, Status: run.Status,
+		Ordinal: ordinal, ID: run.ID, Session: run.Session, Status: run.Status, Agent: runAgent(run),
 		InputPreview: preview(run.Input, InputPreviewChars), Usage: run.Usage,
 		CreatedAt: rfc3339(run.CreatedAt), UpdatedAt: rfc3339(run.UpdatedAt), Step: run.Step, Seq: run.Seq,
 	}
@@ -184,6 +195,24 @@ func NewRunSummaryJSON(ordinal int64, run loop.Run) RunSummaryJSON {
 		}
 	}
 	return j
+}
+
+// runAgent is the name of the agent run runs as: its pin's, or the
+// default agent for a Run created before Runs were pinned.
+func runAgent(run loop.Run) string {
+	if run.Agent != nil {
+		return run.Agent.Name
+	}
+	return runtime.DefaultAgent
+}
+
+// agentOrDefault is the agent a submission names: the default agent when
+// it names none.
+func agentOrDefault(name string) string {
+	if name == "" {
+		return runtime.DefaultAgent
+	}
+	return name
 }
 
 // InputPreviewChars is how many characters of a Run's input its summary

@@ -57,9 +57,13 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 		}
 	}
 	run, dup, err := s.cfg.Runtime.Submit(r.Context(), runtime.Request{
-		Tenant: tenant, Session: session, Input: req.Input, Metadata: req.Metadata, IdempotencyKey: key,
+		Tenant: tenant, Session: session, Input: req.Input, Metadata: req.Metadata, IdempotencyKey: key, Agent: req.Agent,
 	})
 	settleReservation(res, err, dup)
+	if errors.Is(err, runtime.ErrUnknownAgent) {
+		noteDetail(r, err)
+		return s.agentNotFound(tenant, req.Agent)
+	}
 	if err != nil {
 		return err
 	}
@@ -96,6 +100,9 @@ func checkReplay(key string, run loop.Run, session string, req SubmitRequest) er
 	}
 	if !sameJSON(run.Metadata, req.Metadata) {
 		diff = append(diff, "metadata")
+	}
+	if was, asked := runAgent(run), agentOrDefault(req.Agent); was != asked {
+		diff = append(diff, fmt.Sprintf("agent (it was %q)", was))
 	}
 	if len(diff) == 0 {
 		return nil

@@ -88,6 +88,10 @@ type Config struct {
 	// UnauthenticatedRate bounds, per client address, the requests
 	// without a valid token (past it: 429 instead of 401). Zero: no bound.
 	UnauthenticatedRate Rate
+	// Agents are each tenant's agents, by tenant ID, sorted by name, for
+	// GET /v1/agents and the agent_not_found message; a tenant without an
+	// entry lists none.
+	Agents map[string][]AgentJSON
 	// OnLimit is called with the limit (the Limit… constants, or a
 	// quota's error code) and the tenant ("" when there is none) of every
 	// request a limit refuses or cuts short, for the metrics. Default:
@@ -203,6 +207,8 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/sessions/{id}/runs", s.authed(s.limitSubmissions(s.submitRun))},
 		{"GET", "/v1/sessions/{id}/runs", s.authed(s.limitReads(s.listSessionRuns))},
 		{"GET", "/v1/whoami", s.authed(s.whoAmI)},
+		{"GET", "/v1/agents", s.authed(s.listAgents)},
+		{"GET", "/v1/agents/{name}", s.authed(s.getAgent)},
 		{"GET", "/v1/runs", s.authed(s.limitReads(s.listTenantRuns))},
 		{"GET", "/v1/runs/{id}", s.authed(s.limitReads(s.getRun))},
 		{"GET", "/v1/runs/{id}/events", s.authed(s.streamEvents)},

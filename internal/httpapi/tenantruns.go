@@ -31,13 +31,20 @@ type TenantRunJSON struct {
 	Ordinal int64 `json:"ordinal,omitempty"`
 }
 
-// listTenantRuns serves GET /v1/runs?status=&after=&limit=: the tenant's
-// Runs through the store's status index, a page at a time. Without a
-// status it merges the six statuses' indexes by ID. A Run that changes
-// status while the page is read is shown once, as it is when loaded; with
-// a status filter, one that has left that status is left out.
+// listTenantRuns serves GET /v1/runs?status=&agent=&after=&limit=: the
+// tenant's Runs through the store's status index, a page at a time.
+// Without a status it merges the six statuses' indexes by ID. A Run that
+// changes status while the page is read is shown once, as it is when
+// loaded; with a status filter, one that has left that status is left
+// out. The agent filter is applied to the Runs of the page as they are
+// loaded (the store keeps no index by agent), so a page may hold fewer
+// than limit Runs, or none, and still end with next_after: follow it.
 func (s *Server) listTenantRuns(w http.ResponseWriter, r *http.Request, tenant string) error {
 	q := r.URL.Query()
+	agent := q.Get("agent")
+	if agent != "" && !loop.ValidID(agent) {
+		return badRequest("query parameter \"agent\" is %q; it must be an agent's name (GET /v1/agents lists them), or absent for every agent", truncate(agent, 80))
+	}
 	statuses := allStatuses
 	if v := q.Get("status"); v != "" {
 		st := loop.Status(v)
@@ -70,6 +77,9 @@ func (s *Server) listTenantRuns(w http.ResponseWriter, r *http.Request, tenant s
 		}
 		if len(statuses) == 1 && run.Status != statuses[0] {
 			continue // it moved on since the index read
+		}
+		if agent != "" && runAgent(run) != agent {
+			continue
 		}
 		sum := TenantRunJSON{RunSummaryJSON: NewRunSummaryJSON(0, run)}
 		if budget -= summarySize(sum); budget < 0 && len(page.Runs) > 0 {

@@ -8,6 +8,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/agenthost/agenthost/badgerstore"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/internal/config"
+	"github.com/agenthost/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/pgstore"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -33,7 +35,9 @@ type System struct {
 	plugins map[string]*host.Plugin // by plugin ID: the ones some tenant uses
 	runtime *runtime.Runtime
 	tenants runtime.TenantMap
-	log     *slog.Logger
+	// agents are each tenant's agents as the API shows them.
+	agents map[string][]httpapi.AgentJSON
+	log    *slog.Logger
 }
 
 // NewLogger returns the process logger the config asks for, writing to w.
@@ -84,7 +88,7 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 	if missing := usedMissingFiles(cfg, tenantIDs); len(missing) > 0 {
 		return nil, errors.New(strings.Join(missing, "\n"))
 	}
-	s := &System{log: log, tenants: runtime.TenantMap{}}
+	s := &System{log: log, tenants: runtime.TenantMap{}, agents: map[string][]httpapi.AgentJSON{}}
 	defer func() {
 		if err != nil {
 			s.Close(context.WithoutCancel(ctx))
@@ -115,11 +119,11 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 			}
 			plugins[pid] = p
 		}
-		rt, err := buildTenant(cfg, t, plugins, w)
+		rt, shown, err := buildTenant(cfg, t, plugins, w)
 		if err != nil {
 			return nil, err
 		}
-		s.tenants[id] = rt
+		s.tenants[id], s.agents[id] = rt, shown
 	}
 	s.plugins = plugins
 	s.runtime, err = runtime.New(runtime.Options{
@@ -175,6 +179,10 @@ func (s *System) Store() runtime.Store { return s.store }
 // Runtime is the system's runtime.
 func (s *System) Runtime() *runtime.Runtime { return s.runtime }
 
+// Agents returns the agents of each tenant as the API shows them
+// (GET /v1/agents), sorted by name.
+func (s *System) Agents() map[string][]httpapi.AgentJSON { return s.agents }
+
 // Close stops the runtime (leaving what is in flight to recovery), then
 // closes the host and the store.
 func (s *System) Close(ctx context.Context) error {
@@ -199,11 +207,15 @@ func (s *System) closeWithin(ctx context.Context, grace time.Duration) error {
 	return errors.Join(errs...)
 }
 
+// usedPlugins returns the IDs of the plugins the tenant's agents use,
+// without repeats, in a fixed order.
 func usedPlugins(t config.Tenant) []string {
-	ids := []string{t.Builder, t.Model}
-	for _, id := range t.ToolExecutors {
-		if !slices.Contains(ids, id) {
-			ids = append(ids, id)
+	var ids []string
+	for _, name := range sortedKeys(t.Agents) {
+		for _, id := range t.Agents[name].Plugins() {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
 		}
 	}
 	return ids
@@ -242,64 +254,170 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 	}
 }
 
-// buildTenant wires a tenant from its config and its loaded plugins: the
-// tools come from the tool executors' describe, with the config's
-// approval and policy overrides.
-func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, w Wiring) (*runtime.Tenant, error) {
+// buildTenant wires a tenant from its config and its loaded plugins: each
+// of its agents (buildAgent), and its own Builder, Model, Tools and rules
+// as its default agent's, when it has one.
+func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, w Wiring) (*runtime.Tenant, []httpapi.AgentJSON, error) {
+	rt := &runtime.Tenant{ID: t.ID, Agents: map[string]*runtime.Agent{}}
+	wired := &pluginAdapters{plugins: plugins, w: w, builders: map[string]runtime.Builder{}, executors: map[string]runtime.Executor{}}
+	shown := make([]httpapi.AgentJSON, 0, len(t.Agents))
+	for _, name := range sortedKeys(t.Agents) {
+		a, sources, err := buildAgent(cfg, t, t.Agents[name], wired)
+		if err != nil {
+			return nil, nil, err
+		}
+		rt.Agents[name] = a
+		shown = append(shown, agentJSON(t.Agents[name], a, sources))
+	}
+	if def, ok := rt.Agents[runtime.DefaultAgent]; ok {
+		rt.Builder, rt.Model, rt.Tools = def.Builder, def.Model, def.Tools
+		rt.Limits, rt.RunTimeout, rt.EffectTimeout = def.Limits, def.RunTimeout, def.EffectTimeout
+		rt.ModelPolicy, rt.HistoryRuns = def.ModelPolicy, def.HistoryRuns
+	}
+	return rt, shown, nil
+}
+
+// pluginAdapters makes one builder or executor adapter per plugin of a
+// tenant, which its agents share.
+type pluginAdapters struct {
+	plugins   map[string]*host.Plugin
+	w         Wiring
+	builders  map[string]runtime.Builder
+	executors map[string]runtime.Executor
+}
+
+func (p *pluginAdapters) builder(id string) (runtime.Builder, error) {
+	if b, ok := p.builders[id]; ok {
+		return b, nil
+	}
+	b, err := p.plugins[id].Builder()
+	if err != nil {
+		return nil, err
+	}
+	p.builders[id] = p.w.builder(id, b)
+	return p.builders[id], nil
+}
+
+func (p *pluginAdapters) executor(id string) (runtime.Executor, error) {
+	if ex, ok := p.executors[id]; ok {
+		return ex, nil
+	}
+	ex, err := p.plugins[id].Executor()
+	if err != nil {
+		return nil, err
+	}
+	p.executors[id] = p.w.executor(id, ex)
+	return p.executors[id], nil
+}
+
+// buildAgent wires one agent of tenant t: its builder, its model executor
+// and its tools, which come from its tool executors' describe with the
+// config's approval and policy overrides, and its version (AgentVersion).
+// It returns the agent and the plugin of each of its tools. Errors name
+// the config key at fault: the tenant's top-level keys for the agent its
+// top-level form defines, the agent's own keys otherwise.
+func buildAgent(cfg *config.Config, t config.Tenant, a config.Agent, wired *pluginAdapters) (_ *runtime.Agent, sources []string, _ error) {
 	k := cfg.File + ": tenants." + t.ID + "."
-	b, err := plugins[t.Builder].Builder()
-	if err != nil {
-		return nil, fmt.Errorf("%sbuilder: %w", k, err)
+	if !a.TopLevel {
+		k += "agents." + a.Name + "."
 	}
-	mp := plugins[t.Model]
+	modelKey, toolsKey := "model", "tool_executors"
+	if !a.TopLevel {
+		modelKey, toolsKey = "model.plugin", "tools"
+	}
+	b, err := wired.builder(a.Builder)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%sbuilder: %w", k, err)
+	}
+	mp := wired.plugins[a.Model]
 	if !slices.Contains(mp.Describe().Effects, abi.KindModel) {
-		return nil, fmt.Errorf("%smodel: plugin %q does not carry out model effects (its describe lists effects %v): name a model executor", k, t.Model, mp.Describe().Effects)
+		return nil, nil, fmt.Errorf("%s%s: plugin %q does not carry out model effects (its describe lists effects %v): name a model executor", k, modelKey, a.Model, mp.Describe().Effects)
 	}
-	model, err := mp.Executor()
+	model, err := wired.executor(a.Model)
 	if err != nil {
-		return nil, fmt.Errorf("%smodel: %w", k, err)
+		return nil, nil, fmt.Errorf("%s%s: %w", k, modelKey, err)
 	}
-	rt := &runtime.Tenant{
-		ID: t.ID, Builder: w.builder(t.Builder, b), Model: w.executor(t.Model, model),
-		Limits:     t.Limits.LoopLimits(),
-		RunTimeout: t.Limits.RunTimeout, EffectTimeout: t.Limits.EffectTimeout,
-		ModelPolicy: t.ModelPolicy, HistoryRuns: t.HistoryRuns,
+	ra := &runtime.Agent{
+		Name: a.Name, Instructions: a.Instructions, Builder: b, Model: model,
+		Limits:     a.Limits.LoopLimits(),
+		RunTimeout: a.Limits.RunTimeout, EffectTimeout: a.Limits.EffectTimeout,
+		ModelPolicy: a.ModelPolicy, HistoryRuns: a.HistoryRuns,
+	}
+	if a.Settings != nil {
+		if ra.Settings, err = json.Marshal(a.Settings); err != nil {
+			return nil, nil, fmt.Errorf("%smodel.settings: %w", k, err)
+		}
 	}
 	offeredBy := map[string]string{}
-	for _, pid := range t.ToolExecutors {
-		p := plugins[pid]
+	for i, entry := range a.Tools {
+		ek := toolsKey
+		if !a.TopLevel {
+			ek = fmt.Sprintf("tools[%d]", i)
+		}
+		p := wired.plugins[entry.Plugin]
 		if !slices.Contains(p.Describe().Effects, abi.KindTool) {
-			return nil, fmt.Errorf("%stool_executors: plugin %q offers no tools (its describe lists effects %v): remove it from tool_executors", k, pid, p.Describe().Effects)
-		}
-		ex, err := p.Executor()
-		if err != nil {
-			return nil, fmt.Errorf("%stool_executors: %w", k, err)
-		}
-		for _, tool := range p.Describe().Tools {
-			if other, dup := offeredBy[tool.Name]; dup {
-				return nil, fmt.Errorf("%stool_executors: plugins %q and %q both offer tool %q: a tenant's tool names must be unique, so keep one of them", k, other, pid, tool.Name)
+			if a.TopLevel {
+				return nil, nil, fmt.Errorf("%stool_executors: plugin %q offers no tools (its describe lists effects %v): remove it from tool_executors", k, entry.Plugin, p.Describe().Effects)
 			}
-			offeredBy[tool.Name] = pid
-			approval := t.ToolApproval(tool.Name, tool.Approval)
+			return nil, nil, fmt.Errorf("%s%s.plugin: plugin %q offers no tools (its describe lists effects %v): remove it from the agent's tools", k, ek, entry.Plugin, p.Describe().Effects)
+		}
+		ex, err := wired.executor(entry.Plugin)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s%s: %w", k, ek, err)
+		}
+		found := false
+		for _, tool := range p.Describe().Tools {
+			if entry.Tool != "" && tool.Name != entry.Tool {
+				continue
+			}
+			found = true
+			if other, dup := offeredBy[tool.Name]; dup {
+				if a.TopLevel {
+					return nil, nil, fmt.Errorf("%stool_executors: plugins %q and %q both offer tool %q: a tenant's tool names must be unique, so keep one of them", k, other, entry.Plugin, tool.Name)
+				}
+				return nil, nil, fmt.Errorf("%s%s: plugins %q and %q both offer tool %q: an agent's tool names must be unique, so list only one of them (with tool: NAME for the others' other tools)", k, ek, other, entry.Plugin, tool.Name)
+			}
+			offeredBy[tool.Name] = entry.Plugin
+			approval := a.ToolApproval(entry, tool.Name, tool.Approval)
 			d := tool
 			d.Approval = abi.ApprovalNever
 			if approval {
 				d.Approval = abi.ApprovalAlways
 			}
-			rt.Tools = append(rt.Tools, runtime.Tool{
+			ra.Tools = append(ra.Tools, runtime.Tool{
 				Descriptor: d,
-				Spec:       loop.ToolSpec{Name: tool.Name, Approval: approval, Policy: t.ToolPolicy(tool.Name, tool.Idempotent)},
-				Executor:   w.executor(pid, ex),
+				Spec:       loop.ToolSpec{Name: tool.Name, Approval: approval, Policy: a.ToolPolicy(entry, tool.Name, tool.Idempotent)},
+				Executor:   ex,
 			})
+			sources = append(sources, entry.Plugin)
+		}
+		if entry.Tool != "" && !found {
+			var names []string
+			for _, tool := range p.Describe().Tools {
+				names = append(names, tool.Name)
+			}
+			return nil, nil, fmt.Errorf("%s%s.tool: plugin %q offers no tool %q (it offers: %s): fix the name", k, ek, entry.Plugin, entry.Tool, strings.Join(names, ", "))
 		}
 	}
-	for name := range t.Tools {
+	for name := range a.Overrides {
 		if _, ok := offeredBy[name]; !ok {
-			return nil, fmt.Errorf("%stools.%s: no tool executor of the tenant offers a tool %q (offered: %s): fix the name or add its executor to tool_executors",
+			return nil, nil, fmt.Errorf("%stools.%s: no tool executor of the tenant offers a tool %q (offered: %s): fix the name or add its executor to tool_executors",
 				k, name, name, strings.Join(sortedNames(offeredBy), ", "))
 		}
 	}
-	return rt, nil
+	if ra.Version, err = AgentVersion(a, ra, func(id string) string { return wired.plugins[id].SHA256() }, sources); err != nil {
+		return nil, nil, fmt.Errorf("%smodel.settings: %w", k, err)
+	}
+	return ra, sources, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func sortedNames(m map[string]string) []string {

@@ -35,19 +35,27 @@ import (
 // (badgerstore's run header).
 const Version1 byte = 0x01
 
-// Version2 is the first byte of a snapshot in the current version: the
+// Version2 is the first byte of a snapshot in the second version: the
 // first, plus each tool's pinned descriptor (loop.ToolSpec.Descriptor).
-// Append writes it; Decode reads both, and a Run decoded from version 1
-// has no descriptors.
+// A Run decoded from version 1 has no descriptors.
 const Version2 byte = 0x02
+
+// Version3 is the first byte of a snapshot in the current version: the
+// second, plus the Run's agent (loop.Spec.Agent) after its tools. Append
+// writes it; Decode reads every version, and a Run decoded from version 1
+// or 2 has no agent (it runs as its tenant's default agent).
+const Version3 byte = 0x03
+
+// Current is the version Append writes.
+const Current = Version3
 
 // IsBinary reports whether b is a snapshot (or a record) in this encoding,
 // of any version, rather than JSON.
-func IsBinary(b []byte) bool { return len(b) > 0 && (b[0] == Version1 || b[0] == Version2) }
+func IsBinary(b []byte) bool { return len(b) > 0 && b[0] >= Version1 && b[0] <= Version3 }
 
 // Append appends r's encoding to dst, in the current version.
 func Append(dst []byte, r *loop.Run) []byte {
-	w := Writer{B: append(dst, Version2)}
+	w := Writer{B: append(dst, Current)}
 	// Spec.
 	w.String(r.Tenant)
 	w.String(r.Session)
@@ -74,6 +82,13 @@ func Append(dst []byte, r *loop.Run) []byte {
 			w.Bool(d.Idempotent)
 			w.String(string(d.Approval))
 		}
+	}
+	w.Bool(r.Agent != nil)
+	if a := r.Agent; a != nil {
+		w.String(a.Name)
+		w.String(a.Version)
+		w.String(a.Instructions)
+		w.Raw(a.Settings)
 	}
 	// The Run's state.
 	w.String(string(r.Status))
@@ -135,6 +150,9 @@ func Decode(b []byte) (loop.Run, error) {
 					Idempotent: rd.Bool(), Approval: abi.Approval(rd.String())}
 			}
 		}
+	}
+	if version >= Version3 && rd.Bool() {
+		r.Agent = &loop.AgentPin{Name: rd.String(), Version: rd.String(), Instructions: rd.String(), Settings: rd.Raw()}
 	}
 	r.Status = loop.Status(rd.String())
 	r.Seq = rd.Int()

@@ -238,11 +238,63 @@ func TestAVersion1SnapshotStillDecodes(t *testing.T) {
 		}
 	}
 	again := Append(nil, &want)
-	if again[0] != Version2 {
-		t.Fatalf("Append writes version %#x, want %#x", again[0], Version2)
+	if again[0] != Current {
+		t.Fatalf("Append writes version %#x, want %#x", again[0], Current)
 	}
 	if got, err := Decode(again); err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("rewritten in version 2: %+v, %v", got, err)
+		t.Fatalf("rewritten in version %d: %+v, %v", Current, got, err)
+	}
+}
+
+// version2Snapshot is a freshly created Run (one tool, with its pinned
+// descriptor) as the codec wrote it in version 2, before Runs carried
+// their agent: the bytes a store written then holds.
+const version2Snapshot = "020461636d650273310272310b63616c6c3a6563686f282900202008000005726574727906d00fe0d40302046563686f00" +
+	"05726574727906d00fe0d403127b2274797065223a226f626a656374227d01046563686f044563686f127b2274797065223a226f626a656374227d01" +
+	"056e657665720770656e64696e670280a0abfef96280a0abfef962000204757365720b63616c6c3a6563686f282900000000000000000000"
+
+// TestAVersion2SnapshotStillDecodes: a snapshot stored before Runs were
+// pinned to their agent decodes as the same Run with no agent (the
+// runtime then runs it as its tenant's default agent), and is written
+// again in the current version, agent and all.
+func TestAVersion2SnapshotStillDecodes(t *testing.T) {
+	b, err := hex.DecodeString(version2Snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := json.RawMessage(`{"type":"object"}`)
+	spec := loop.Spec{Tenant: "acme", Session: "s1", ID: "r1", Input: "call:echo()", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy,
+		Tools: []loop.ToolSpec{{Name: "echo", Policy: loop.DefaultToolPolicy(true), InputSchema: schema,
+			Descriptor: &abi.Tool{Name: "echo", Description: "Echo", InputSchema: schema, Idempotent: true, Approval: abi.ApprovalNever}}}}
+	want, err := loop.Apply(loop.Run{}, loop.Event{Type: loop.EventRunCreated, Spec: &spec, Seq: 1, At: 1700000000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsBinary(b) {
+		t.Fatal("a version-2 snapshot is not taken for the binary form")
+	}
+	for _, decode := range []func([]byte) (loop.Run, error){Decode, Unmarshal} {
+		got, err := decode(b)
+		if err != nil {
+			t.Fatalf("decode a version-2 snapshot: %v", err)
+		}
+		if got.Agent != nil {
+			t.Fatalf("a version-2 snapshot decodes with agent %+v; it has none", got.Agent)
+		}
+		if !reflect.DeepEqual(got, want) {
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(want)
+			t.Fatalf("a version-2 snapshot decodes as\n %s\nwant\n %s", gj, wj)
+		}
+	}
+	pinned := want
+	pinned.Agent = &loop.AgentPin{Name: "support", Version: "v-0123456789ab", Instructions: "Be brief.", Settings: json.RawMessage(`{"model":"m","temperature":0.2}`)}
+	again := Append(nil, &pinned)
+	if again[0] != Version3 {
+		t.Fatalf("Append writes version %#x, want %#x", again[0], Version3)
+	}
+	if got, err := Decode(again); err != nil || !reflect.DeepEqual(got, pinned) {
+		t.Fatalf("rewritten in version 3: %+v, %v", got, err)
 	}
 }
 

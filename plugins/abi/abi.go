@@ -213,15 +213,48 @@ type BuildInput struct {
 	History    []Message `json:"history"`
 	Transcript []Message `json:"transcript"`
 	Tools      []Tool    `json:"tools"`
+	// Agent is the agent the Run runs as, as it was when the Run was
+	// created (an addition within v1: absent from an older host, and a
+	// builder that ignores it still works). A builder puts its
+	// instructions first, as the system message, and its settings into
+	// request.params.
+	Agent *AgentView `json:"agent,omitempty"`
+}
+
+// AgentView is the part of a Run's agent a builder sees.
+type AgentView struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	// Instructions are the system prompt; "" when the agent leaves it to
+	// the builder's own config.
+	Instructions string `json:"instructions,omitempty"`
+	// Settings is a JSON object of model settings, for request.params:
+	// "model", "temperature", "max_output_tokens", and whatever else the
+	// operator set, passed through.
+	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
 // ModelRequest is what a builder assembles and a model executor receives
 // as effect.request.
 type ModelRequest struct {
-	Messages []Message      `json:"messages"`
-	Tools    []Tool         `json:"tools,omitempty"`
-	Params   map[string]any `json:"params,omitempty"`
+	Messages []Message `json:"messages"`
+	Tools    []Tool    `json:"tools,omitempty"`
+	// Params are the model settings the builder passes on, most often
+	// its agent's settings as they are: the executor reads the ones it
+	// knows (ParamModel, ParamTemperature, ParamMaxOutputTokens) over its
+	// own config, and ignores the rest.
+	Params map[string]any `json:"params,omitempty"`
 }
+
+// The params a model executor reads, when present, over its own config.
+const (
+	// ParamModel is the model's name (a string).
+	ParamModel = "model"
+	// ParamTemperature is the sampling temperature (a number).
+	ParamTemperature = "temperature"
+	// ParamMaxOutputTokens bounds the tokens of one answer (an integer).
+	ParamMaxOutputTokens = "max_output_tokens"
+)
 
 // BuildOutput is the reply of build.
 type BuildOutput struct {

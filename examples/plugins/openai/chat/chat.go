@@ -138,16 +138,23 @@ type (
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 // Encode makes the chat-completions request body for a model request.
-// The request's params override the config: "temperature" (number) and
-// "max_tokens" (integer).
+// The request's params (most often the Run's agent's settings) override
+// the config: "model" (string), "temperature" (number), and
+// "max_output_tokens" or "max_tokens" (integer, sent as max_tokens). Other
+// params are not sent: they may be meant for another executor.
 func Encode(c Config, req abi.ModelRequest) ([]byte, error) {
 	out := Request{Model: c.Model, Temperature: c.Temperature, MaxTokens: c.MaxTokens}
-	if v, ok := req.Params["temperature"].(float64); ok {
+	if v, ok := req.Params[abi.ParamModel].(string); ok && strings.TrimSpace(v) != "" {
+		out.Model = strings.TrimSpace(v)
+	}
+	if v, ok := req.Params[abi.ParamTemperature].(float64); ok {
 		out.Temperature = &v
 	}
-	if v, ok := req.Params["max_tokens"].(float64); ok && v > 0 {
-		n := int(v)
-		out.MaxTokens = &n
+	for _, key := range []string{"max_tokens", abi.ParamMaxOutputTokens} {
+		if v, ok := req.Params[key].(float64); ok && v > 0 {
+			n := int(v)
+			out.MaxTokens = &n
+		}
 	}
 	for _, m := range req.Messages {
 		cm := Message{Role: m.Role, ToolCallID: m.ToolCallID}

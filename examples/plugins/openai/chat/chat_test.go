@@ -93,3 +93,28 @@ func TestDecode(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeTakesTheAgentsSettingsFromParams: model, temperature and
+// max_output_tokens in params win over the config; a setting the plugin
+// does not know is not sent.
+func TestEncodeTakesTheAgentsSettingsFromParams(t *testing.T) {
+	temp, maxTokens := 0.5, 64
+	c := Config{Model: "config-model", Temperature: &temp, MaxTokens: &maxTokens}
+	req := abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: "hi"}},
+		Params: map[string]any{"model": "agent-model", "temperature": 0.25, "max_output_tokens": float64(300), "seed_of_another_executor": "x"}}
+	b, err := Encode(c, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"agent-model","messages":[{"role":"user","content":"hi"}],"temperature":0.25,"max_tokens":300}`
+	if string(b) != want {
+		t.Fatalf("got\n%s\nwant\n%s", b, want)
+	}
+	b, err = Encode(c, abi.ModelRequest{Messages: req.Messages})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"model":"config-model","messages":[{"role":"user","content":"hi"}],"temperature":0.5,"max_tokens":64}`; string(b) != want {
+		t.Fatalf("without params: got\n%s\nwant\n%s", b, want)
+	}
+}

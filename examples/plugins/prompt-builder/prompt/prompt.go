@@ -5,6 +5,7 @@
 package prompt
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,12 +58,28 @@ func ParseConfig(get func(key string) (string, bool)) (Config, error) {
 // and the Run's tools. A window that would begin with tool results whose
 // calls were cut off drops them, since a model API refuses a tool result
 // with no call before it.
+//
+// The system message is the Run's agent's instructions when it has some,
+// else the config's system_prompt; the agent's settings (a JSON object)
+// become the request's params as they are, for the model executor. An
+// input without an agent (from a host older than agents) builds as
+// before.
 func Build(c Config, in abi.BuildInput) abi.BuildOutput {
+	system := c.SystemPrompt
+	var params map[string]any
+	if a := in.Agent; a != nil {
+		if a.Instructions != "" {
+			system = a.Instructions
+		}
+		// Settings the host sends are a JSON object; anything else is
+		// left out rather than failing the step.
+		_ = json.Unmarshal(a.Settings, &params)
+	}
 	msgs := make([]abi.Message, 0, 1+c.HistoryWindow+len(in.Transcript))
-	msgs = append(msgs, abi.Message{Role: abi.MessageSystem, Content: c.SystemPrompt})
+	msgs = append(msgs, abi.Message{Role: abi.MessageSystem, Content: system})
 	msgs = append(msgs, Window(in.History, c.HistoryWindow)...)
 	msgs = append(msgs, in.Transcript...)
-	return abi.BuildOutput{Request: abi.ModelRequest{Messages: msgs, Tools: in.Tools}}
+	return abi.BuildOutput{Request: abi.ModelRequest{Messages: msgs, Tools: in.Tools, Params: params}}
 }
 
 // Window returns the last n messages of history, less any tool messages at

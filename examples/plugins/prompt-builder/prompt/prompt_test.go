@@ -72,3 +72,35 @@ func TestBuild(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildUsesTheRunsAgent: the agent's instructions are the system
+// message and its settings the params; an agent without instructions
+// leaves the config's system prompt, and an input without an agent builds
+// as before agents.
+func TestBuildUsesTheRunsAgent(t *testing.T) {
+	in := abi.BuildInput{Run: abi.RunView{ID: "r", Step: 1, Input: "q"}, Transcript: []abi.Message{msg("user", "q")},
+		Agent: &abi.AgentView{Name: "support", Version: "v-1", Instructions: "You are support.",
+			Settings: []byte(`{"model":"gpt-4o-mini","temperature":0.2,"max_output_tokens":300}`)}}
+	out := Build(Config{SystemPrompt: "S", HistoryWindow: 5}, in)
+	if err := abi.ValidateBuildOutput(out); err != nil {
+		t.Fatal(err)
+	}
+	if m := out.Request.Messages[0]; m.Role != "system" || m.Content != "You are support." {
+		t.Errorf("system message %+v, want the agent's instructions", m)
+	}
+	p := out.Request.Params
+	if p["model"] != "gpt-4o-mini" || p["temperature"] != 0.2 || p["max_output_tokens"] != float64(300) {
+		t.Errorf("params %v, want the agent's settings", p)
+	}
+
+	in.Agent = &abi.AgentView{Name: "default", Version: "v-2"}
+	out = Build(Config{SystemPrompt: "S"}, in)
+	if out.Request.Messages[0].Content != "S" || out.Request.Params != nil {
+		t.Errorf("an agent without instructions or settings: system %q, params %v; want the config's prompt and none", out.Request.Messages[0].Content, out.Request.Params)
+	}
+	in.Agent = nil
+	out = Build(Config{SystemPrompt: "S"}, in)
+	if out.Request.Messages[0].Content != "S" || out.Request.Params != nil {
+		t.Errorf("no agent: system %q, params %v", out.Request.Messages[0].Content, out.Request.Params)
+	}
+}
