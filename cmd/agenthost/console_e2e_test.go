@@ -32,7 +32,11 @@ const (
 // TestConsoleInABrowser drives the web console in a real browser (Debian's
 // chromium through playwright-core, testdata/e2e/console.test.mjs) against
 // the real `agenthost serve` on 127.0.0.1 with the Wasm plugins: sign-in,
-// a Run watched live to its end, two parallel tool calls of which one is
+// a Run watched live to its end, the tenant's two agents with their
+// versions and instructions, a Run started with the one that is not the
+// default and shown with its agent and version, the list filtered by
+// agent, an agent the tenant does not have refused with the API's
+// message, two parallel tool calls of which one is
 // approved and one denied, a stale answer refused with 412, a question
 // answered, a cancel with a slow job in flight, a tool result of HTML
 // shown as text, another tenant's Run not found, and a SIGKILL of the
@@ -143,7 +147,9 @@ func TestConsoleInABrowser(t *testing.T) {
 }
 
 // consoleConfig writes the config of the console test: tenant demo on the
-// example plugins (its calculate calls wait for approval), tenant acme on
+// example plugins (its calculate calls wait for approval), with two agents:
+// "default" (the top-level form) and "research" (its own instructions and
+// model settings, the slow job only), tenant acme on
 // the conformance builder and scripted model and tools (its input is the
 // model's script), both with the slow-job example.
 func consoleConfig(t *testing.T, dir string) string {
@@ -177,6 +183,12 @@ tenants:
     tool_executors: [calculator, slow-job]
     tools:
       calculate: {approval: always}
+    agents:
+      research:
+        description: Looks things up, slowly.
+        instructions: You are RESEARCH. Take your time.
+        model: {plugin: scripted-model, settings: {model: research-model, temperature: 0.9}}
+        tools: [{plugin: slow-job}]
     rate_limits: {requests: {per_second: 50, burst: 100}}
     quotas: {max_concurrent_reads: 8, max_active_runs: 8}
   acme:

@@ -80,8 +80,11 @@ export const api = {
   runs: (q) => get('/v1/runs?' + new URLSearchParams(q)),
   sessionRuns: (session, q) => get('/v1/sessions/' + enc(session) + '/runs?' + new URLSearchParams(q)),
   run: (id) => get('/v1/runs/' + enc(id)),
-  submit: (session, input) => request('POST', '/v1/sessions/' + enc(session) + '/runs',
-    {body: {input}, key: idempotencyKey()}).then(r => r.body),
+  // submit starts a Run; agent '' leaves it out (the agent "default").
+  submit: (session, input, agent = '') => request('POST', '/v1/sessions/' + enc(session) + '/runs',
+    {body: agent ? {input, agent} : {input}, key: idempotencyKey()}).then(r => r.body),
+  agents: () => get('/v1/agents'),
+  agent: (name) => get('/v1/agents/' + enc(name)),
   decide: (run, decisions) => request('POST', '/v1/runs/' + enc(run.id) + '/input',
     {body: {approvals: decisions}, ifMatch: run.seq}).then(r => r.body),
   answer: (run, message) => request('POST', '/v1/runs/' + enc(run.id) + '/input',

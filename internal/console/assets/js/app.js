@@ -1,14 +1,17 @@
 // app.js: the console's routes (in the URL's fragment, so the server
 // serves one page) and its sign-in. Routes:
 //   #/signin              the token form
-//   #/runs[?status=S][&page=N]  the tenant's Runs (N a page, default 50)
-//   #/sessions/ID         one session's Runs
+//   #/runs[?status=S][&agent=A][&page=N]  the tenant's Runs (N a page, default 50)
+//   #/sessions/ID         one session's Runs (the same filters)
 //   #/runs/ID             one Run
+//   #/agents              the tenant's agents
+//   #/agents/NAME         one agent, with its instructions
 
 import {el, replace} from './dom.js';
 import {token, setToken, clearToken, whenUnauthorized, request, get, ApiError} from './api.js';
 import {runsPage} from './runs.js';
 import {runPage} from './run.js';
+import {agentsPage} from './agents.js';
 import {parseRoute} from './route.js';
 
 const main = document.getElementById('main');
@@ -27,8 +30,7 @@ function notice(text, kind = 'ok') {
   bannerTimer = setTimeout(() => { banner.hidden = true; }, kind === 'error' ? 10000 : 4000);
 }
 
-function go(hash, status) {
-  const to = status ? hash + '?status=' + encodeURIComponent(status) : hash;
+function go(to) {
   if (location.hash === to) route(); // no hashchange comes
   else location.hash = to;
 }
@@ -99,7 +101,8 @@ function invalidLinkPage(r) {
   replace(main, el('section', {class: 'card notfound', id: 'invalid-link'},
     el('h1', {text: 'Not a valid ' + r.what + ' link'}),
     el('p', {text: r.message}),
-    el('p', {}, el('a', {href: '#/runs', text: 'Back to the Runs'}))));
+    r.what === 'agent' ? el('p', {}, el('a', {href: '#/agents', text: 'Back to the agents'}))
+      : el('p', {}, el('a', {href: '#/runs', text: 'Back to the Runs'}))));
   return () => {};
 }
 
@@ -107,10 +110,10 @@ function route() {
   stopPage();
   banner.hidden = true;
   const r = parseRoute(location.hash);
-  const {status, size: page} = r;
+  const {status, agent, size: page} = r;
   nav.hidden = !token();
   if (!token() || r.page === 'signin') {
-    if (token() && r.page === 'signin') { stopPage = runsPage(main, {status, notice, go}); return; }
+    if (token() && r.page === 'signin') { stopPage = runsPage(main, {status, agent, notice, go}); return; }
     if (!token() && r.page !== 'signin') afterSignin = r.hash;
     stopPage = signinPage();
     return;
@@ -118,8 +121,10 @@ function route() {
   showTenant();
   if (r.page === 'invalid') stopPage = invalidLinkPage(r);
   else if (r.page === 'run') stopPage = runPage(main, r.id, {notice});
-  else if (r.page === 'session') stopPage = runsPage(main, {session: r.id, status, page, notice, go});
-  else stopPage = runsPage(main, {status, page, notice, go});
+  else if (r.page === 'agents') stopPage = agentsPage(main, '', {notice});
+  else if (r.page === 'agent') stopPage = agentsPage(main, r.id, {notice});
+  else if (r.page === 'session') stopPage = runsPage(main, {session: r.id, status, agent, page, notice, go});
+  else stopPage = runsPage(main, {status, agent, page, notice, go});
 }
 
 window.addEventListener('hashchange', route);

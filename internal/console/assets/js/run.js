@@ -5,6 +5,7 @@ import {el, replace, pretty, ago, duration, clock, badge, usage} from './dom.js'
 import {api, ApiError, NetworkError} from './api.js';
 import {EventStream} from './sse.js';
 import {RunView} from './runview.js';
+import {agentHash} from './route.js';
 
 // runPage renders the Run into main and returns a function that stops
 // its stream and timers.
@@ -84,6 +85,12 @@ export function runPage(main, runID, {notice}) {
       el('h1', {}, 'Run ', el('span', {class: 'mono', text: run.id}), ' ', badge(run.status)),
       el('dl', {class: 'facts'},
         el('dt', {text: 'session'}), el('dd', {}, el('a', {href: '#/sessions/' + encodeURIComponent(run.session), text: run.session})),
+        // The agent's version is the one the Run was started with and
+        // keeps; the agent's page shows it as new Runs get it now.
+        el('dt', {text: 'agent'}), el('dd', {id: 'run-agent'},
+          el('a', {id: 'run-agent-name', href: agentHash(run.agent), text: run.agent}), ' ',
+          run.agent_version ? el('span', {class: 'mono', id: 'run-agent-version', text: run.agent_version})
+            : el('span', {class: 'muted', id: 'run-agent-version', text: '(no version: started before agents were versioned)'})),
         el('dt', {text: 'created'}), el('dd', {text: run.created_at + ' (' + ago(run.created_at) + ')'}),
         el('dt', {text: 'updated'}), el('dd', {text: run.updated_at + ' (' + ago(run.updated_at) + ')'}),
         el('dt', {text: 'model steps'}), el('dd', {text: String(run.step)}),

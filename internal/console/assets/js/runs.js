@@ -1,17 +1,29 @@
 // runs.js: the list of the tenant's Runs (or of one session's), with its
-// status filter, its pages, live updates and the box that starts a Run.
+// status and agent filters, its pages, live updates and the box that
+// starts a Run with a chosen agent.
 
 import {el, replace, ago, badge, usage} from './dom.js';
 import {api, ApiError, NetworkError} from './api.js';
+import {listHash, agentHash} from './route.js';
+import {chooseAgent} from './agents.js';
 
 const STATUSES = ['', 'pending', 'running', 'waiting', 'completed', 'failed', 'cancelled'];
 const PAGE = 50; // Runs a page of the list adds, unless the route says (?page=N)
 const POLL_MS = 2000;
+// Filtered by agent, a page of the API may hold few of the Runs it read,
+// or none (the store has no index by agent, GET /v1/runs filters the Runs
+// it loads): the list then reads pages of the most Runs the API gives, at
+// most REQUESTS_PER_PAGE of them for each page it shows, so that a poll
+// of a tenant with many Runs stays within a few requests; Load more
+// reads further.
+const REQUESTS_PER_PAGE = 8;
 
 // runsPage renders the list into main: every Run of the tenant, or, with
 // session set, that session's. It returns a function that stops it.
-export function runsPage(main, {session = '', status = '', page = PAGE, notice, go}) {
+export function runsPage(main, {session = '', status = '', agent = '', page = PAGE, notice, go}) {
   let shown = page;     // how many Runs the list holds (Load more adds a page)
+  const listPath = session ? '#/sessions/' + encodeURIComponent(session) : '#/runs';
+  const size = page === PAGE ? undefined : page;
   let stopped = false;
   let timer = 0;
   const body = el('tbody', {id: 'runs-body'});
@@ -24,32 +36,64 @@ export function runsPage(main, {session = '', status = '', page = PAGE, notice, 
     el('table', {class: 'sessions'}, el('thead', {}, el('tr', {}, ['session', 'Runs', 'latest', 'status', 'updated'].map(h => el('th', {text: h})))), sessions));
   const filter = el('select', {id: 'status-filter', 'aria-label': 'status'},
     STATUSES.map(s => el('option', {value: s, text: s || 'every status', selected: s === status})));
-  filter.addEventListener('change', () => go(session ? '#/sessions/' + encodeURIComponent(session) : '#/runs', filter.value));
+  filter.addEventListener('change', () => go(listHash(listPath, {status: filter.value, agent, size})));
+  // The agent filter holds the tenant's agents once they are read, and
+  // the one the route names even when the tenant no longer has it (its
+  // old Runs are still listed).
+  const agentFilter = el('select', {id: 'agent-filter', 'aria-label': 'agent'},
+    el('option', {value: '', text: 'every agent', selected: !agent}),
+    agent ? el('option', {value: agent, text: agent, selected: true}) : null);
+  agentFilter.addEventListener('change', () => go(listHash(listPath, {status, agent: agentFilter.value, size})));
 
   const sessionInput = el('input', {type: 'text', id: 'start-session', value: session || 'console', 'aria-label': 'session',
     pattern: '[A-Za-z0-9_\\-]{1,64}', required: true});
   const input = el('textarea', {id: 'start-input', rows: 3, placeholder: 'What is (2+3)*4?', 'aria-label': 'input', required: true});
+  // The agent a Run is started with: the tenant's agents once read
+  // (until then, and if they cannot be read, the submission names none,
+  // and the API runs it as "default").
+  const startAgent = el('select', {id: 'start-agent', 'aria-label': 'agent'});
   const start = el('button', {type: 'submit', id: 'start-run', text: 'Start Run'});
   const form = el('form', {class: 'start', id: 'start-form'}, el('h2', {text: 'Start a Run'}),
-    el('label', {}, 'Session ', sessionInput), el('label', {class: 'grow'}, 'Input ', input), start);
+    el('label', {}, 'Session ', sessionInput), el('label', {}, 'Agent ', startAgent), el('label', {class: 'grow'}, 'Input ', input), start);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     start.disabled = true;
     try {
-      const run = await api.submit(sessionInput.value.trim(), input.value);
+      const run = await api.submit(sessionInput.value.trim(), input.value, startAgent.value);
       go('#/runs/' + encodeURIComponent(run.id));
     } catch (e) {
       start.disabled = false;
+      // agent_not_found's message names the agents the tenant has: the
+      // config changed since the page read them, so read them again.
+      if (e instanceof ApiError && e.code === 'agent_not_found') loadAgents();
       notice('Starting the Run failed: ' + e.message, 'error');
     }
   });
+
+  async function loadAgents() {
+    let names;
+    try {
+      names = (await api.agents()).agents.map(a => a.name);
+    } catch (e) {
+      if (stopped) return;
+      if (!(e instanceof NetworkError)) notice('Could not read the agents: ' + e.message, 'error');
+      return;
+    }
+    if (stopped) return;
+    const chosen = names.includes(startAgent.value) ? startAgent.value : chooseAgent(names, agent);
+    startAgent.replaceChildren(...names.map(n => el('option', {value: n, text: n, selected: n === chosen})));
+    const filters = agent && !names.includes(agent) ? [...names, agent] : names;
+    agentFilter.replaceChildren(el('option', {value: '', text: 'every agent', selected: !agent}),
+      ...filters.map(n => el('option', {value: n, text: n, selected: n === agent})));
+  }
 
   replace(main,
     el('p', {class: 'crumbs'}, session ? [el('a', {href: '#/runs', text: 'Runs'}), ' / session ', el('span', {class: 'mono', text: session})] : 'Runs'),
     el('section', {class: 'card'}, form),
     el('section', {class: 'card'},
-      el('div', {class: 'row'}, el('h2', {text: session ? 'Runs of session ' + session : 'Runs'}), el('label', {}, 'Status ', filter)),
-      el('table', {class: 'runs'}, el('thead', {}, el('tr', {}, ['Run', session ? '#' : 'session', 'status', 'input', 'steps', 'usage', 'age', 'updated']
+      el('div', {class: 'row'}, el('h2', {text: session ? 'Runs of session ' + session : 'Runs'}),
+        el('label', {}, 'Agent ', agentFilter), el('label', {}, 'Status ', filter)),
+      el('table', {class: 'runs'}, el('thead', {}, el('tr', {}, ['Run', session ? '#' : 'session', 'agent', 'status', 'input', 'steps', 'usage', 'age', 'updated']
         .map(h => el('th', {text: h})))), body),
       state, more),
     sessionsCard);
@@ -64,20 +108,26 @@ export function runsPage(main, {session = '', status = '', page = PAGE, notice, 
     try {
       const rows = [];
       let after = '', next = null, left = shown;
+      const byAgent = agent && !session;
+      let requests = REQUESTS_PER_PAGE * Math.ceil(shown / page);
       do {
-        const q = {limit: String(Math.min(left, 500))};
+        const q = {limit: String(byAgent ? 500 : Math.min(left, 500))};
         if (after) q.after = after;
         if (status && !session) q.status = status;
-        const page = session ? await api.sessionRuns(session, q) : await api.runs(q);
+        if (byAgent) q.agent = agent;
+        const got = session ? await api.sessionRuns(session, q) : await api.runs(q);
         if (stopped) return;
-        let runs = page.runs;
+        let runs = got.runs;
+        // A session's Runs are filtered here: its list takes no filter.
         if (session && status) runs = runs.filter(r => r.status === status);
+        if (session && agent) runs = runs.filter(r => r.agent === agent);
         rows.push(...runs);
-        next = page.next_after;
+        next = got.next_after;
         after = next === undefined || next === null ? '' : String(next);
-        left -= page.runs.length;
-      } while (after && left > 0);
-      render(rows, !!after);
+        left -= got.runs.length;
+        if (byAgent) requests--;
+      } while (after && left > 0 && requests > 0);
+      render(rows.slice(0, shown), !!after || rows.length > shown);
     } catch (e) {
       if (stopped) return;
       if (e instanceof ApiError && e.status === 404 && session) render([], false);
@@ -91,9 +141,10 @@ export function runsPage(main, {session = '', status = '', page = PAGE, notice, 
   }
 
   function render(rows, hasMore) {
-    body.replaceChildren(...rows.map(r => el('tr', {class: 'run', dataset: {run: r.id, status: r.status}},
+    body.replaceChildren(...rows.map(r => el('tr', {class: 'run', dataset: {run: r.id, status: r.status, agent: r.agent}},
       el('td', {}, el('a', {class: 'mono', href: '#/runs/' + encodeURIComponent(r.id), text: r.id})),
       el('td', {}, session ? String(r.ordinal) : el('a', {href: '#/sessions/' + encodeURIComponent(r.session), text: r.session})),
+      el('td', {class: 'agent'}, r.agent ? el('a', {href: agentHash(r.agent), text: r.agent}) : ''),
       el('td', {}, badge(r.status), waitingNote(r)),
       el('td', {class: 'preview', text: r.input_preview}),
       el('td', {text: String(r.step)}),
@@ -103,7 +154,8 @@ export function runsPage(main, {session = '', status = '', page = PAGE, notice, 
     more.hidden = !hasMore;
     if (!session) renderSessions(rows);
     state.textContent = rows.length ? rows.length + ' Run' + (rows.length === 1 ? '' : 's') + ', oldest first; updated live'
-      : (session ? 'This session has no Runs yet.' : 'No Runs' + (status ? ' ' + status : '') + ' yet: start one above.');
+      : (session && !status && !agent ? 'This session has no Runs yet.'
+        : 'No Runs' + (status ? ' ' + status : '') + (agent ? ' of agent ' + agent : '') + ' yet: start one above.');
   }
 
   // renderSessions groups the listed Runs by session: the API lists Runs,
@@ -126,6 +178,7 @@ export function runsPage(main, {session = '', status = '', page = PAGE, notice, 
     sessionsCard.hidden = list.length === 0;
   }
 
+  loadAgents();
   load();
   return () => { stopped = true; clearTimeout(timer); };
 }

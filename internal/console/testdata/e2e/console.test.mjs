@@ -6,7 +6,8 @@
 //
 // Environment: CONSOLE_URL (http://127.0.0.1:PORT), DEMO_TOKEN (a tenant
 // on the example plugins: prompt-builder, scripted-model, calculator whose
-// calls wait for approval, slow-job), ACME_TOKEN (a tenant on the
+// calls wait for approval, slow-job; its agents are "default" with all of
+// them and "research" with slow-job only), ACME_TOKEN (a tenant on the
 // conformance builder and scripted model, whose script is the input),
 // SHOTS (a directory for a screenshot after each step), and CHROMIUM
 // (the browser, /usr/bin/chromium by default). CONSOLE_SCREENSHOT, when
@@ -187,6 +188,98 @@ try {
     await page.waitForSelector('h2:text("Runs of session elsewhere")');
     assert.deepEqual(await page.locator('#runs-body tr.run').evaluateAll(rows => rows.map(x => x.dataset.run)), [r.body.id]);
     assert.equal(await page.inputValue('#start-session'), 'elsewhere');
+  });
+
+  await step('the-agents-and-a-run-with-a-chosen-agent', async () => {
+    const listed = (await api(demoToken, 'GET', '/v1/agents')).body.agents;
+    const version = Object.fromEntries(listed.map(a => [a.name, a.version]));
+    assert.deepEqual(Object.keys(version), ['default', 'research']);
+    assert.notEqual(version.default, version.research);
+    // The header leads to the agents; each shows its version, model,
+    // settings and tools with their approval.
+    await page.goto(base + '/console/#/runs');
+    await page.click('#nav-agents');
+    await page.waitForURL(/#\/agents$/);
+    await page.waitForSelector('#agents-state:text("2 agents.")');
+    const rows = await page.locator('#agents-body tr.agent').evaluateAll(trs => trs.map(tr => ({
+      name: tr.dataset.agent,
+      version: tr.querySelector('.agent-version').textContent,
+      model: tr.querySelector('.agent-model').textContent,
+      settings: tr.querySelector('.agent-settings').textContent,
+      description: tr.querySelector('.agent-description').textContent,
+      tools: [...tr.querySelectorAll('.tool')].map(t => t.dataset.tool + ':' + t.dataset.approval),
+    })));
+    assert.deepEqual(rows, [
+      {name: 'default', version: version.default, model: 'scripted-model', settings: 'none', description: '',
+        tools: ['calculate:always', 'slow_job:never']},
+      {name: 'research', version: version.research, model: 'scripted-model',
+        settings: 'model: research-model, temperature: 0.9', description: 'Looks things up, slowly.', tools: ['slow_job:never']},
+    ]);
+    // Selecting one shows its instructions.
+    await page.click('#agents-body tr[data-agent=research] a.agent-name');
+    await page.waitForURL(/#\/agents\/research$/);
+    await page.waitForSelector('#agent-instructions');
+    assert.equal(await page.textContent('#agent-instructions'), 'You are RESEARCH. Take your time.');
+    assert.equal(await page.textContent('#agent-detail-version'), version.research);
+    assert.deepEqual(JSON.parse(await page.textContent('#agent-settings')), {model: 'research-model', temperature: 0.9});
+
+    // The start box offers the agents, "default" first chosen; the Run
+    // started with the other shows it, and its version, on its page.
+    await page.goto(base + '/console/#/runs');
+    await page.waitForSelector('#start-agent option[value=research]', {state: 'attached'});
+    assert.equal(await page.inputValue('#start-agent'), 'default');
+    await page.fill('#start-session', 'research');
+    await page.selectOption('#start-agent', 'research');
+    await page.fill('#start-input', 'run a slow job for 1 seconds');
+    await page.click('#start-run');
+    await page.waitForURL(/#\/runs\/run_/);
+    const runID = decodeURIComponent(page.url().split('#/runs/')[1]);
+    await page.waitForSelector('#run-agent-version');
+    assert.equal(await page.textContent('#run-agent-name'), 'research');
+    assert.equal(await page.textContent('#run-agent-version'), version.research);
+    await waitStatus('completed');
+    const run = (await api(demoToken, 'GET', '/v1/runs/' + runID)).body;
+    assert.deepEqual([run.agent, run.agent_version], ['research', version.research]);
+    await page.click('#run-agent-name');
+    await page.waitForURL(/#\/agents\/research$/);
+    await page.waitForSelector('#agent-instructions');
+
+    // The list shows each Run's agent, and filters by agent through the
+    // API; a list filtered by an agent starts its Runs with it.
+    await page.goto(base + '/console/#/runs');
+    await page.waitForSelector('#runs-body tr[data-run="' + runID + '"] td.agent a:text-is("research")');
+    await page.waitForSelector('#runs-body tr[data-run="' + demoRun + '"] td.agent a:text-is("default")');
+    await page.waitForSelector('#agent-filter option[value=research]', {state: 'attached'});
+    await page.selectOption('#agent-filter', 'research');
+    await page.waitForURL(/agent=research/);
+    await page.waitForSelector('#runs-body tr[data-run="' + runID + '"]');
+    await page.waitForSelector('#runs-body tr[data-run="' + demoRun + '"]', {state: 'detached'});
+    assert.deepEqual(await page.locator('#runs-body tr.run').evaluateAll(trs => [...new Set(trs.map(tr => tr.dataset.agent))]), ['research']);
+    assert.ok(urls.some(u => /\/v1\/runs\?.*agent=research/.test(u)), 'the list asked the API for the agent\'s Runs');
+    await page.waitForSelector('#start-agent option[value=research]', {state: 'attached'});
+    assert.equal(await page.inputValue('#start-agent'), 'research');
+    await page.selectOption('#status-filter', 'completed');
+    await page.waitForURL(/status=completed&agent=research|agent=research.*status=completed/);
+    await page.waitForSelector('#runs-body tr[data-run="' + runID + '"]');
+
+    // An agent the tenant does not have (the config changed since the
+    // page read them): the API's message names the ones it has.
+    await page.goto(base + '/console/#/runs');
+    await page.waitForSelector('#start-agent option[value=research]', {state: 'attached'});
+    await page.evaluate(() => {
+      const s = document.getElementById('start-agent');
+      s.append(new Option('gone', 'gone'));
+      s.value = 'gone';
+    });
+    await page.fill('#start-input', 'hello');
+    await page.click('#start-run');
+    await page.waitForSelector('#banner.banner-error:not([hidden])');
+    assert.match(await page.textContent('#banner'), /^Starting the Run failed: this tenant has no agent "gone" \(its agents: default, research\)/);
+    await page.waitForSelector('#start-agent option[value=gone]', {state: 'detached'});
+    assert.ok(page.url().endsWith('#/runs'), 'no Run was started: ' + page.url());
+    await page.goto(base + '/console/#/agents/gone');
+    await page.waitForSelector('#agent-not-found');
+    assert.match(await page.textContent('#agent-not-found'), /no agent "gone" \(its agents: default, research\)/);
   });
 
   await step('approve-one-deny-the-other', async () => {

@@ -1,6 +1,6 @@
 // Unit tests of the console's modules that need no browser: the SSE
-// parser, the stream's resume and dedupe, the fold of a Run's events, and
-// the routes read from the URL's fragment.
+// parser, the stream's resume and dedupe, the fold of a Run's events, the
+// routes read from the URL's fragment, and the agents' helpers.
 // Run with node --test (internal/console's
 // TestTheModulesUnderNode does).
 
@@ -8,7 +8,8 @@ import {test} from 'node:test';
 import assert from 'node:assert/strict';
 import {SSEParser, EventStream} from '../../assets/js/sse.js';
 import {RunView, effectRef} from '../../assets/js/runview.js';
-import {parseRoute} from '../../assets/js/route.js';
+import {parseRoute, listHash, agentHash} from '../../assets/js/route.js';
+import {chooseAgent, settingsText, limitsText} from '../../assets/js/agents.js';
 
 function parse(chunks) {
   const out = [];
@@ -179,4 +180,43 @@ test('a route reads its IDs, and a malformed fragment is an invalid link, not an
   const badSession = parseRoute('#/sessions/%ZZ');
   assert.equal(badSession.page, 'invalid');
   assert.match(badSession.message, /not a valid session link/);
+});
+
+test('the agents\' routes, and a list\'s filters written into its route and read back', () => {
+  assert.equal(parseRoute('#/agents').page, 'agents');
+  const one = parseRoute(agentHash('research team'));
+  assert.deepEqual([one.page, one.id], ['agent', 'research team']);
+  assert.equal(agentHash('a/b'), '#/agents/a%2Fb');
+  const bad = parseRoute('#/agents/%E0%A4%A');
+  assert.equal(bad.page, 'invalid');
+  assert.match(bad.message, /not a valid agent link/);
+  assert.match(bad.message, /list of agents/);
+
+  assert.equal(listHash('#/runs', {}), '#/runs');
+  assert.equal(listHash('#/runs', {status: '', agent: ''}), '#/runs');
+  const h = listHash('#/runs', {status: 'waiting', agent: 'support', size: 20});
+  assert.equal(h, '#/runs?status=waiting&agent=support&page=20');
+  const r = parseRoute(h);
+  assert.deepEqual([r.page, r.status, r.agent, r.size], ['runs', 'waiting', 'support', 20]);
+  // A session's list keeps its ID and takes the same filters.
+  const s = parseRoute(listHash('#/sessions/' + encodeURIComponent('s 1'), {agent: 'a&b=c'}));
+  assert.deepEqual([s.page, s.id, s.agent, s.status], ['session', 's 1', 'a&b=c', '']);
+  assert.equal(parseRoute('#/runs').agent, '');
+});
+
+test('a new Run\'s agent is the filtered one, else default, else the first', () => {
+  assert.equal(chooseAgent(['alpha', 'default', 'research'], ''), 'default');
+  assert.equal(chooseAgent(['alpha', 'default', 'research'], 'research'), 'research');
+  assert.equal(chooseAgent(['alpha', 'default'], 'gone'), 'default');
+  assert.equal(chooseAgent(['support', 'research'], ''), 'support');
+  assert.equal(chooseAgent([], 'x'), '');
+});
+
+test('an agent\'s settings and limits are one line of text', () => {
+  assert.equal(settingsText(undefined), 'none');
+  assert.equal(settingsText({}), 'none');
+  assert.equal(settingsText({model: 'gpt-4o', temperature: 0.2, stop: ['x'], extra: {a: 1}}),
+    'model: gpt-4o, temperature: 0.2, stop: ["x"], extra: {"a":1}');
+  assert.equal(limitsText({max_steps: 8, max_tool_calls_per_step: 4, max_parallel_tool_calls: 2, run_timeout: '0s', effect_timeout: '30s'}),
+    '8 steps, 4 tool calls a step (2 at once), Run timeout none, effect timeout 30s');
 });
