@@ -811,6 +811,46 @@ func (s *Store) RunsByStatus(ctx context.Context, tenant string, status loop.Sta
 	return out, nil
 }
 
+// RunsByStatusDesc implements runtime.Store: the status index of
+// RunsByStatus, read backwards. A reverse iterator's Seek lands on the
+// last key at or before the one sought, so it seeks the key of before
+// itself (and skips it), or, from the last, the prefix followed by 0xff,
+// a byte no run ID holds.
+func (s *Store) RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error) {
+	if err := loop.CheckID("tenant", tenant); err != nil {
+		return nil, fmt.Errorf("badgerstore: runs by status, descending: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []string
+	err := s.db.View(func(txn *badger.Txn) error {
+		prefix := statusPrefix(tenant, string(status))
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		defer it.Close()
+		from := append(key{}, prefix...).raw("\xff")
+		if before != "" {
+			from = append(key{}, prefix...).raw(before)
+		}
+		for it.Seek(from); it.ValidForPrefix(prefix); it.Next() {
+			id := string(it.Item().Key()[len(prefix):])
+			if id == before {
+				continue
+			}
+			if limit > 0 && len(out) == limit {
+				break
+			}
+			out = append(out, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("runs of "+tenant+" by status, descending", err)
+	}
+	return out, nil
+}
+
 // checkIDs checks IDs given as pairs: what the ID names, then the ID.
 func checkIDs(whatAndID ...string) error {
 	for i := 0; i+1 < len(whatAndID); i += 2 {

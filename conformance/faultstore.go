@@ -56,7 +56,8 @@ func (k FaultKind) valid() bool { return k >= FaultError && k <= FaultLostReply 
 // (a FaultLostReply needs a write to lose the reply of).
 var faultMethods = map[string]bool{
 	"CreateRun": true, "Commit": true, "LoadRun": false, "Events": false,
-	"SessionRuns": false, "CompletedRunsBefore": false, "ActiveRuns": false, "RunsByStatus": false, "TenantStoredBytes": false,
+	"SessionRuns": false, "CompletedRunsBefore": false, "ActiveRuns": false,
+	"RunsByStatus": false, "RunsByStatusDesc": false, "TenantStoredBytes": false,
 	"RegisterNode": true, "RenewNode": true, "ClaimSession": true, "ClaimSessions": true, "ReleaseSession": true,
 	"OrphanedSessions": false, "ActiveSessions": false, "ExecutingEffects": false,
 	"KVGet": false, "KVSet": true, "KVDelete": true,
@@ -385,6 +386,13 @@ func (f *FaultStore) ActiveRuns(ctx context.Context, tenant, session string) ([]
 func (f *FaultStore) RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error) {
 	return call(f, "RunsByStatus", FaultArgs{Tenant: tenant}, func() ([]string, error) {
 		return f.inner.RunsByStatus(ctx, tenant, status, after, limit)
+	})
+}
+
+// RunsByStatusDesc implements runtime.Store.
+func (f *FaultStore) RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error) {
+	return call(f, "RunsByStatusDesc", FaultArgs{Tenant: tenant}, func() ([]string, error) {
+		return f.inner.RunsByStatusDesc(ctx, tenant, status, before, limit)
 	})
 }
 

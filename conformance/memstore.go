@@ -466,6 +466,28 @@ func (s *MemStore) RunsByStatus(ctx context.Context, tenant string, status loop.
 	return ids, nil
 }
 
+// RunsByStatusDesc implements runtime.Store.
+func (s *MemStore) RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error) {
+	if err := loop.CheckID("tenant", tenant); err != nil {
+		return nil, fmt.Errorf("memstore: runs by status, descending: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var ids []string
+	for k, r := range s.runs {
+		if k.tenant == tenant && r.run.Status == status && (before == "" || k.run < before) {
+			ids = append(ids, k.run)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(ids)))
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+	}
+	return ids, nil
+}
+
 // TenantStoredBytes implements runtime.Store: the sum over the tenant's
 // Runs, counted afresh from what each holds.
 func (s *MemStore) TenantStoredBytes(ctx context.Context, tenant string) (int64, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/agenthost/agenthost/loop"
@@ -18,7 +19,7 @@ var allStatuses = []loop.Status{loop.StatusPending, loop.StatusRunning, loop.Sta
 // port and reports the first disagreement with the snapshots: session
 // ordinals not 1…n, ActiveRuns not the non-terminal Runs in session order,
 // ExecutingEffects not the executing effects of the snapshots, RunsByStatus
-// not the Runs with that status. sessions must name every session of the
+// not the Runs with that status, RunsByStatusDesc not them backwards. sessions must name every session of the
 // tenant that holds a Run. Crash tests call it after reopening a store.
 func CheckIndexes(ctx context.Context, s runtime.Store, tenant string, sessions []string) error {
 	byStatus := map[loop.Status][]string{}
@@ -79,6 +80,14 @@ func CheckIndexes(ctx context.Context, s runtime.Store, tenant string, sessions 
 		sort.Strings(want)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			return fmt.Errorf("runs of %s with status %s: index says %v, snapshots say %v", tenant, st, got, want)
+		}
+		desc, err := s.RunsByStatusDesc(ctx, tenant, st, "", 0)
+		if err != nil {
+			return fmt.Errorf("runs of %s by status %s, descending: %w", tenant, st, err)
+		}
+		slices.Reverse(desc)
+		if fmt.Sprint(desc) != fmt.Sprint(want) {
+			return fmt.Errorf("runs of %s with status %s: the index read backwards says %v reversed, snapshots say %v", tenant, st, desc, want)
 		}
 	}
 	return nil

@@ -57,6 +57,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"malformed commits are refused", testMalformedCommit},
 		{"the event log comes back in order from a position with a limit", testEvents},
 		{"indexes follow the snapshots through status changes", testIndexes},
+		{"Runs by status come back newest first, paged backwards, per status and tenant", testRunsByStatusDesc},
 		{"session runs come back in creation order with paging", testSessionOrder},
 		{"the completed Runs before a Run are the last ones of its session, oldest first", testCompletedRunsBefore},
 		{"lease expiry lets another incarnation take a session over", testTakeover},
@@ -373,6 +374,12 @@ func testIsolation(t *testing.T, h *harness) {
 	if p, _ := h.s.RunsByStatus(h.ctx, "ab", loop.StatusPending, "", 0); fmt.Sprint(p) != "[r]" {
 		t.Fatalf("pending runs of ab = %v", p)
 	}
+	if p, _ := h.s.RunsByStatusDesc(h.ctx, "a", loop.StatusPending, "", 0); fmt.Sprint(p) != "[x r1]" {
+		t.Fatalf("pending runs of a, descending = %v", p)
+	}
+	if p, _ := h.s.RunsByStatusDesc(h.ctx, "ab", loop.StatusPending, "", 0); fmt.Sprint(p) != "[r]" {
+		t.Fatalf("pending runs of ab, descending = %v", p)
+	}
 	if act, _ := h.s.ActiveRuns(h.ctx, "a", "s"); fmt.Sprint(runIDs(act)) != "[r]" {
 		t.Fatalf("active runs of a/s = %v", runIDs(act))
 	}
@@ -430,6 +437,7 @@ func testClose(t *testing.T, h *harness) {
 	_, calls["CompletedRunsBefore"] = h.s.CompletedRunsBefore(h.ctx, "t", "s", "r", 0)
 	_, calls["ActiveRuns"] = h.s.ActiveRuns(h.ctx, "t", "s")
 	_, calls["RunsByStatus"] = h.s.RunsByStatus(h.ctx, "t", loop.StatusPending, "", 0)
+	_, calls["RunsByStatusDesc"] = h.s.RunsByStatusDesc(h.ctx, "t", loop.StatusPending, "", 0)
 	_, calls["TenantStoredBytes"] = h.s.TenantStoredBytes(h.ctx, "t")
 	calls["RegisterNode"] = h.s.RegisterNode(h.ctx, "n", h.nowMS()+1000)
 	calls["RenewNode"] = h.s.RenewNode(h.ctx, "n", h.nowMS()+1000)

@@ -110,6 +110,95 @@ func testIndexes(t *testing.T, h *harness) {
 	h.checkIndexes("t", "s", "s2")
 }
 
+func testRunsByStatusDesc(t *testing.T, h *harness) {
+	desc := func(tenant string, st loop.Status, before string, limit int) string {
+		t.Helper()
+		got, err := h.s.RunsByStatusDesc(h.ctx, tenant, st, before, limit)
+		if err != nil {
+			t.Fatalf("RunsByStatusDesc(%s, %s, before %q, limit %d): %v", tenant, st, before, limit, err)
+		}
+		return fmt.Sprint(got)
+	}
+	if got := desc("t", loop.StatusPending, "", 0); got != "[]" {
+		t.Fatalf("pending runs of an empty store, descending = %s", got)
+	}
+	// Created out of ID order: the order is the IDs', not the creation's.
+	for _, id := range []string{"c", "a", "e", "b", "d", "f"} {
+		h.create("t", "s", id, "")
+	}
+	// Tenants whose IDs are prefixes of "t" and of each other, and one
+	// sorting just after it, each with a Run whose ID is among t's.
+	h.create("tt", "s", "c2", "")
+	h.create("u", "s", "b2", "")
+	// b and e start: they leave pending for running.
+	h.commit(h.load("t", "b"), 0, "", started())
+	h.commit(h.load("t", "e"), 0, "", started())
+	for _, c := range []struct {
+		status loop.Status
+		before string
+		limit  int
+		want   string
+	}{
+		{loop.StatusPending, "", 0, "[f d c a]"},
+		{loop.StatusPending, "", -1, "[f d c a]"},
+		{loop.StatusRunning, "", 0, "[e b]"},
+		{loop.StatusCompleted, "", 0, "[]"},
+		// Pages: before is the last ID of the page before, and need be
+		// neither a Run of that status nor one that exists.
+		{loop.StatusPending, "", 2, "[f d]"},
+		{loop.StatusPending, "d", 2, "[c a]"},
+		{loop.StatusPending, "a", 2, "[]"},
+		{loop.StatusPending, "e", 0, "[d c a]"},
+		{loop.StatusPending, "cz", 1, "[c]"},
+		{loop.StatusPending, "c-", 0, "[c a]"}, // c is a prefix of c-: it sorts before
+		{loop.StatusPending, "c", 0, "[a]"},
+		{loop.StatusPending, "A", 0, "[]"},
+		{loop.StatusPending, "zz", 3, "[f d c]"},
+		{loop.StatusRunning, "e", 5, "[b]"},
+	} {
+		if got := desc("t", c.status, c.before, c.limit); got != c.want {
+			t.Errorf("RunsByStatusDesc(t, %s, before %q, limit %d) = %s, want %s", c.status, c.before, c.limit, got, c.want)
+		}
+	}
+	// Paging to the end with each limit gives each Run once, newest first.
+	for _, limit := range []int{1, 2, 3, 4, 5} {
+		var got []string
+		before := ""
+		for pages := 0; ; pages++ {
+			if pages > 4 {
+				t.Fatalf("limit %d: paging does not end: %v", limit, got)
+			}
+			page, err := h.s.RunsByStatusDesc(h.ctx, "t", loop.StatusPending, before, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > limit {
+				t.Fatalf("limit %d: a page of %d", limit, len(page))
+			}
+			if len(page) == 0 {
+				break
+			}
+			got = append(got, page...)
+			before = page[len(page)-1]
+		}
+		if fmt.Sprint(got) != "[f d c a]" {
+			t.Errorf("paging pending with limit %d = %v, want [f d c a]", limit, got)
+		}
+	}
+	// Each tenant sees its own Runs only.
+	for _, c := range []struct{ tenant, want string }{{"tt", "[c2]"}, {"u", "[b2]"}, {"T", "[]"}, {"ts", "[]"}} {
+		if got := desc(c.tenant, loop.StatusPending, "", 0); got != c.want {
+			t.Errorf("pending runs of tenant %s, descending = %s, want %s", c.tenant, got, c.want)
+		}
+	}
+	if got := desc("tt", loop.StatusPending, "c3", 0); got != "[c2]" {
+		t.Errorf("pending runs of tenant tt before c3 = %s, want [c2]", got)
+	}
+	h.checkIndexes("t", "s")
+	h.checkIndexes("tt", "s")
+	h.checkIndexes("u", "s")
+}
+
 func testSessionOrder(t *testing.T, h *harness) {
 	// IDs whose lexical order is not their creation order.
 	order := []string{"zeta", "alpha", "m", "b10", "b9"}

@@ -67,6 +67,8 @@ func testInvalidIDs(t *testing.T, h *harness) {
 		h.wantErr(err, loop.ErrInvalidID, fmt.Sprintf("ActiveRuns of tenant %q", bad))
 		_, err = h.s.RunsByStatus(h.ctx, bad, loop.StatusPending, "", 0)
 		h.wantErr(err, loop.ErrInvalidID, fmt.Sprintf("RunsByStatus of tenant %q", bad))
+		_, err = h.s.RunsByStatusDesc(h.ctx, bad, loop.StatusPending, "", 0)
+		h.wantErr(err, loop.ErrInvalidID, fmt.Sprintf("RunsByStatusDesc of tenant %q", bad))
 		_, err = h.s.Commit(h.ctx, runtime.Commit{Tenant: "t", Session: "s", RunID: bad})
 		h.wantErr(err, loop.ErrInvalidID, fmt.Sprintf("Commit to run %q", bad))
 		_, err = h.s.KVGet(h.ctx, bad, "p", []byte("k"))

@@ -44,7 +44,7 @@
 //	                                       create_cmd, executing, snapshot, stored_bytes
 //	  runs_by_session UNIQUE (tenant, session, ordinal)        SessionRuns, CompletedRunsBefore
 //	  runs_active (tenant, session, ordinal) WHERE live        ActiveRuns
-//	  runs_by_status (tenant, status, run_id)                  RunsByStatus
+//	  runs_by_status (tenant, status, run_id)                  RunsByStatus, RunsByStatusDesc (scanned backwards)
 //	  runs_executing (tenant, session, ordinal) WHERE has_executing   ExecutingEffects
 //	events (tenant, run_id, seq) PK        body: the event's JSON
 //	commands (tenant, run_id, command_id) PK                 seq: the Seq the command produced

@@ -576,6 +576,36 @@ func (s *Store) RunsByStatus(ctx context.Context, tenant string, status loop.Sta
 	return out, nil
 }
 
+// RunsByStatusDesc implements runtime.Store: runs_by_status scanned
+// backwards (an index on (tenant, status, run_id) serves ORDER BY run_id
+// DESC under equal tenant and status). From the last Run the query has no
+// bound on run_id, rather than one that an empty before would make match
+// nothing.
+func (s *Store) RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error) {
+	if err := loop.CheckID("tenant", tenant); err != nil {
+		return nil, fmt.Errorf("pgstore: runs by status, descending: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	query, args := `SELECT run_id FROM runs WHERE tenant = $1 AND status = $2 ORDER BY run_id DESC LIMIT $3`,
+		[]any{tenant, string(status), limitParam(limit)}
+	if before != "" {
+		query, args = `SELECT run_id FROM runs WHERE tenant = $1 AND status = $2 AND run_id < $4 ORDER BY run_id DESC LIMIT $3`,
+			append(args, before)
+	}
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fail("runs of "+tenant+" by status, descending", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fail("runs of "+tenant+" by status, descending", err)
+	}
+	return out, nil
+}
+
 // TenantStoredBytes implements runtime.Store: the sum of the tenant's
 // runs rows' stored_bytes, read through the primary key (tenant, run_id).
 // It reads every runs row of the tenant, so the API reads it through a

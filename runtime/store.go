@@ -89,6 +89,12 @@ type Store interface {
 	// given status, in ID order after the ID after ("" from the first).
 	RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error)
 
+	// RunsByStatusDesc is RunsByStatus read backwards: up to limit IDs of
+	// the tenant's Runs with the given status, in descending ID order,
+	// before the ID before ("" from the last). A Run ID begins with its
+	// creation time, so that is newest first. limit <= 0 means all.
+	RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error)
+
 	// TenantStoredBytes returns the bytes the tenant's Runs hold in the
 	// store, for its storage quota: over every Run, the length of its
 	// snapshot as the store keeps it (the binary form of

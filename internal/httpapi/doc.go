@@ -17,8 +17,8 @@
 //	                              (Idempotency-Key: a replay → 200, same Run, Idempotent-Replayed: true)
 //	GET  /v1/sessions/{id}/runs   ?after=<ordinal>&limit=<1..500, default 50> → 200 {"runs": [...], "next_after": n}
 //	GET  /v1/whoami               → 200 {"tenant": "..."}: the tenant the token maps to
-//	GET  /v1/runs                 ?status=<status>&after=<run id>&limit=<1..500, default 50>
-//	                              → 200 {"runs": [...], "next_after": "<run id>"}: the tenant's Runs, oldest first
+//	GET  /v1/runs                 ?status=<status>&agent=<name>&order=<oldest|newest>&after=<run id>&limit=<1..500, default 50>
+//	                              → 200 {"runs": [...], "next_after": "<run id>"}: the tenant's Runs, oldest (or newest) first
 //	GET  /v1/runs/{id}            → 200 Run (ETag: "<seq>")
 //	GET  /v1/runs/{id}/events     Server-Sent Events; resumes after Last-Event-ID or ?after=
 //	POST /v1/runs/{id}/input      {"approvals": [{"tool_call_id", "approved", "reason"}]} or {"message": "..."} → 200 Run

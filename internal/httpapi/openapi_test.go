@@ -151,6 +151,11 @@ func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
 	require.Contains(t, string(tenantPage.Body), `"next_after"`)
 	api.check("GET", tenantRuns, http.StatusOK, tenantPage)
 	api.check("GET", tenantRuns, http.StatusBadRequest, e.do("GET", "/v1/runs?status=bogus", tokenAcme, ""))
+	newestPage := e.do("GET", "/v1/runs?order=newest&limit=1", tokenAcme, "")
+	require.Contains(t, string(newestPage.Body), `"next_after"`)
+	api.check("GET", tenantRuns, http.StatusOK, newestPage)
+	api.check("GET", tenantRuns, http.StatusOK, e.do("GET", "/v1/runs?order=newest&status=completed&agent=support", tokenAcme, ""))
+	api.check("GET", tenantRuns, http.StatusBadRequest, e.do("GET", "/v1/runs?order=backwards", tokenAcme, ""))
 
 	// The event stream of a Run, with a plugin's progress: each event's
 	// data against the stream's schema.

@@ -34,6 +34,8 @@ type Store interface {
 	RunLister
 	StoredBytesReader
 	SessionRuns(ctx context.Context, tenant, session string, after int64, limit int) ([]runtime.SessionRun, error)
+	// RunsByStatusDesc serves GET /v1/runs?order=newest.
+	RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error)
 }
 
 var _ Store = (runtime.Store)(nil)

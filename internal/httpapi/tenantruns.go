@@ -14,11 +14,13 @@ import (
 // TenantRunListJSON is a page of GET /v1/runs: a summary of each of the
 // tenant's Runs (of one status, or of every status), in the order of
 // their IDs: a Run's ID begins with its creation time in milliseconds, so
-// that is oldest first.
+// that is oldest first, or, with ?order=newest, newest first.
 type TenantRunListJSON struct {
 	Runs []TenantRunJSON `json:"runs"`
-	// NextAfter is the "after" of the next page (the last Run's ID);
-	// absent on the last page.
+	// NextAfter is the "after" of the next page (the last Run's ID): the
+	// next page holds the Runs that come after it in the page's order
+	// (later IDs oldest first, earlier ones newest first). Absent on the
+	// last page.
 	NextAfter string `json:"next_after,omitempty"`
 }
 
@@ -31,8 +33,10 @@ type TenantRunJSON struct {
 	Ordinal int64 `json:"ordinal,omitempty"`
 }
 
-// listTenantRuns serves GET /v1/runs?status=&agent=&after=&limit=: the
-// tenant's Runs through the store's status index, a page at a time.
+// listTenantRuns serves GET /v1/runs?status=&agent=&order=&after=&limit=:
+// the tenant's Runs through the store's status index, a page at a time,
+// oldest first, or newest first with order=newest (the index read
+// backwards). after is the last Run of the page before in either order.
 // Without a status it merges the six statuses' indexes by ID. A Run that
 // changes status while the page is read is shown once, as it is when
 // loaded; with a status filter, one that has left that status is left
@@ -53,6 +57,14 @@ func (s *Server) listTenantRuns(w http.ResponseWriter, r *http.Request, tenant s
 		}
 		statuses = []loop.Status{st}
 	}
+	newest := false
+	switch v := q.Get("order"); v {
+	case "", "oldest":
+	case "newest":
+		newest = true
+	default:
+		return badRequest("query parameter \"order\" is %q; it must be oldest (the default) or newest", truncate(v, 40))
+	}
 	after := q.Get("after")
 	if after != "" && !loop.ValidID(after) {
 		return badRequest("query parameter \"after\" is %q; it must be a Run ID, the next_after of the page before", truncate(after, 80))
@@ -61,7 +73,7 @@ func (s *Server) listTenantRuns(w http.ResponseWriter, r *http.Request, tenant s
 	if err != nil {
 		return err
 	}
-	ids, more, err := s.tenantRunIDs(r.Context(), tenant, statuses, after, int(limit))
+	ids, more, err := s.tenantRunIDs(r.Context(), tenant, statuses, newest, after, int(limit))
 	if err != nil {
 		return err
 	}
@@ -98,17 +110,25 @@ func (s *Server) listTenantRuns(w http.ResponseWriter, r *http.Request, tenant s
 }
 
 // tenantRunIDs returns the first limit IDs after after of the tenant's
-// Runs of the statuses, in ID order, and whether there are more.
-func (s *Server) tenantRunIDs(ctx context.Context, tenant string, statuses []loop.Status, after string, limit int) ([]string, bool, error) {
+// Runs of the statuses, in ID order (in descending ID order, and so those
+// before after, when newest), and whether there are more.
+func (s *Server) tenantRunIDs(ctx context.Context, tenant string, statuses []loop.Status, newest bool, after string, limit int) ([]string, bool, error) {
+	read := s.cfg.Store.RunsByStatus
+	if newest {
+		read = s.cfg.Store.RunsByStatusDesc
+	}
 	var ids []string
 	for _, st := range statuses {
-		got, err := s.cfg.Store.RunsByStatus(ctx, tenant, st, after, limit+1)
+		got, err := read(ctx, tenant, st, after, limit+1)
 		if err != nil {
 			return nil, false, err
 		}
 		ids = append(ids, got...)
 	}
 	slices.Sort(ids)
+	if newest {
+		slices.Reverse(ids)
+	}
 	ids = slices.Compact(ids) // a Run read under two statuses as it moved
 	if len(ids) > limit {
 		return ids[:limit], true, nil

@@ -113,6 +113,9 @@ export function runsPage(main, {session = '', status = '', agent = '', page = PA
       do {
         const q = {limit: String(byAgent ? 500 : Math.min(left, 500))};
         if (after) q.after = after;
+        // The tenant's Runs newest first (next_after then goes on back in
+        // time); a session's in their order in it, the only one its list has.
+        if (!session) q.order = 'newest';
         if (status && !session) q.status = status;
         if (byAgent) q.agent = agent;
         const got = session ? await api.sessionRuns(session, q) : await api.runs(q);
@@ -153,7 +156,7 @@ export function runsPage(main, {session = '', status = '', agent = '', page = PA
       el('td', {title: r.updated_at, text: ago(r.updated_at)}))));
     more.hidden = !hasMore;
     if (!session) renderSessions(rows);
-    state.textContent = rows.length ? rows.length + ' Run' + (rows.length === 1 ? '' : 's') + ', oldest first; updated live'
+    state.textContent = rows.length ? rows.length + ' Run' + (rows.length === 1 ? '' : 's') + (session ? ', oldest first' : ', newest first') + '; updated live'
       : (session && !status && !agent ? 'This session has no Runs yet.'
         : 'No Runs' + (status ? ' ' + status : '') + (agent ? ' of agent ' + agent : '') + ' yet: start one above.');
   }

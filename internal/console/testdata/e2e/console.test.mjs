@@ -176,6 +176,11 @@ try {
     assert.equal(r.status, 201);
     await page.waitForSelector('#runs-body tr[data-run="' + r.body.id + '"]');
     await page.waitForSelector('#runs-body tr[data-run="' + r.body.id + '"][data-status=completed]');
+    // Newest first: the Run started later is above the earlier one.
+    const listed = await page.locator('#runs-body tr.run').evaluateAll(rows => rows.map(x => x.dataset.run));
+    assert.ok(listed.indexOf(demoRun) >= 0 && listed.indexOf(r.body.id) < listed.indexOf(demoRun),
+      'the Run started later (' + r.body.id + ') is above ' + demoRun + ': ' + listed.join(' '));
+    assert.match(await page.textContent('#runs-state'), /newest first/);
     await page.waitForSelector('#sessions-body tr[data-session=elsewhere]');
     await page.selectOption('#status-filter', 'waiting');
     await page.waitForURL(/status=waiting/);
@@ -394,6 +399,9 @@ try {
     }
     assert.equal(await rows.count(), total);
     await page.waitForSelector('#load-more[hidden]', {state: 'attached'});
+    // Paged two at a time, newest first, the list is the API's newest-first listing.
+    const newest = (await api(acmeToken, 'GET', '/v1/runs?limit=500&order=newest')).body.runs.map(x => x.id);
+    assert.deepEqual(await rows.evaluateAll(trs => trs.map(tr => tr.dataset.run)), newest);
   });
 
   await step('another-tenants-run-is-not-found', async () => {
