@@ -781,44 +781,27 @@ func (s *Store) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.
 // RunsByStatus implements runtime.Store. The status index ends with the
 // raw run ID, so its keys sort in ID order.
 func (s *Store) RunsByStatus(ctx context.Context, tenant string, status loop.Status, after string, limit int) ([]string, error) {
-	if err := loop.CheckID("tenant", tenant); err != nil {
-		return nil, fmt.Errorf("badgerstore: runs by status: %w", err)
-	}
-	if err := s.enter(); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	var out []string
-	err := s.db.View(func(txn *badger.Txn) error {
-		prefix := statusPrefix(tenant, string(status))
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		for it.Seek(prefix.raw(after)); it.ValidForPrefix(prefix); it.Next() {
-			id := string(it.Item().Key()[len(prefix):])
-			if id == after {
-				continue
-			}
-			if limit > 0 && len(out) == limit {
-				break
-			}
-			out = append(out, id)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, wrapErr("runs of "+tenant+" by status", err)
-	}
-	return out, nil
+	return s.runsByStatus(tenant, status, after, limit, false)
 }
 
 // RunsByStatusDesc implements runtime.Store: the status index of
-// RunsByStatus, read backwards. A reverse iterator's Seek lands on the
-// last key at or before the one sought, so it seeks the key of before
+// RunsByStatus, read backwards.
+func (s *Store) RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error) {
+	return s.runsByStatus(tenant, status, before, limit, true)
+}
+
+// runsByStatus reads up to limit IDs of the status index past cursor, in
+// ID order or, reverse, backwards. A reverse iterator's Seek lands on the
+// last key at or before the one sought, so it seeks the cursor's key
 // itself (and skips it), or, from the last, the prefix followed by 0xff,
 // a byte no run ID holds.
-func (s *Store) RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error) {
+func (s *Store) runsByStatus(tenant string, status loop.Status, cursor string, limit int, reverse bool) ([]string, error) {
+	what := "runs by status"
+	if reverse {
+		what = "runs by status, descending"
+	}
 	if err := loop.CheckID("tenant", tenant); err != nil {
-		return nil, fmt.Errorf("badgerstore: runs by status, descending: %w", err)
+		return nil, fmt.Errorf("badgerstore: %s: %w", what, err)
 	}
 	if err := s.enter(); err != nil {
 		return nil, err
@@ -827,15 +810,15 @@ func (s *Store) RunsByStatusDesc(ctx context.Context, tenant string, status loop
 	var out []string
 	err := s.db.View(func(txn *badger.Txn) error {
 		prefix := statusPrefix(tenant, string(status))
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: reverse})
 		defer it.Close()
-		from := append(key{}, prefix...).raw("\xff")
-		if before != "" {
-			from = append(key{}, prefix...).raw(before)
+		from := append(key{}, prefix...).raw(cursor)
+		if reverse && cursor == "" {
+			from = append(key{}, prefix...).raw("\xff")
 		}
 		for it.Seek(from); it.ValidForPrefix(prefix); it.Next() {
 			id := string(it.Item().Key()[len(prefix):])
-			if id == before {
+			if id == cursor {
 				continue
 			}
 			if limit > 0 && len(out) == limit {
@@ -846,7 +829,7 @@ func (s *Store) RunsByStatusDesc(ctx context.Context, tenant string, status loop
 		return nil
 	})
 	if err != nil {
-		return nil, wrapErr("runs of "+tenant+" by status, descending", err)
+		return nil, wrapErr(what+" of "+tenant, err)
 	}
 	return out, nil
 }
