@@ -52,12 +52,15 @@ func TestMetricsExposeTheDocumentedNamesAndMove(t *testing.T) {
 
 	toolDone := "agenthost_effects_settled_total{class=,kind=tool,state=done,tenant=acme}"
 	tokensIn := "agenthost_model_tokens_total{tenant=acme,type=input}"
+	completed := "agenthost_run_transitions_total{status=completed,tenant=acme}"
 	var got map[string]float64
 	// The Run's end is visible in the store a moment before the observer
-	// has seen its last commit: wait for both, then check exact values.
-	waitFor(t, "the settlement and the usage in the metrics", func() bool {
+	// has seen its last commit, and the observer counts that commit's
+	// settlement, usage and transition one after another: wait for all
+	// three, then check exact values.
+	waitFor(t, "the settlement, the usage and the completion in the metrics", func() bool {
 		got = e.scrape()
-		return got[toolDone] == 1 && got[tokensIn] >= 20
+		return got[toolDone] == 1 && got[tokensIn] >= 20 && got[completed] == 1
 	})
 	for _, series := range []string{
 		"agenthost_run_transitions_total{status=pending,tenant=acme}",
