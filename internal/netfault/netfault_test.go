@@ -118,6 +118,10 @@ func TestABlackholedProxyHoldsTheTrafficWithoutClosingAnythingUntilItHeals(t *te
 		t.Fatal(err)
 	}
 	defer a.Close()
+	// The proxy dials the upstream for each connection on a goroutine of
+	// its own: the second is made only once the first has arrived, so
+	// that the upstream's first connection is a's.
+	waitFor(t, "the first connection to reach the upstream", func() bool { return up.accepted() == 1 })
 	closing, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
