@@ -3,6 +3,8 @@ package pgstore
 import (
 	"net/url"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 const mask = "xxxxx"
@@ -253,6 +255,17 @@ func secrets(dsn string) []string {
 func scrub(dsn, msg string) string {
 	for _, sec := range secrets(dsn) {
 		msg = strings.ReplaceAll(msg, sec, mask)
+	}
+	return msg
+}
+
+// RedactError is err's message on one line, with the password of dsn,
+// should the message hold it, masked: for an error of a connection made
+// with dsn, shown beside RedactDSN(dsn).
+func RedactError(err error, dsn string) string {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	if cfg, perr := pgx.ParseConfig(dsn); perr == nil && cfg.Password != "" {
+		msg = strings.ReplaceAll(msg, cfg.Password, mask)
 	}
 	return msg
 }

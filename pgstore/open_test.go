@@ -35,6 +35,22 @@ func TestRedactDSN(t *testing.T) {
 	}
 }
 
+// An error of a connection is shown on one line, without the DSN's
+// password in either of the forms PostgreSQL takes.
+func TestRedactErrorMasksTheDSNsPassword(t *testing.T) {
+	err := errors.New("failed to connect to `user=ann`:\n\tserver said: password \"s3cret!\" refused")
+	for _, dsn := range []string{"postgres://ann:s3cret!@db:5432/x", "host=db user=ann password='s3cret!'"} {
+		got := RedactError(err, dsn)
+		want := "failed to connect to `user=ann`: server said: password \"xxxxx\" refused"
+		if got != want {
+			t.Errorf("RedactError with %q = %q, want %q", dsn, got, want)
+		}
+	}
+	if got := RedactError(err, "host=db"); !strings.Contains(got, "s3cret!") || strings.Contains(got, "\n") {
+		t.Errorf("without a password in the DSN: %q, want the message on one line as it is", got)
+	}
+}
+
 // checkMessage checks an Open error: one line, with the given start and
 // end, and never the password.
 func checkMessage(t *testing.T, err error, start, end string) {

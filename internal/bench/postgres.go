@@ -92,7 +92,7 @@ func startBenchPostgres(ctx context.Context, cmd *cobra.Command, bf *benchFlags,
 	conn, err := pgx.Connect(ctx, b.dsn)
 	if err != nil {
 		b.stop()
-		return nil, fmt.Errorf("bench: --dsn %s: %s", pgstore.RedactDSN(dsn), oneLineErr(err, dsn))
+		return nil, fmt.Errorf("bench: --dsn %s: %s", pgstore.RedactDSN(dsn), pgstore.RedactError(err, dsn))
 	}
 	defer conn.Close(ctx)
 	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&b.version); err != nil {
@@ -103,16 +103,6 @@ func startBenchPostgres(ctx context.Context, cmd *cobra.Command, bf *benchFlags,
 		b.version = f[0] // "15.18 (Debian 15.18-0+deb12u1)" → "15.18"
 	}
 	return b, nil
-}
-
-// oneLineErr is err's message with dsn's password, should it hold it,
-// masked.
-func oneLineErr(err error, dsn string) string {
-	msg := strings.Join(strings.Fields(err.Error()), " ")
-	if cfg, perr := pgx.ParseConfig(dsn); perr == nil && cfg.Password != "" {
-		msg = strings.ReplaceAll(msg, cfg.Password, "xxxxx")
-	}
-	return msg
 }
 
 // where names the server for the bench's notes.
@@ -155,14 +145,14 @@ var _ bareRounds = (*barePostgres)(nil)
 func openBarePostgres(ctx context.Context, dsn, schema string, maxConns int) (*barePostgres, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("bare PostgreSQL baseline: %s", oneLineErr(err, dsn))
+		return nil, fmt.Errorf("bare PostgreSQL baseline: %s", pgstore.RedactError(err, dsn))
 	}
 	cfg.MaxConns, cfg.MinConns = int32(maxConns), 0
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "agenthost-bench-bare"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("bare PostgreSQL baseline: %s", oneLineErr(err, dsn))
+		return nil, fmt.Errorf("bare PostgreSQL baseline: %s", pgstore.RedactError(err, dsn))
 	}
 	b := &barePostgres{pool: pool, table: schema + ".bare", val: make([]byte, 1500)}
 	_, _ = rand.Read(b.val)

@@ -161,19 +161,9 @@ func (s *chaosStore) dropSchema(ctx context.Context) error {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.dsn)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %s", pgstore.RedactDSN(s.dsn), oneLineErr(err, s.dsn))
+		return fmt.Errorf("connecting to %s: %s", pgstore.RedactDSN(s.dsn), pgstore.RedactError(err, s.dsn))
 	}
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+s.schema+" CASCADE")
 	return err
-}
-
-// oneLineErr is err's message on one line, with dsn's password, should it
-// hold it, masked.
-func oneLineErr(err error, dsn string) string {
-	msg := strings.Join(strings.Fields(err.Error()), " ")
-	if cfg, perr := pgx.ParseConfig(dsn); perr == nil && cfg.Password != "" {
-		msg = strings.ReplaceAll(msg, cfg.Password, "xxxxx")
-	}
-	return msg
 }
