@@ -120,6 +120,26 @@ func applyCreated(run Run, ev Event) (Run, error) {
 		a := *s.Agent
 		s.Agent = &a
 	}
+	if p := s.Parent; p != nil {
+		if err := CheckID("parent run", p.Run); err != nil {
+			return run, err
+		}
+		if err := CheckID("parent session", p.Session); err != nil {
+			return run, err
+		}
+		if p.Depth < 1 || p.Attempt < 1 || p.Effect == "" {
+			return run, fmt.Errorf("%w: a child run's parent needs an effect, attempt >= 1 and depth >= 1 (got %+v)", ErrInvalidEvent, *p)
+		}
+		pc := *p
+		s.Parent = &pc
+	}
+	for _, t := range s.Tools {
+		if t.Agent != "" {
+			if err := CheckID("agent tool's agent", t.Agent); err != nil {
+				return run, err
+			}
+		}
+	}
 	r := Run{
 		Spec:       s,
 		Status:     StatusPending,
@@ -206,6 +226,12 @@ func (r *Run) applyDispatched(ev Event) error {
 	}
 	if e.Kind == abi.KindTool && r.countState(abi.KindTool, EffectExecuting) >= r.Limits.MaxParallelToolCalls {
 		return fmt.Errorf("%w: dispatch of %s would exceed max_parallel_tool_calls %d", ErrLimit, e.ID, r.Limits.MaxParallelToolCalls)
+	}
+	if e.Kind == abi.KindTool {
+		if spec, _ := r.ToolSpec(e.Tool); spec.Agent != "" {
+			r.Children = append(r.Children, ChildRef{Run: ChildRunID(e.ID, ev.Attempt), Agent: spec.Agent,
+				Effect: e.ID, Attempt: ev.Attempt, ToolCallID: e.ToolCallID})
+		}
 	}
 	e.State = EffectExecuting
 	e.Attempt = ev.Attempt
@@ -301,6 +327,7 @@ func checkOutcome(e *Effect, o *Outcome) error {
 // final one.
 func (r *Run) settle(e *Effect, o Outcome, at int64) {
 	e.Handle = ""
+	o = r.childUsage(e, o)
 	if r.Verdict != nil {
 		// The Run is ending: record whatever came back and add nothing.
 		if o.State == OutcomeDone && o.Model != nil {
@@ -346,6 +373,23 @@ func (r *Run) settle(e *Effect, o Outcome, at int64) {
 		return
 	}
 	r.maybeCloseStep()
+}
+
+// childUsage adds the usage of an agent tool's outcome (its child Run's)
+// to the Run's, and returns o without the usage a plugin tool's outcome
+// claims, which counts for nothing.
+func (r *Run) childUsage(e *Effect, o Outcome) Outcome {
+	if o.Tool == nil || o.Tool.Usage == nil {
+		return o
+	}
+	if spec, _ := r.ToolSpec(e.Tool); spec.Agent != "" && e.Kind == abi.KindTool {
+		r.Usage = r.Usage.Add(*o.Tool.Usage)
+		return o
+	}
+	t := *o.Tool
+	t.Usage = nil
+	o.Tool = &t
+	return o
 }
 
 // fail settles e as finally failed: a tool error the model sees, or, for a

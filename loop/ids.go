@@ -1,6 +1,8 @@
 package loop
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
 	"fmt"
 	"strconv"
 	"strings"
@@ -43,6 +45,18 @@ func ModelEffectID(run string, step int) string {
 // ToolEffectID is the EffectID of tool call i of a step: "<run>.t<step>.<i>".
 func ToolEffectID(run string, step, i int) string {
 	return run + ".t" + strconv.Itoa(step) + "." + strconv.Itoa(i)
+}
+
+// ChildRunID is the ID of the child Run that attempt of the agent-tool
+// effect effectID starts, and of the child's session: "sub-" and 32
+// base-32 characters of the SHA-256 of the assignment. It is a function
+// of the attempt alone, so whoever carries the attempt out (the node that
+// dispatched it, a node that took its session over, a replay) finds the
+// same child instead of starting another. Effect IDs hold their Run's ID,
+// which is unique in its tenant, so two attempts never share a child.
+func ChildRunID(effectID string, attempt int) string {
+	sum := sha256.Sum256([]byte("agenthost child run\x00" + effectID + "#" + strconv.Itoa(attempt)))
+	return "sub-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:20]))
 }
 
 // EffectRef is a parsed EffectID.

@@ -78,6 +78,11 @@ type ToolSpec struct {
 	// they were then, whatever the tenant's tools have become since. It is
 	// nil in a Run created before descriptors were pinned.
 	Descriptor *abi.Tool `json:"descriptor,omitempty"`
+	// Agent, when set, makes the tool another agent of the Run's tenant:
+	// a call of it runs as a child Run of that agent (ChildRunID names
+	// it), carried out by the runtime itself, and settles with the child's
+	// result. A child's usage adds to the Run's.
+	Agent string `json:"agent,omitempty"`
 }
 
 // Limits bound a Run.
@@ -98,6 +103,17 @@ type Limits struct {
 	// without an outcome; past it the attempt fails as plugin_timeout
 	// (retriable, so the policy applies). 0 means none.
 	EffectTimeoutMS int64 `json:"effect_timeout_ms,omitempty"`
+	// RunTimeoutMS bounds the Run's work time: the time since its
+	// creation that it did not spend waiting for a person (StatusWaiting).
+	// Once the work time reaches it, the Run fails with deadline_exceeded;
+	// the clock stops while the Run waits (wait.go). 0 means none. A Run
+	// created before it existed has DeadlineMS instead, which keeps its
+	// meaning.
+	RunTimeoutMS int64 `json:"run_timeout_ms,omitempty"`
+	// WaitTimeoutMS bounds each wait for a person on its own: a Run that
+	// waits that long, from the event that made it wait, fails with
+	// deadline_exceeded. 0 means none.
+	WaitTimeoutMS int64 `json:"wait_timeout_ms,omitempty"`
 }
 
 // DefaultLimits are the limits of a Run that sets none.
@@ -120,6 +136,32 @@ type Spec struct {
 	// created before agents were pinned, which runs as its tenant's
 	// default agent is now.
 	Agent *AgentPin `json:"agent,omitempty"`
+	// Parent is set on a child Run, started by a call of an agent tool of
+	// another Run: the call it answers. It is nil on a Run submitted from
+	// outside.
+	Parent *ParentRef `json:"parent,omitempty"`
+}
+
+// ParentRef names the tool call a child Run answers: the parent Run, the
+// effect attempt whose ID the child's is derived from (ChildRunID), and
+// how deep the child is (1 for the child of a Run with no parent).
+type ParentRef struct {
+	Run        string `json:"run"`
+	Session    string `json:"session"`
+	Effect     string `json:"effect"`
+	Attempt    int    `json:"attempt"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	Depth      int    `json:"depth"`
+}
+
+// ChildRef names a child Run a Run started: one per dispatched attempt
+// of an agent tool, recorded when the attempt is dispatched.
+type ChildRef struct {
+	Run        string `json:"run"`
+	Agent      string `json:"agent"`
+	Effect     string `json:"effect"`
+	Attempt    int    `json:"attempt"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
 }
 
 // AgentPin is what a Run keeps of its agent: the agent's name, by which
@@ -134,6 +176,11 @@ type AgentPin struct {
 	// Settings is a JSON object, passed to the builder as they are (the
 	// model's name, temperature, max_output_tokens...).
 	Settings json.RawMessage `json:"settings,omitempty"`
+	// OutputSchema is the agent's output schema (JSON Schema 2020-12),
+	// or nil: when set, the Run's final answer must be one JSON value
+	// that matches it, or the model is told why and asked again
+	// (output.go).
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 }
 
 // EffectState is the state of one effect.
@@ -229,6 +276,16 @@ type Run struct {
 	Verdict  *Verdict        `json:"verdict,omitempty"`
 	Result   string          `json:"result,omitempty"`
 	Failure  *Failure        `json:"failure,omitempty"`
+	// Children are the child Runs the Run's agent tools started, in the
+	// order their attempts were dispatched.
+	Children []ChildRef `json:"children,omitempty"`
+	// WaitingSince is when the Run's current wait for a person began: the
+	// time of the event that made it StatusWaiting. It is 0 when the Run
+	// does not wait, or has waited since before this was recorded.
+	WaitingSince int64 `json:"waiting_since,omitempty"`
+	// WaitedMS is the time the Run spent waiting for a person in the
+	// waits that are over; Limits.RunTimeoutMS does not count it.
+	WaitedMS int64 `json:"waited_ms,omitempty"`
 }
 
 // Effect returns a pointer into r.Effects for id, or nil.
@@ -266,6 +323,7 @@ func (r *Run) ToolSpec(name string) (ToolSpec, bool) {
 // or appending to its transcript leaves r untouched.
 func (r Run) Clone() Run {
 	r.Effects = append([]Effect(nil), r.Effects...)
+	r.Children = r.Children[:len(r.Children):len(r.Children)]
 	r.Transcript = r.Transcript[:len(r.Transcript):len(r.Transcript)]
 	return r
 }

@@ -46,12 +46,23 @@ const Version2 byte = 0x02
 // or 2 has no agent (it runs as its tenant's default agent).
 const Version3 byte = 0x03
 
+// Version4 is the first byte of a snapshot in the current version: the
+// third, followed by a tail of what came after it, in this order: each
+// tool's agent (loop.ToolSpec.Agent), the Run's parent (Spec.Parent), its
+// children (Run.Children), and each effect's tool-outcome usage
+// (abi.ToolOutcome.Usage), the agent's output schema
+// (AgentPin.OutputSchema, when the Run has an agent), the limits
+// run_timeout_ms and wait_timeout_ms, and the Run's WaitingSince and
+// WaitedMS. Fields added later go at the end of the tail,
+// in a new version. A Run decoded from an older version has none of them.
+const Version4 byte = 0x04
+
 // Current is the version Append writes.
-const Current = Version3
+const Current = Version4
 
 // IsBinary reports whether b is a snapshot (or a record) in this encoding,
 // of any version, rather than JSON.
-func IsBinary(b []byte) bool { return len(b) > 0 && b[0] >= Version1 && b[0] <= Version3 }
+func IsBinary(b []byte) bool { return len(b) > 0 && b[0] >= Version1 && b[0] <= Current }
 
 // Append appends r's encoding to dst, in the current version.
 func Append(dst []byte, r *loop.Run) []byte {
@@ -117,7 +128,84 @@ func Append(dst []byte, r *loop.Run) []byte {
 	}
 	w.String(r.Result)
 	w.failure(r.Failure)
+	w.tail4(r)
 	return w.B
+}
+
+// tail4 writes what version 4 added (see Version4).
+func (w *Writer) tail4(r *loop.Run) {
+	for _, t := range r.Tools {
+		w.String(t.Agent)
+	}
+	w.Bool(r.Parent != nil)
+	if p := r.Parent; p != nil {
+		w.String(p.Run)
+		w.String(p.Session)
+		w.String(p.Effect)
+		w.Int(int64(p.Attempt))
+		w.String(p.ToolCallID)
+		w.Int(int64(p.Depth))
+	}
+	w.Count(len(r.Children), r.Children == nil)
+	for _, c := range r.Children {
+		w.String(c.Run)
+		w.String(c.Agent)
+		w.String(c.Effect)
+		w.Int(int64(c.Attempt))
+		w.String(c.ToolCallID)
+	}
+	for _, e := range r.Effects {
+		var u *abi.Usage
+		if e.Outcome != nil && e.Outcome.Tool != nil {
+			u = e.Outcome.Tool.Usage
+		}
+		w.Bool(u != nil)
+		if u != nil {
+			w.usage(*u)
+		}
+	}
+	if r.Agent != nil {
+		w.Raw(r.Agent.OutputSchema)
+	}
+	w.Int(r.Limits.RunTimeoutMS)
+	w.Int(r.Limits.WaitTimeoutMS)
+	w.Int(r.WaitingSince)
+	w.Int(r.WaitedMS)
+}
+
+// tail4 reads what Writer.tail4 wrote into r.
+func (rd *Reader) tail4(r *loop.Run) {
+	for i := range r.Tools {
+		r.Tools[i].Agent = rd.String()
+	}
+	if rd.Bool() {
+		r.Parent = &loop.ParentRef{Run: rd.String(), Session: rd.String(), Effect: rd.String(),
+			Attempt: rd.int(), ToolCallID: rd.String(), Depth: rd.int()}
+	}
+	if n, isNil := rd.Count(5); !isNil {
+		r.Children = make([]loop.ChildRef, n)
+		for i := range r.Children {
+			r.Children[i] = loop.ChildRef{Run: rd.String(), Agent: rd.String(), Effect: rd.String(),
+				Attempt: rd.int(), ToolCallID: rd.String()}
+		}
+	}
+	for i := range r.Effects {
+		if rd.Bool() {
+			u := rd.usage()
+			if o := r.Effects[i].Outcome; o != nil && o.Tool != nil {
+				o.Tool.Usage = &u
+			} else {
+				rd.fail(errors.New("a tool-outcome usage on an effect without a tool outcome"))
+			}
+		}
+	}
+	if r.Agent != nil {
+		r.Agent.OutputSchema = rd.Raw()
+	}
+	r.Limits.RunTimeoutMS = rd.Int()
+	r.Limits.WaitTimeoutMS = rd.Int()
+	r.WaitingSince = rd.Int()
+	r.WaitedMS = rd.Int()
 }
 
 // Decode decodes a snapshot Append wrote, in any version. The strings it
@@ -180,6 +268,9 @@ func Decode(b []byte) (loop.Run, error) {
 	}
 	r.Result = rd.String()
 	r.Failure = rd.failure()
+	if version >= Version4 {
+		rd.tail4(&r)
+	}
 	if rd.Err != nil {
 		return loop.Run{}, fmt.Errorf("runcodec: snapshot: %w", rd.Err)
 	}

@@ -290,11 +290,68 @@ func TestAVersion2SnapshotStillDecodes(t *testing.T) {
 	pinned := want
 	pinned.Agent = &loop.AgentPin{Name: "support", Version: "v-0123456789ab", Instructions: "Be brief.", Settings: json.RawMessage(`{"model":"m","temperature":0.2}`)}
 	again := Append(nil, &pinned)
-	if again[0] != Version3 {
-		t.Fatalf("Append writes version %#x, want %#x", again[0], Version3)
+	if again[0] != Current {
+		t.Fatalf("Append writes version %#x, want %#x", again[0], Current)
 	}
 	if got, err := Decode(again); err != nil || !reflect.DeepEqual(got, pinned) {
-		t.Fatalf("rewritten in version 3: %+v, %v", got, err)
+		t.Fatalf("rewritten in version %d: %+v, %v", Current, got, err)
+	}
+}
+
+// version3Snapshot is a freshly created Run of agent "support" (one tool,
+// with its pinned descriptor) as the codec wrote it in version 3, before
+// agents could be tools of other agents: the bytes a store written then
+// holds.
+const version3Snapshot = "030461636d650273310272310b63616c6c3a6563686f282900202008000005726574727906d00fe0d40302046563686f00" +
+	"05726574727906d00fe0d403127b2274797065223a226f626a656374227d01046563686f044563686f127b2274797065223a226f626a656374227d01" +
+	"056e657665720107737570706f72740e762d3031323334353637383961620942652062726965662e0e7b226d6f64656c223a226d227d0770656e64" +
+	"696e670280a0abfef96280a0abfef962000204757365720b63616c6c3a6563686f282900000000000000000000"
+
+// TestAVersion3SnapshotStillDecodes: a snapshot stored before agents could
+// be tools decodes as the same Run, with no agent tools, parent,
+// children, output schema or wait clocks, and is written again in the
+// current version with all of them.
+func TestAVersion3SnapshotStillDecodes(t *testing.T) {
+	b, err := hex.DecodeString(version3Snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := json.RawMessage(`{"type":"object"}`)
+	spec := loop.Spec{Tenant: "acme", Session: "s1", ID: "r1", Input: "call:echo()", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy,
+		Tools: []loop.ToolSpec{{Name: "echo", Policy: loop.DefaultToolPolicy(true), InputSchema: schema,
+			Descriptor: &abi.Tool{Name: "echo", Description: "Echo", InputSchema: schema, Idempotent: true, Approval: abi.ApprovalNever}}},
+		Agent: &loop.AgentPin{Name: "support", Version: "v-0123456789ab", Instructions: "Be brief.", Settings: json.RawMessage(`{"model":"m"}`)}}
+	want, err := loop.Apply(loop.Run{}, loop.Event{Type: loop.EventRunCreated, Spec: &spec, Seq: 1, At: 1700000000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, decode := range []func([]byte) (loop.Run, error){Decode, Unmarshal} {
+		got, err := decode(b)
+		if err != nil {
+			t.Fatalf("decode a version-3 snapshot: %v", err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(want)
+			t.Fatalf("a version-3 snapshot decodes as\n %s\nwant\n %s", gj, wj)
+		}
+	}
+	child := want
+	child.Tools = append([]loop.ToolSpec(nil), want.Tools...)
+	child.Tools[0].Agent = "research"
+	child.Parent = &loop.ParentRef{Run: "p1", Session: "s0", Effect: "p1.t1.0", Attempt: 1, ToolCallID: "call_1", Depth: 1}
+	child.Children = []loop.ChildRef{{Run: loop.ChildRunID("r1.t1.0", 1), Agent: "research", Effect: "r1.t1.0", Attempt: 1}}
+	pin := *want.Agent
+	pin.OutputSchema = json.RawMessage(`{"type":"object","required":["city"]}`)
+	child.Agent = &pin
+	child.Limits.RunTimeoutMS, child.Limits.WaitTimeoutMS = 60_000, 3_600_000
+	child.WaitingSince, child.WaitedMS = 1700000005000, 1200
+	again := Append(nil, &child)
+	if again[0] != Current {
+		t.Fatalf("Append writes version %#x, want %#x", again[0], Current)
+	}
+	if got, err := Decode(again); err != nil || !reflect.DeepEqual(got, child) {
+		t.Fatalf("rewritten in version %d: %+v, %v", Current, got, err)
 	}
 }
 

@@ -345,6 +345,10 @@ type ModelOutcome struct {
 type ToolOutcome struct {
 	Content string `json:"content"`
 	IsError bool   `json:"is_error"`
+	// Usage is the model usage behind the outcome. The runtime sets it on
+	// the outcome of an agent tool (a child Run's usage, which adds to
+	// the parent's); a plugin's is ignored.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // EmitEvent is the argument of agenthost_emit.
