@@ -104,6 +104,12 @@ func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, err
 	if !ok {
 		return loop.Run{}, false, &UnknownAgentError{Tenant: req.Tenant, Agent: req.Agent, Known: t.AgentNames()}
 	}
+	return rt.submit(ctx, t, agent, implicit, req, nil)
+}
+
+// submit creates a Run of tenant t as agent, the child of parent when that
+// is set, and hands it to its session's driver (Submit).
+func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit bool, req Request, parent *loop.ParentRef) (loop.Run, bool, error) {
 	rt.mu.Lock()
 	stopped := rt.stopped
 	rt.mu.Unlock()
@@ -111,7 +117,9 @@ func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, err
 		return loop.Run{}, false, fmt.Errorf("runtime: submit: %w", ErrClosed)
 	}
 	now := rt.nowMS()
-	ev := loop.RunCreated(t.specAs(agent, implicit, req.Session, req.RunID, req.Input, req.Metadata, now), now)
+	spec := t.specAs(agent, implicit, req.Session, req.RunID, req.Input, req.Metadata, now)
+	spec.Parent = parent
+	ev := loop.RunCreated(spec, now)
 	ev.Seq = 1
 	run, err := loop.Apply(loop.Run{}, ev)
 	if err != nil {

@@ -86,6 +86,7 @@ func (rt *Runtime) afterAdvance(req advanceReq, cur loop.Run) {
 		return
 	}
 	if cur.Status.Terminal() {
+		rt.hastenParent(cur)
 		rt.forgetRun(cur)
 		rt.notifyRun(cur.Tenant, cur.ID, Result{Kind: ResultTerminal, Run: cur})
 		rt.kick(cur.Tenant, cur.Session) // the next queued Run may start

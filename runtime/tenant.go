@@ -41,6 +41,9 @@ type Tenant struct {
 	// HistoryRuns is how many earlier Runs of the session the builder sees
 	// (0 means DefaultHistoryRuns).
 	HistoryRuns int
+	// MaxAgentDepth bounds how deep child Runs nest (agents calling
+	// agents); 0 means DefaultMaxAgentDepth.
+	MaxAgentDepth int
 }
 
 // DefaultHistoryRuns is the number of earlier Runs passed to a builder when

@@ -98,7 +98,7 @@ func (rt *Runtime) runWatchItem(it watcher.Item) {
 		if !ok {
 			return
 		}
-		exec := t.executorFor(&run, e.Kind, e.Tool)
+		exec := rt.executorFor(t, &run, e.Kind, e.Tool)
 		if exec == nil {
 			rt.abandon(key)
 			return

@@ -140,6 +140,23 @@ func (w *Watcher) Cancel(key string) {
 	}
 }
 
+// Hasten makes the item with key due at at, if it is registered and due
+// later; it reports whether it moved the item. The item is otherwise as
+// it was (its Interval too, so a poll made early backs off from where it
+// stood).
+func (w *Watcher) Hasten(key string, at time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.index[key]
+	if !ok || w.stopped || !e.item.At.After(at) {
+		return false
+	}
+	e.item.At = at
+	heap.Fix(&w.items, e.pos)
+	w.armLocked()
+	return true
+}
+
 // Scheduled reports whether an item with key is registered.
 func (w *Watcher) Scheduled(key string) bool {
 	w.mu.Lock()

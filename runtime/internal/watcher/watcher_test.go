@@ -95,6 +95,33 @@ func TestWatcherReplacesByKeyAndCancels(t *testing.T) {
 	}
 }
 
+// TestHastenMakesAnItemDueEarlierOnly: Hasten moves a registered item
+// earlier and re-arms the timer for it, keeps its other fields, and
+// leaves alone an item already due sooner, or one not registered.
+func TestHastenMakesAnItemDueEarlierOnly(t *testing.T) {
+	clock := conformance.NewFakeClock(time.Time{})
+	var b batches
+	w := watcher.New(fakeClock{clock}, b.fire)
+	now := clock.Now()
+	w.Schedule(watcher.Item{Key: "poll", At: now.Add(30 * time.Second), Interval: 30 * time.Second, Handle: "h"})
+	w.Schedule(watcher.Item{Key: "soon", At: now.Add(time.Second)})
+	if w.Hasten("soon", now.Add(2*time.Second)) || w.Hasten("nobody", now) {
+		t.Fatal("Hasten moved an item later, or one not registered")
+	}
+	if !w.Hasten("poll", now.Add(time.Second)) {
+		t.Fatal("Hasten did not move the poll earlier")
+	}
+	clock.Advance(time.Second)
+	conformance.Eventually(t, "both to fire", func() bool { return len(b.keys()) == 2 })
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, it := range b.got[0] {
+		if it.Key == "poll" && (it.Interval != 30*time.Second || it.Handle != "h") {
+			t.Fatalf("the hastened item lost its fields: %+v", it)
+		}
+	}
+}
+
 func TestWatcherStopDropsEveryRegistration(t *testing.T) {
 	clock := conformance.NewFakeClock(time.Time{})
 	var b batches
