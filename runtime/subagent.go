@@ -176,6 +176,13 @@ func (x subAgentCall) startChild(ctx context.Context, c EffectCall, id string) (
 	}
 	parent := &loop.ParentRef{Run: c.RunID, Session: c.Session, Effect: c.Input.Effect.ID,
 		Attempt: c.Input.Effect.Attempt, Depth: x.depth + 1}
+	// The call's ID is the parent's, read from its snapshot: one read per
+	// child, so that the child names the very call it answers.
+	if p, err := rt.store.LoadRun(ctx, c.Tenant, c.RunID); err == nil {
+		if e := p.Effect(c.Input.Effect.ID); e != nil {
+			parent.ToolCallID = e.ToolCallID
+		}
+	}
 	child, _, err := rt.submit(ctx, t, agent, implicit, Request{Tenant: c.Tenant, Session: id, RunID: id, Input: *args.Input}, parent)
 	if errors.Is(err, ErrRunExists) {
 		return rt.store.LoadRun(ctx, c.Tenant, id)

@@ -92,7 +92,7 @@ func TestAnAgentCallsAnotherAsATool(t *testing.T) {
 	if child.Status != loop.StatusCompleted || child.Session != childID || child.Agent == nil || child.Agent.Name != "research" {
 		t.Fatalf("child: %s in session %s as %+v", child.Status, child.Session, child.Agent)
 	}
-	if p := child.Parent; p == nil || p.Run != run.ID || p.Session != "s1" || p.Effect != run.ID+".t1.0" || p.Attempt != 1 || p.Depth != 1 {
+	if p := child.Parent; p == nil || p.Run != run.ID || p.Session != "s1" || p.Effect != run.ID+".t1.0" || p.Attempt != 1 || p.Depth != 1 || p.ToolCallID != "call_1_1" {
 		t.Fatalf("the child's parent: %+v", child.Parent)
 	}
 	steps := int64(4) // two of the parent's, two of the child's

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/internal/serveproc"
 	"github.com/agenthost/agenthost/loop"
@@ -138,30 +137,7 @@ func (c *cluster) checkRuns(ids []string) {
 		c.t.Fatal(err)
 	}
 	defer store.Close()
-	jobs := 0
-	for _, id := range ids {
-		evs, err := store.Events(ctx, "demo", id, 1, 0)
-		if err != nil {
-			c.t.Fatalf("events of %s: %v", id, err)
-		}
-		for _, v := range loop.CheckEnded(evs) {
-			c.t.Errorf("run %s: %s", id, v)
-		}
-		recs := loop.LogEffects(evs)
-		for _, r := range recs {
-			if r.Kind == "tool" && r.Dispatched > 1 {
-				c.t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", r.ID, r.Dispatched)
-			}
-		}
-		n, violations, err := chaos.CheckSlowJobs(ctx, store, "demo", "slow-job", recs)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		jobs += n
-		for _, v := range violations {
-			c.t.Error(v)
-		}
-	}
+	jobs := checkServedRuns(c.t, store, ids)
 	if jobs < len(ids)/2 {
 		c.t.Errorf("only %d slow jobs were dispatched for %d Runs: the test did not exercise the tool", jobs, len(ids))
 	}
@@ -252,6 +228,18 @@ func TestThreeNodesSurviveAKill(t *testing.T) {
 		}
 		accepted[i], ids[i] = node, run.ID
 	}
+	// Three Runs of the agent lead, through the victim: each hands research
+	// a slow job in a child Run, which the victim starts and owns.
+	var leads []string
+	for i := 0; i < 3; i++ {
+		var run runView
+		code, raw, err := c.client(victim).Do("POST", fmt.Sprintf("/v1/sessions/lead-%d/runs", i),
+			map[string]any{"input": leadInput(strconv.Itoa(3 + i)), "agent": "lead"}, nil, &run)
+		if err != nil || code != http.StatusCreated {
+			t.Fatalf("submission of lead %d through the victim: %d %v %s", i, code, err, raw)
+		}
+		leads = append(leads, run.ID)
+	}
 	// Follow each Run through another node than its own, and never
 	// through the victim, whose streams end with it.
 	followErrs := make(chan error, runs)
@@ -263,10 +251,30 @@ func TestThreeNodesSurviveAKill(t *testing.T) {
 	}
 
 	// Kill the victim while a Run it accepted (and so owns) waits on a
-	// slow job in flight: recovery then has an attempt to attach to.
+	// slow job in flight, and so does the child Run of a lead: recovery
+	// then has attempts to attach to, and a parent to find its child.
 	waitUntil(t, 60*time.Second, "a slow job in flight on the victim", func() (bool, error) {
 		for i, id := range ids {
 			if accepted[i] == victim && pendingSlowJob(c.client(1).run(t, id)) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	waitUntil(t, 60*time.Second, "a child run's slow job in flight on the victim", func() (bool, error) {
+		for _, id := range leads {
+			p := c.client(1).subAgentRun(t, id)
+			if len(p.Children) == 0 {
+				continue
+			}
+			// A child is listed once its attempt is dispatched, and
+			// exists once the attempt's start has created it.
+			var child runView
+			code, raw, err := c.client(1).Do("GET", "/v1/runs/"+p.Children[0].Run, nil, nil, &child)
+			if err != nil || (code != http.StatusOK && code != http.StatusNotFound) {
+				return false, fmt.Errorf("get child run %s: %d %v %s", p.Children[0].Run, code, err, raw)
+			}
+			if code == http.StatusOK && pendingSlowJob(child) {
 				return true, nil
 			}
 		}
@@ -286,6 +294,19 @@ func TestThreeNodesSurviveAKill(t *testing.T) {
 	}
 	if statuses["completed"] != runs {
 		t.Errorf("runs by status %v; want all %d completed", statuses, runs)
+	}
+	// Each lead and its one child complete, whoever took them over.
+	checked := append([]string(nil), ids...)
+	for _, id := range leads {
+		p := c.client(2).waitRun(t, id, 2*time.Minute, "terminal", runView.terminal)
+		children := c.client(2).subAgentRun(t, id).Children
+		if p.Status != "completed" || len(children) != 1 {
+			t.Fatalf("lead run %s: %s %+v with children %+v; want completed with one child", id, p.Status, p.Failure, children)
+		}
+		if child := c.client(1).run(t, children[0].Run); child.Status != "completed" {
+			t.Fatalf("child run %s of %s: %s %+v", children[0].Run, id, child.Status, child.Failure)
+		}
+		checked = append(checked, id, children[0].Run)
 	}
 	followers.Wait()
 	close(followErrs)
@@ -321,7 +342,7 @@ func TestThreeNodesSurviveAKill(t *testing.T) {
 			t.Errorf("node %d exited %d after SIGTERM, want 0", i, code)
 		}
 	}
-	c.checkRuns(ids)
+	c.checkRuns(checked)
 }
 
 // TestPausedNodeIsFenced pauses a node (SIGSTOP) past its lease with slow

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -17,8 +16,6 @@ import (
 
 	"github.com/agenthost/agenthost/badgerstore"
 	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/internal/chaos"
-	"github.com/agenthost/agenthost/loop"
 )
 
 // TestServeSurvivesKill9 is docs/DESIGN.md §9's crash test with real processes:
@@ -219,33 +216,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	ctx := context.Background()
-	jobs := 0
-	for _, id := range acked {
-		evs, err := store.Events(ctx, "demo", id, 1, 100000)
-		if err != nil {
-			t.Fatalf("events of %s: %v", id, err)
-		}
-		for _, v := range loop.CheckEnded(evs) {
-			t.Errorf("run %s: %s", id, v)
-		}
-		recs := loop.LogEffects(evs)
-		// Stricter than the policy check, whatever the config's policy:
-		// the non-idempotent slow_job gets one attempt.
-		for _, r := range recs {
-			if r.Kind == "tool" && r.Dispatched > 1 {
-				t.Errorf("%s: slow_job dispatched %d attempts; its policy (fail) allows 1", r.ID, r.Dispatched)
-			}
-		}
-		n, violations, err := chaos.CheckSlowJobs(ctx, store, "demo", "slow-job", recs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs += n
-		for _, v := range violations {
-			t.Error(v)
-		}
-	}
+	jobs := checkServedRuns(t, store, acked)
 	if jobs < runs/2 {
 		t.Errorf("only %d slow jobs were dispatched for %d Runs: the test did not exercise the tool", jobs, runs)
 	}

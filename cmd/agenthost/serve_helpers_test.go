@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,8 +11,10 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/chaos"
 	"github.com/agenthost/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/internal/serveproc"
+	"github.com/agenthost/agenthost/loop"
 )
 
 // waitUntil polls cond until it holds, failing the test at the deadline.
@@ -177,7 +180,9 @@ func logTailOnFailure(t testing.TB, path string, n int) {
 
 // slowJobServeConfig writes the config of a serve on dir/data whose tenant
 // "demo" (bearer token) runs the example prompt-builder, scripted-model and
-// slow-job plugins; extra is YAML added at the top level.
+// slow-job plugins; extra is YAML added at the top level. Beside its
+// default agent (the top-level form) the tenant has two more: research,
+// with the slow job, and lead, which calls research as a tool.
 func slowJobServeConfig(t *testing.T, dir, token, extra string) string {
 	t.Helper()
 	paths := map[string]string{}
@@ -202,5 +207,51 @@ tenants:
     model: scripted-model
     tool_executors: [slow-job]
     model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s}
+    agents:
+      lead: {model: {plugin: scripted-model}, tools: [{agent: research}]}
+      research: {model: {plugin: scripted-model}, tools: [{plugin: slow-job}]}
 `)
+}
+
+// runLogReader is what checkServedRuns reads of a store: Run logs and
+// the slow-job plugin's KV.
+type runLogReader interface {
+	chaos.KVReader
+	Events(ctx context.Context, tenant, runID string, fromSeq int64, limit int) ([]loop.Event, error)
+}
+
+// checkServedRuns holds the logs of tenant demo's Runs ids to
+// loop.CheckEnded, the one log checker, each tool effect to one dispatched
+// attempt (slow_job is not idempotent, so its policy, fail, allows one;
+// an agent tool's child is attached to, never started again), and the
+// slow-job plugin's own execution counts to "each job ran once". It
+// returns the number of slow jobs checked.
+func checkServedRuns(t testing.TB, store runLogReader, ids []string) int {
+	t.Helper()
+	ctx := context.Background()
+	jobs := 0
+	for _, id := range ids {
+		evs, err := store.Events(ctx, "demo", id, 1, 0)
+		if err != nil {
+			t.Fatalf("events of %s: %v", id, err)
+		}
+		for _, v := range loop.CheckEnded(evs) {
+			t.Errorf("run %s: %s", id, v)
+		}
+		recs := loop.LogEffects(evs)
+		for _, r := range recs {
+			if r.Kind == "tool" && r.Dispatched > 1 {
+				t.Errorf("run %s: tool effect %s dispatched %d attempts; its policy allows 1", id, r.ID, r.Dispatched)
+			}
+		}
+		n, violations, err := chaos.CheckSlowJobs(ctx, store, "demo", "slow-job", recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs += n
+		for _, v := range violations {
+			t.Error(v)
+		}
+	}
+	return jobs
 }

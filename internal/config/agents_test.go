@@ -229,3 +229,79 @@ tenants:
 		t.Errorf("support: instructions %q, max_steps %d", s.Instructions, s.Limits.MaxSteps)
 	}
 }
+
+// TestAgentsAsToolsOfAgents: an entry {agent: NAME} lists another agent
+// of the tenant as a tool, with the approval and policy any tool entry
+// takes; it brings in no plugin; max_agent_depth bounds the nesting.
+func TestAgentsAsToolsOfAgents(t *testing.T) {
+	cfg, err := parse(t, agentPlugins+`
+tenants:
+  acme:
+    builder: b
+    max_agent_depth: 3
+    agents:
+      lead:
+        model: {plugin: openai}
+        tools: [{plugin: calc}, {agent: research, approval: always}, {agent: writer}]
+      research: {model: {plugin: openai}, tools: [{agent: writer}]}
+      writer: {model: {plugin: openai}}
+  beta:
+    builder: b
+    model: openai
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := cfg.Tenants["acme"]
+	lead := acme.Agents["lead"]
+	want := []AgentTool{{Plugin: "calc"}, {Agent: "research", ToolOverride: ToolOverride{Approval: abi.ApprovalAlways}}, {Agent: "writer"}}
+	if !reflect.DeepEqual(lead.Tools, want) {
+		t.Errorf("lead's tools %+v, want %+v", lead.Tools, want)
+	}
+	if got := lead.Plugins(); !reflect.DeepEqual(got, []string{"b", "openai", "calc"}) {
+		t.Errorf("lead uses plugins %v", got)
+	}
+	if acme.MaxAgentDepth != 3 || cfg.Tenants["beta"].MaxAgentDepth != DefaultMaxAgentDepth {
+		t.Errorf("max_agent_depth %d and %d, want 3 and the default %d", acme.MaxAgentDepth, cfg.Tenants["beta"].MaxAgentDepth, DefaultMaxAgentDepth)
+	}
+}
+
+// TestAgentCallCyclesAreRefused: an agent entry must name an agent of the
+// tenant, once, alone; a cycle of agents calling agents is refused at
+// load, naming the entry that closes it and the whole cycle.
+func TestAgentCallCyclesAreRefused(t *testing.T) {
+	_, err := parse(t, agentPlugins+`
+tenants:
+  acme:
+    builder: b
+    max_agent_depth: 0
+    agents:
+      a: {model: {plugin: openai}, tools: [{agent: b}, {agent: nobody}]}
+      b: {model: {plugin: openai}, tools: [{agent: c}, {agent: c}]}
+      c: {model: {plugin: openai}, tools: [{agent: a}]}
+      d: {model: {plugin: openai}, tools: [{agent: a, plugin: calc}]}
+      self: {model: {plugin: openai}, tools: [{agent: self}]}
+  beta:
+    builder: b
+    max_agent_depth: 99
+    agents:
+      x: {model: {plugin: openai}}
+`)
+	text := strings.Join(problems(t, err), "\n")
+	for _, want := range []string{
+		`tenants.acme.agents.a.tools[1].agent: the tenant has no agent "nobody" (its agents: a, b, c, d, self): fix the name`,
+		`tenants.acme.agents.b.tools[1]: lists agent "c" again`,
+		`tenants.acme.agents.d.tools[0]: names agent "a" and a plugin or tool`,
+		`tenants.acme.agents.c.tools[0].agent: makes a cycle of agents calling agents (a → b → c → a)`,
+		`tenants.acme.agents.self.tools[0].agent: makes a cycle of agents calling agents (self → self)`,
+		`tenants.acme.max_agent_depth: must be at least 1, got 0`,
+		`tenants.beta.max_agent_depth: 99 is out of range: want 0 to 32`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no problem says %q; got:\n%s", want, text)
+		}
+	}
+	if n := strings.Count(text, "makes a cycle"); n != 2 {
+		t.Errorf("%d cycles reported, want 2 (each once); got:\n%s", n, text)
+	}
+}

@@ -240,6 +240,10 @@ type Tenant struct {
 	HistoryRuns int
 	// RateLimits bound the tenant's API requests on each node.
 	RateLimits RateLimits
+	// MaxAgentDepth bounds how deep child Runs nest (max_agent_depth): a
+	// Run submitted from outside is at depth 0, the child Run of one of
+	// its agent tools at 1.
+	MaxAgentDepth int
 	// Agents are the tenant's agents by name (tenants.ID.agents), always
 	// with one at least. A tenant without an agents block is one agent,
 	// DefaultAgent, made of its top-level builder, model, tool_executors
@@ -247,6 +251,13 @@ type Tenant struct {
 	// when it names a model).
 	Agents map[string]Agent
 }
+
+// DefaultMaxAgentDepth is max_agent_depth when a tenant does not set it.
+const DefaultMaxAgentDepth = 5
+
+// MaxAgentDepthLimit is the largest max_agent_depth: every level is a Run
+// and an effect that waits for it.
+const MaxAgentDepthLimit = 32
 
 // DefaultAgent is the name of the agent a submission that names none
 // runs as, and of the agent the tenant's top-level form defines.
@@ -283,13 +294,15 @@ type Agent struct {
 	HistoryRuns int
 }
 
-// AgentTool is one entry of an agent's tools: every tool of an executor
-// plugin (Tool ""), or one of them, with the operator's word on it. Other
-// kinds of entries (agents, MCP tools) are for later; each will be told
-// apart by its key.
+// AgentTool is one entry of an agent's tools, with the operator's word on
+// it: every tool of an executor plugin (Tool ""), or one of them; or
+// (Agent set, Plugin "") another agent of the tenant, called as a tool
+// named after it, each call a child Run of that agent. Other kinds of
+// entries (MCP tools) are for later; each will be told apart by its key.
 type AgentTool struct {
 	Plugin string
 	Tool   string
+	Agent  string
 	ToolOverride
 }
 
@@ -330,7 +343,9 @@ func (a Agent) Plugins() []string {
 func toolPlugins(tools []AgentTool) []string {
 	out := make([]string, 0, len(tools))
 	for _, t := range tools {
-		out = append(out, t.Plugin)
+		if t.Plugin != "" {
+			out = append(out, t.Plugin)
+		}
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,7 +57,7 @@ var (
 	}
 	policyKeys = []string{"mode", "max_attempts", "backoff", "max_backoff"}
 	tenantKeys = []string{
-		"tokens_sha256", "builder", "model", "tool_executors", "history_runs",
+		"tokens_sha256", "builder", "model", "tool_executors", "history_runs", "max_agent_depth",
 		"quotas.max_active_runs", "quotas.max_inflight_effects", "quotas.token_budget", "quotas.max_stored_bytes", "quotas.max_concurrent_reads",
 		"rate_limits.requests.per_second", "rate_limits.requests.burst",
 		"rate_limits.submissions.per_second", "rate_limits.submissions.burst",
@@ -72,7 +73,7 @@ var (
 		"limits.run_timeout", "limits.effect_timeout",
 	}
 	// agentToolKeys are the keys of one entry of an agent's tools.
-	agentToolKeys = []string{"plugin", "tool", "approval"}
+	agentToolKeys = []string{"plugin", "tool", "agent", "approval"}
 )
 
 func init() {
@@ -481,6 +482,10 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 		}
 	}
 	t.HistoryRuns = d.integerAt(m, k, "history_runs", DefaultHistoryRuns, 0)
+	t.MaxAgentDepth = d.integerAt(m, k, "max_agent_depth", DefaultMaxAgentDepth, MaxAgentDepthLimit)
+	if t.MaxAgentDepth < 1 {
+		d.problem(k+"max_agent_depth", "must be at least 1, got %d (it bounds how deep agents calling agents nest)", t.MaxAgentDepth)
+	}
 
 	// With an agents block, the top-level builder is its agents' default
 	// and the top-level model is optional: when set, the top-level form
@@ -525,7 +530,58 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 		}
 	}
 	d.agents(m, k, &t, hasAgents, plugins)
+	d.agentCalls(k, &t)
 	return t
+}
+
+// agentCalls checks the agent entries of each agent's tools: each names an
+// agent of the tenant, and no agent reaches itself through them (a cycle
+// would nest child Runs until max_agent_depth refused one).
+func (d *decoder) agentCalls(k string, t *Tenant) {
+	names := sortedKeys(t.Agents)
+	for _, name := range names {
+		for i, e := range t.Agents[name].Tools {
+			if e.Agent != "" && !slices.Contains(names, e.Agent) {
+				d.problem(fmt.Sprintf("%sagents.%s.tools[%d].agent", k, name, i), "the tenant has no agent %q (its agents: %s): fix the name",
+					e.Agent, strings.Join(names, ", "))
+			}
+		}
+	}
+	// A depth-first search from each agent, in name order, reports each
+	// cycle once, at the entry that closes it.
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	state := map[string]int{}
+	var path []string
+	var visit func(name string)
+	visit = func(name string) {
+		state[name] = onPath
+		path = append(path, name)
+		for i, e := range t.Agents[name].Tools {
+			if _, ok := t.Agents[e.Agent]; !ok {
+				continue
+			}
+			switch state[e.Agent] {
+			case onPath:
+				cycle := append(slices.Clone(path[slices.Index(path, e.Agent):]), e.Agent)
+				d.problem(fmt.Sprintf("%sagents.%s.tools[%d].agent", k, name, i),
+					"makes a cycle of agents calling agents (%s): a Run of any of them would start child Runs until max_agent_depth refused one; remove one of these tools",
+					strings.Join(cycle, " → "))
+			case unseen:
+				visit(e.Agent)
+			}
+		}
+		path = path[:len(path)-1]
+		state[name] = done
+	}
+	for _, name := range names {
+		if state[name] == unseen {
+			visit(name)
+		}
+	}
 }
 
 // agents decodes tenants.ID.agents into t.Agents, and adds the default
@@ -660,10 +716,11 @@ func (d *decoder) agentTools(key string, m map[string]any, plugins map[string]Pl
 	}
 	list, ok := raw.([]any)
 	if !ok {
-		d.problem(key, "want a list of tools, each {plugin: ID} for every tool of an executor plugin or {plugin: ID, tool: NAME} for one, got %s", typeName(raw))
+		d.problem(key, "want a list of tools, each {plugin: ID} for every tool of an executor plugin, {plugin: ID, tool: NAME} for one, or {agent: NAME} for another agent, got %s", typeName(raw))
 		return nil
 	}
 	var out []AgentTool
+	agents := map[string]bool{}
 	whole := map[string]bool{}
 	single := map[string]bool{}
 	for i, e := range list {
@@ -674,9 +731,21 @@ func (d *decoder) agentTools(key string, m map[string]any, plugins map[string]Pl
 			continue
 		}
 		d.unknownKeys(ek+".", em, tree(agentToolKeys))
-		at := AgentTool{Plugin: d.strAt(em, ek+".", "plugin", ""), Tool: d.strAt(em, ek+".", "tool", "")}
+		at := AgentTool{Plugin: d.strAt(em, ek+".", "plugin", ""), Tool: d.strAt(em, ek+".", "tool", ""), Agent: d.strAt(em, ek+".", "agent", "")}
+		if at.Agent != "" {
+			switch {
+			case at.Plugin != "" || at.Tool != "":
+				d.problem(ek, "names agent %q and a plugin or tool: an entry is either {agent: NAME} (another agent of the tenant, called as a tool) or {plugin: ID[, tool: NAME]}", at.Agent)
+			case agents[at.Agent]:
+				d.problem(ek, "lists agent %q again", at.Agent)
+			}
+			agents[at.Agent] = true
+			at.ToolOverride = d.toolOverride(em, ek)
+			out = append(out, at)
+			continue
+		}
 		if at.Plugin == "" {
-			d.problem(ek+".plugin", "is required: the ID of the executor plugin whose tools the agent may call")
+			d.problem(ek+".plugin", "is required: the ID of the executor plugin whose tools the agent may call (or set agent: NAME to call another agent of the tenant)")
 			continue
 		}
 		d.reference(ek+".plugin", at.Plugin, abi.RoleExecutor, plugins, true)

@@ -42,8 +42,12 @@ type AgentModelJSON struct {
 type AgentToolJSON struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
-	// Plugin is the executor plugin that carries the tool out.
-	Plugin string `json:"plugin"`
+	// Plugin is the executor plugin that carries the tool out; none for
+	// an agent tool.
+	Plugin string `json:"plugin,omitempty"`
+	// Agent is set on an agent tool: the agent of the tenant each call
+	// runs as, in a child Run.
+	Agent string `json:"agent,omitempty"`
 	// Approval is "always" when a call waits for a person, else "never".
 	Approval   string `json:"approval"`
 	Idempotent bool   `json:"idempotent,omitempty"`

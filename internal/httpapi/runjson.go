@@ -37,6 +37,30 @@ type RunJSON struct {
 	Result  *ResultJSON  `json:"result,omitempty"`
 	Failure *FailureJSON `json:"failure,omitempty"`
 	Waiting *WaitingJSON `json:"waiting,omitempty"`
+	// Parent is set on a child Run: the Run whose agent tool call started
+	// it, and that call.
+	Parent *ParentJSON `json:"parent,omitempty"`
+	// Children are the child Runs the Run's agent tool calls started, in
+	// the order they were started (one per attempt).
+	Children []ChildJSON `json:"children,omitempty"`
+}
+
+// ParentJSON names the call a child Run answers.
+type ParentJSON struct {
+	Run        string `json:"run"`
+	Session    string `json:"session"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Depth is how deep the child is: 1 for the child of a Run submitted
+	// from outside.
+	Depth int `json:"depth"`
+}
+
+// ChildJSON names a child Run and the call that started it.
+type ChildJSON struct {
+	Run        string `json:"run"`
+	Agent      string `json:"agent"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	Attempt    int    `json:"attempt"`
 }
 
 // ResultJSON is a completed Run's final answer.
@@ -89,6 +113,12 @@ func NewRunJSON(run loop.Run) RunJSON {
 	}
 	if run.Agent != nil {
 		j.AgentVersion = run.Agent.Version
+	}
+	if p := run.Parent; p != nil {
+		j.Parent = &ParentJSON{Run: p.Run, Session: p.Session, ToolCallID: p.ToolCallID, Depth: p.Depth}
+	}
+	for _, c := range run.Children {
+		j.Children = append(j.Children, ChildJSON{Run: c.Run, Agent: c.Agent, ToolCallID: c.ToolCallID, Attempt: c.Attempt})
 	}
 	switch run.Status {
 	case loop.StatusCompleted:
@@ -156,6 +186,9 @@ type RunSummaryJSON struct {
 	FailureClass abi.ErrorClass `json:"failure_class,omitempty"`
 	// WaitingSummary counts what a Run that is not terminal waits for.
 	WaitingSummary *WaitingSummaryJSON `json:"waiting_summary,omitempty"`
+	// ParentRun is set on a child Run: the Run whose agent tool call
+	// started it.
+	ParentRun string `json:"parent_run,omitempty"`
 }
 
 // WaitingSummaryJSON is WaitingJSON in numbers.
@@ -179,6 +212,9 @@ func NewRunSummaryJSON(ordinal int64, run loop.Run) RunSummaryJSON {
 		Ordinal: ordinal, ID: run.ID, Session: run.Session, Status: run.Status, Agent: runAgent(run),
 		InputPreview: preview(run.Input, InputPreviewChars), Usage: run.Usage,
 		CreatedAt: rfc3339(run.CreatedAt), UpdatedAt: rfc3339(run.UpdatedAt), Step: run.Step, Seq: run.Seq,
+	}
+	if run.Parent != nil {
+		j.ParentRun = run.Parent.Run
 	}
 	switch run.Status {
 	case loop.StatusCompleted: // its result is GET /v1/runs/{id}'s

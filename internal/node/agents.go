@@ -70,8 +70,11 @@ func AgentVersion(a config.Agent, ra *runtime.Agent, sha256Of func(plugin string
 		Tools: make([]toolDefinition, 0, len(ra.Tools)),
 	}
 	for i, tl := range ra.Tools {
-		def.Tools = append(def.Tools, toolDefinition{Descriptor: tl.Descriptor, Spec: tl.Spec,
-			Executor: pluginIdentity{ID: sources[i], SHA256: sha256Of(sources[i])}})
+		var executor pluginIdentity // none for an agent tool: its Spec names the agent
+		if sources[i] != "" {
+			executor = pluginIdentity{ID: sources[i], SHA256: sha256Of(sources[i])}
+		}
+		def.Tools = append(def.Tools, toolDefinition{Descriptor: tl.Descriptor, Spec: tl.Spec, Executor: executor})
 	}
 	slices.SortFunc(def.Tools, func(x, y toolDefinition) int { return strings.Compare(x.Spec.Name, y.Spec.Name) })
 	raw, err := json.Marshal(def)
@@ -97,7 +100,33 @@ func agentJSON(a config.Agent, ra *runtime.Agent, sources []string) httpapi.Agen
 	}
 	for i, tl := range ra.Tools {
 		j.Tools = append(j.Tools, httpapi.AgentToolJSON{Name: tl.Spec.Name, Description: tl.Descriptor.Description, Plugin: sources[i],
-			Approval: string(tl.Descriptor.Approval), Idempotent: tl.Descriptor.Idempotent})
+			Agent: tl.Spec.Agent, Approval: string(tl.Descriptor.Approval), Idempotent: tl.Descriptor.Idempotent})
 	}
 	return j
+}
+
+// agentInputSchema is the input schema of every agent tool: the task, in
+// words, which becomes the child Run's input.
+var agentInputSchema = json.RawMessage(`{"type":"object","properties":{"input":{"type":"string","minLength":1,` +
+	`"description":"The task for the agent, in words: everything it needs to know, since it sees nothing else of this conversation."}},` +
+	`"required":["input"],"additionalProperties":false}`)
+
+// agentTool is the tool through which agent a calls the tenant's agent
+// callee (entry names it): named after it, described by its description,
+// taking the task as input. The runtime carries its calls out as child
+// Runs (runtime/subagent.go). A child is found again by its ID whoever
+// carries an attempt out, so the tool is idempotent, and its default
+// policy retries.
+func agentTool(a config.Agent, entry config.AgentTool, callee config.Agent) runtime.Tool {
+	desc := callee.Description
+	if desc == "" {
+		desc = "Hands a task to the agent " + callee.Name + " and answers with its final answer."
+	}
+	approval := a.ToolApproval(entry, entry.Agent, abi.ApprovalNever)
+	d := abi.Tool{Name: entry.Agent, Description: desc, InputSchema: agentInputSchema, Idempotent: true, Approval: abi.ApprovalNever}
+	if approval {
+		d.Approval = abi.ApprovalAlways
+	}
+	return runtime.Tool{Descriptor: d, Spec: loop.ToolSpec{Name: entry.Agent, Approval: approval, Agent: entry.Agent,
+		Policy: a.ToolPolicy(entry, entry.Agent, true), InputSchema: agentInputSchema}}
 }

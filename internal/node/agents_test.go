@@ -112,11 +112,57 @@ func TestAgentVersionsChangeWithEveryInput(t *testing.T) {
 		"the model setting":     func(v *versionInputs) { v.a.Settings["model"] = "gpt-4o" },
 		"a nested setting":      func(v *versionInputs) { v.a.Settings["stop"] = []any{"y"} },
 		"the effect policy cap": func(v *versionInputs) { v.ra.ModelPolicy.MaxBackoffMS++ },
+		"an agent tool added": func(v *versionInputs) {
+			v.ra.Tools = append(v.ra.Tools, agentTool(v.a, config.AgentTool{Agent: "research"}, config.Agent{Name: "research"}))
+			v.sources = append(v.sources, "")
+		},
+		"a tool made an agent": func(v *versionInputs) { v.ra.Tools[0].Spec.Agent = "calculate"; v.sources[0] = "" },
 	} {
 		v := baseVersionInputs()
 		change(&v)
 		if got := v.version(t); got == want {
 			t.Errorf("changing %s left the version at %s", what, got)
 		}
+	}
+}
+
+// TestAnAgentToolIsTheCalleeAsATool: an agent tool is named after the
+// agent it calls, described by its description, takes the task as its
+// input, and carries the entry's approval and policy; its version input
+// names no plugin.
+func TestAnAgentToolIsTheCalleeAsATool(t *testing.T) {
+	lead := config.Agent{Name: "lead", Builder: "b", Model: "m"}
+	entry := config.AgentTool{Agent: "research", ToolOverride: config.ToolOverride{Approval: abi.ApprovalAlways}}
+	tl := agentTool(lead, entry, config.Agent{Name: "research", Description: "Finds sources."})
+	if tl.Descriptor.Name != "research" || tl.Descriptor.Description != "Finds sources." || tl.Spec.Agent != "research" ||
+		!tl.Spec.Approval || tl.Descriptor.Approval != abi.ApprovalAlways || !tl.Descriptor.Idempotent || tl.Executor != nil {
+		t.Fatalf("agent tool %+v", tl)
+	}
+	if tl.Spec.Policy.Mode != loop.PolicyRetry {
+		t.Errorf("an agent tool's default policy is %+v, want retry (a child is found again by its ID)", tl.Spec.Policy)
+	}
+	s, err := loop.CompileToolSchema(tl.Spec.InputSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(json.RawMessage(`{"input":"find three sources"}`)); err != nil {
+		t.Errorf("a task is refused: %v", err)
+	}
+	for _, bad := range []string{`{}`, `{"input":""}`, `{"input":"x","extra":1}`} {
+		if s.Check(json.RawMessage(bad)) == nil {
+			t.Errorf("arguments %s are accepted", bad)
+		}
+	}
+	plain := agentTool(lead, config.AgentTool{Agent: "writer"}, config.Agent{Name: "writer"})
+	if plain.Spec.Approval || !strings.Contains(plain.Descriptor.Description, "writer") {
+		t.Errorf("an agent tool without approval or description: %+v", plain)
+	}
+	if _, err := AgentVersion(lead, &runtime.Agent{Tools: []runtime.Tool{tl}}, func(id string) string {
+		if id != "b" && id != "m" {
+			t.Fatalf("an agent tool's version asked for plugin %q's hash", id)
+		}
+		return id + "-sha"
+	}, []string{""}); err != nil {
+		t.Fatal(err)
 	}
 }

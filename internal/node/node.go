@@ -258,7 +258,7 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 // of its agents (buildAgent), and its own Builder, Model, Tools and rules
 // as its default agent's, when it has one.
 func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, w Wiring) (*runtime.Tenant, []httpapi.AgentJSON, error) {
-	rt := &runtime.Tenant{ID: t.ID, Agents: map[string]*runtime.Agent{}}
+	rt := &runtime.Tenant{ID: t.ID, Agents: map[string]*runtime.Agent{}, MaxAgentDepth: t.MaxAgentDepth}
 	wired := &pluginAdapters{plugins: plugins, w: w, builders: map[string]runtime.Builder{}, executors: map[string]runtime.Executor{}}
 	shown := make([]httpapi.AgentJSON, 0, len(t.Agents))
 	for _, name := range sortedKeys(t.Agents) {
@@ -354,6 +354,15 @@ func buildAgent(cfg *config.Config, t config.Tenant, a config.Agent, wired *plug
 		if !a.TopLevel {
 			ek = fmt.Sprintf("tools[%d]", i)
 		}
+		if entry.Agent != "" {
+			if other, dup := offeredBy[entry.Agent]; dup {
+				return nil, nil, fmt.Errorf("%s%s.agent: plugin %q offers a tool %q too: an agent's tool names must be unique, so list only one of them", k, ek, other, entry.Agent)
+			}
+			offeredBy[entry.Agent] = "agent " + entry.Agent
+			ra.Tools = append(ra.Tools, agentTool(a, entry, t.Agents[entry.Agent]))
+			sources = append(sources, "")
+			continue
+		}
 		p := wired.plugins[entry.Plugin]
 		if !slices.Contains(p.Describe().Effects, abi.KindTool) {
 			if a.TopLevel {
@@ -371,7 +380,9 @@ func buildAgent(cfg *config.Config, t config.Tenant, a config.Agent, wired *plug
 				continue
 			}
 			found = true
-			if other, dup := offeredBy[tool.Name]; dup {
+			if other, dup := offeredBy[tool.Name]; dup && strings.HasPrefix(other, "agent ") {
+				return nil, nil, fmt.Errorf("%s%s: plugin %q offers a tool %q, which is the name of the agent listed as a tool too: an agent's tool names must be unique, so list only one of them (with tool: NAME for the plugin's other tools)", k, ek, entry.Plugin, tool.Name)
+			} else if dup {
 				if a.TopLevel {
 					return nil, nil, fmt.Errorf("%stool_executors: plugins %q and %q both offer tool %q: a tenant's tool names must be unique, so keep one of them", k, other, entry.Plugin, tool.Name)
 				}
