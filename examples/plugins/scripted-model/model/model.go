@@ -141,7 +141,9 @@ func summarize(asked abi.Message, results map[string]abi.Message) string {
 		}
 	}
 	s := strings.Join(parts, " and ")
-	return strings.ToUpper(s[:1]) + s[1:] + "."
+	// A result that ends a sentence of its own ("(2+3)*4 = 20.") ends
+	// the answer's too.
+	return strings.ToUpper(s[:1]) + strings.TrimRight(s[1:], ".") + "."
 }
 
 func expressionOf(c abi.ToolCall) string {

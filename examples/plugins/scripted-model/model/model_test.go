@@ -182,6 +182,10 @@ func TestUseCallsAnyOfferedToolThenAnswers(t *testing.T) {
 	if final := Respond(req).Message; len(final.ToolCalls) != 0 || final.Content != "The word_count tool answered: 3." {
 		t.Errorf("final: %+v", final)
 	}
+	req.Messages[len(req.Messages)-1].Content = "(2+3)*4 = 20."
+	if final := Respond(req).Message; final.Content != "The word_count tool answered: (2+3)*4 = 20." {
+		t.Errorf("a result that ends its own sentence: %q, want one full stop", final.Content)
+	}
 	req.Messages[len(req.Messages)-1] = abi.Message{Role: abi.MessageTool, ToolCallID: m.ToolCalls[0].ID, Content: `error: the argument "text" is missing`, IsError: true}
 	if final := Respond(req).Message; final.Content != `The word_count tool failed: error: the argument "text" is missing.` {
 		t.Errorf("final after a tool error: %+v", final)
