@@ -189,8 +189,26 @@ func (x subAgentCall) startChild(ctx context.Context, c EffectCall, id string) (
 	}
 	if err == nil {
 		rt.log.Info("child run started", "tenant", c.Tenant, "run", id, "agent", x.agent, "parent", c.RunID, "effect", c.Input.Effect.ID, "attempt", c.Input.Effect.Attempt)
+		x.cancelEarlierAttempts(ctx, c)
 	}
 	return child, err
+}
+
+// cancelEarlierAttempts cancels the children of the call's earlier
+// attempts that still run: an attempt that failed (its effect timed out,
+// say) is over for the parent, which will never read its child, so the
+// child's work would be wasted. Best effort: a child that has ended, or
+// was never created, is left as it is; an error is logged, and the
+// child's own limits still bound it.
+func (x subAgentCall) cancelEarlierAttempts(ctx context.Context, c EffectCall) {
+	for a := 1; a < c.Input.Effect.Attempt; a++ {
+		old := loop.ChildRunID(c.Input.Effect.ID, a)
+		reason := fmt.Sprintf("attempt %d of its parent's call %s replaced it", c.Input.Effect.Attempt, c.Input.Effect.ID)
+		_, err := x.rt.Cancel(ctx, c.Tenant, old, reason)
+		if err != nil && !errors.Is(err, ErrRunNotFound) && !errors.Is(err, loop.ErrTerminal) && !errors.Is(err, loop.ErrNoChange) {
+			x.rt.log.Warn("cancelling a replaced child run", "tenant", c.Tenant, "run", old, "error", err)
+		}
+	}
 }
 
 // childOutcome is the tool outcome an ended child Run settles its parent's

@@ -240,3 +240,44 @@ func TestARecoveredParentFindsItsChild(t *testing.T) {
 		}
 	}
 }
+
+// TestAReplacedAttemptsChildIsCancelled: a call whose attempt times out
+// (the child waits for a person past the parent's effect_timeout) is
+// tried again as a new child, and the first child, which its parent will
+// never read, is cancelled, naming the attempt that replaced it.
+func TestAReplacedAttemptsChildIsCancelled(t *testing.T) {
+	e := newSubAgentEnv(t, 0)
+	lead := e.Tenant.Agents["lead"]
+	lead.EffectTimeout = time.Minute
+	for i, tl := range lead.Tools {
+		if tl.Spec.Agent == "research" {
+			lead.Tools[i].Spec.Policy = loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 2, BackoffMS: 10, MaxBackoffMS: 10}
+		}
+	}
+	parent := submitAs(t, e, "lead", "s1", `call:research(`+childScript(`ask:which one?|answer:done`)+`)|answer:$results`)
+	first, second := loop.ChildRunID(parent.ID+".t1.0", 1), loop.ChildRunID(parent.ID+".t1.0", 2)
+	conformance.Eventually(t, "the first child to wait for input", func() bool {
+		c, err := e.Store.LoadRun(context.Background(), "acme", first)
+		return err == nil && c.Status == loop.StatusWaiting
+	})
+	// Past the parent's effect_timeout, in steps the lease renewal keeps
+	// up with (a real clock does not jump).
+	conformance.Eventually(t, "the second child to wait, and the first to be cancelled", func() bool {
+		c2, err2 := e.Store.LoadRun(context.Background(), "acme", second)
+		c1, err1 := e.Store.LoadRun(context.Background(), "acme", first)
+		if err2 == nil && err1 == nil && c2.Status == loop.StatusWaiting && c1.Status == loop.StatusCancelled {
+			return true
+		}
+		if e.Clock.Running() == 0 {
+			e.Clock.Advance(5 * time.Second)
+		}
+		return false
+	})
+	c1 := loadRun(t, e, first)
+	if !strings.Contains(c1.Failure.Message, "attempt 2 of its parent's call "+parent.ID+".t1.0 replaced it") {
+		t.Fatalf("the first child's cancel says %q", c1.Failure.Message)
+	}
+	if p := loadRun(t, e, parent.ID); p.Status != loop.StatusRunning || len(p.Children) != 2 {
+		t.Fatalf("the parent is %s with children %+v; want running, with both", p.Status, p.Children)
+	}
+}
