@@ -32,12 +32,15 @@ const (
 // TestConsoleInABrowser drives the web console in a real browser (Debian's
 // chromium through playwright-core, testdata/e2e/console.test.mjs) against
 // the real `agenthost serve` on 127.0.0.1 with the Wasm plugins: sign-in,
-// a Run watched live to its end, the tenant's two agents with their
-// versions and instructions, a Run started with the one that is not the
-// default and shown with its agent and version, the list filtered by
-// agent, an agent the tenant does not have refused with the API's
-// message, two parallel tool calls of which one is
-// approved and one denied, a stale answer refused with 412, a question
+// a Run watched live to its end, the tenant's agents with their
+// versions, instructions and tools (an agent tool linked to its agent), a
+// Run started with one that is not the default and shown with its agent
+// and version, the list filtered by agent, an agent the tenant does not
+// have refused with the API's message, two parallel tool calls of which
+// one is approved and one denied, a child Run (an agent called as a tool)
+// whose approval its parent's page points to and whose own page answers
+// it, linked both ways and in the list, a parent cancelled with its
+// child, a stale answer refused with 412, a question
 // answered, a cancel with a slow job in flight, a tool result of HTML
 // shown as text, another tenant's Run not found, and a SIGKILL of the
 // server mid-Run that the live view resumes from without losing or
@@ -147,9 +150,11 @@ func TestConsoleInABrowser(t *testing.T) {
 }
 
 // consoleConfig writes the config of the console test: tenant demo on the
-// example plugins (its calculate calls wait for approval), with two agents:
-// "default" (the top-level form) and "research" (its own instructions and
-// model settings, the slow job only), tenant acme on
+// example plugins (its calculate calls wait for approval), with four
+// agents: "default" (the top-level form), "research" (its own instructions
+// and model settings, the slow job only), "lead", whose one tool is the
+// agent "helper", and "helper" (the calculator, whose calls wait for
+// approval), tenant acme on
 // the conformance builder and scripted model and tools (its input is the
 // model's script), both with the slow-job example.
 func consoleConfig(t *testing.T, dir string) string {
@@ -189,6 +194,13 @@ tenants:
         instructions: You are RESEARCH. Take your time.
         model: {plugin: scripted-model, settings: {model: research-model, temperature: 0.9}}
         tools: [{plugin: slow-job}]
+      lead:
+        description: Hands the work to helper.
+        model: {plugin: scripted-model}
+        tools: [{agent: helper}]
+      helper:
+        model: {plugin: scripted-model}
+        tools: [{plugin: calculator, approval: always}]
     rate_limits: {requests: {per_second: 50, burst: 100}}
     quotas: {max_concurrent_reads: 8, max_active_runs: 8}
   acme:

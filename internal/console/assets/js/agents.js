@@ -92,9 +92,9 @@ export function agentsPage(main, name, {notice}) {
         a.instructions ? el('pre', {class: 'instructions', id: 'agent-instructions', text: a.instructions})
           : el('p', {class: 'muted', id: 'agent-instructions', text: 'None: the builder\'s own config decides the system prompt.'}),
         el('h2', {text: 'Tools'}),
-        a.tools.length ? el('table', {class: 'agent-tools'}, el('thead', {}, el('tr', {}, ['tool', 'plugin', 'approval', 'description'].map(h => el('th', {text: h})))),
+        a.tools.length ? el('table', {class: 'agent-tools'}, el('thead', {}, el('tr', {}, ['tool', 'carried out by', 'approval', 'description'].map(h => el('th', {text: h})))),
           el('tbody', {}, a.tools.map(t => el('tr', {dataset: {tool: t.name}},
-            el('td', {class: 'mono', text: t.name}), el('td', {class: 'mono', text: t.plugin}),
+            el('td', {class: 'mono', text: t.name}), el('td', {class: 'tool-by'}, toolBy(t)),
             el('td', {text: t.approval}), el('td', {text: t.description || ''})))))
           : el('p', {class: 'muted', text: 'No tools: its Runs answer from the model alone.'}));
     } catch (e) {
@@ -114,11 +114,21 @@ export function agentsPage(main, name, {notice}) {
   return () => { stopped = true; };
 }
 
-// toolList shows an agent's tools by name, each with its approval.
+// toolList shows an agent's tools by name, each with its approval, and
+// for a tool that is another agent, that agent with its link.
 function toolList(tools) {
   if (!tools || !tools.length) return el('span', {class: 'muted', text: 'none'});
-  return tools.map(t => el('div', {class: 'tool', dataset: {tool: t.name, approval: t.approval}},
+  return tools.map(t => el('div', {class: 'tool', dataset: t.agent ? {tool: t.name, approval: t.approval, agent: t.agent} : {tool: t.name, approval: t.approval}},
     el('span', {class: 'mono', text: t.name}), ' ',
+    t.agent ? [el('span', {class: 'tool-by'}, '(', toolBy(t), ')'), ' '] : null,
     el('span', {class: 'badge tool-approval-' + (t.approval === 'always' ? 'always' : 'never'),
       text: t.approval === 'always' ? 'approval' : 'no approval'})));
+}
+
+// toolBy shows what carries a tool out: "agent research" (its link) for
+// an agent tool, each call of which is a child Run of that agent, else
+// the executor plugin.
+function toolBy(t) {
+  if (t.agent) return ['agent ', el('a', {class: 'mono tool-agent', href: agentHash(t.agent), text: t.agent})];
+  return el('span', {class: 'mono', text: t.plugin || ''});
 }

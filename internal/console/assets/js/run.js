@@ -1,11 +1,20 @@
 // run.js: a Run's page: its state and actions, the conversation, the
-// attempts and errors, a timeline of the effects, and the event log, live.
+// attempts and errors, a timeline of the effects, and the event log, live;
+// for a child Run, the parent it answers; for a parent, its child Runs and
+// which of them wait for a person.
 
 import {el, replace, pretty, ago, duration, clock, badge, usage} from './dom.js';
 import {api, ApiError, NetworkError} from './api.js';
 import {EventStream} from './sse.js';
 import {RunView} from './runview.js';
 import {agentHash} from './route.js';
+import {childrenShown, childStatus, childWait, childrenToRead, parentNote, ended, CHILDREN_SHOWN} from './children.js';
+
+// CHILD_POLL_MS is how often a parent's page reads its child Runs that
+// may still change, while the tab is visible: a child's approvals and
+// questions are not in its parent's events (its parent's call is
+// pending all along), so the page looks at the children themselves.
+const CHILD_POLL_MS = 2000;
 
 // runPage renders the Run into main and returns a function that stops
 // its stream and timers.
@@ -13,7 +22,9 @@ export function runPage(main, runID, {notice}) {
   const view = new RunView();
   const parts = {
     head: el('section', {class: 'card', id: 'run-head'}),
+    childWaits: el('section', {class: 'card child-waits', id: 'child-waits', hidden: true}),
     actions: el('section', {class: 'card', id: 'actions'}),
+    children: el('section', {class: 'card', id: 'children', hidden: true}),
     conversation: el('section', {class: 'card', id: 'conversation'}),
     attempts: el('section', {class: 'card', id: 'attempts'}),
     timeline: el('section', {class: 'card', id: 'timeline'}),
@@ -25,7 +36,8 @@ export function runPage(main, runID, {notice}) {
     el('table', {class: 'events'}, el('thead', {}, el('tr', {}, el('th', {text: 'seq'}), el('th', {text: 'time'}),
       el('th', {text: 'event'}), el('th', {text: 'detail'}))), logBody));
   replace(main, el('p', {class: 'crumbs'}, el('a', {href: '#/runs', text: 'Runs'}), ' / ', el('span', {class: 'mono', text: runID})),
-    el('div', {class: 'run-grid'}, el('div', {class: 'col'}, parts.head, parts.actions, parts.conversation),
+    parts.childWaits,
+    el('div', {class: 'run-grid'}, el('div', {class: 'col'}, parts.head, parts.actions, parts.children, parts.conversation),
       el('div', {class: 'col'}, parts.timeline, parts.attempts, parts.log)));
 
   let run = null;          // the Run as GET /v1/runs/{id} last gave it
@@ -34,11 +46,15 @@ export function runPage(main, runID, {notice}) {
   let stopped = false;
   let refreshing = null;
   let renderQueued = false;
+  const childGot = new Map(); // child Run ID → what the page knows of it (children.js)
+  let childrenKey = '';       // the children the conversation's calls were drawn with
+  let childTimer = 0;
 
   const stop = () => {
     stopped = true;
     if (stream) stream.close();
     clearInterval(ticker);
+    clearTimeout(childTimer);
   };
 
   function notFound() {
@@ -77,12 +93,100 @@ export function runPage(main, runID, {notice}) {
     run = r;
     renderHead();
     renderActions();
+    // A call of an agent tool links to its child once the Run lists it.
+    const key = (run.children || []).map(c => c.run).join(' ');
+    if (key !== childrenKey) { childrenKey = key; queueRender(); }
+    if (run.children && run.children.length) {
+      renderChildren();
+      loadChildren();
+    }
+  }
+
+  // loadChildren reads the shown child Runs that may still change, one
+  // after the other (a tenant's concurrent reads are bounded), after the
+  // parent's events and every CHILD_POLL_MS while one may change. Like
+  // refresh, one pass runs at a time, and a call made during one makes
+  // one more after it.
+  let loadingChildren = null;
+  let childrenAgain = false;
+  function loadChildren() {
+    if (loadingChildren) { childrenAgain = true; return loadingChildren; }
+    clearTimeout(childTimer);
+    loadingChildren = (async () => {
+      do {
+        childrenAgain = false;
+        const shown = childrenShown(run.children);
+        for (const id of childrenToRead(shown, childGot, ended(run))) {
+          if (stopped) return;
+          try {
+            childGot.set(id, {run: await api.run(id)});
+          } catch (e) {
+            if (e instanceof ApiError && e.notFound) childGot.set(id, {missing: true});
+            // A read refused for a limit, or a server restarting, keeps
+            // what the page knew: the next pass reads it again.
+            else if (!(e instanceof NetworkError) && e.status !== 429) childGot.set(id, {error: e.message});
+          }
+        }
+        if (!stopped) renderChildren();
+      } while (childrenAgain && !stopped);
+    })().finally(() => {
+      loadingChildren = null;
+      if (stopped || !run) return;
+      // Read again while a child may change (a new child comes with an
+      // event of the parent's, which reads them again).
+      if (childrenToRead(childrenShown(run.children), childGot, ended(run)).length) {
+        childTimer = setTimeout(pollChildren, CHILD_POLL_MS);
+      }
+    });
+    return loadingChildren;
+  }
+  function pollChildren() {
+    if (document.visibilityState === 'hidden') { childTimer = setTimeout(pollChildren, CHILD_POLL_MS); return; }
+    loadChildren();
+  }
+
+  // renderChildren lists the child Runs with their status, and says at
+  // the top of the page which of them wait for a person, with the link
+  // to the child where that is answered.
+  function renderChildren() {
+    const all = run.children || [];
+    const shown = childrenShown(all);
+    const waits = [];
+    const rows = shown.map(c => {
+      const got = childGot.get(c.run);
+      const status = childStatus(got, ended(run));
+      const wait = got && got.run ? childWait(c.agent, got.run) : '';
+      const link = () => el('a', {class: 'mono', href: '#/runs/' + encodeURIComponent(c.run), text: c.run});
+      if (wait) {
+        waits.push(el('p', {class: 'child-wait', dataset: {run: c.run}},
+          el('strong', {text: wait}), ' — ', el('a', {class: 'open-child', href: '#/runs/' + encodeURIComponent(c.run), text: 'open the child Run'}),
+          ' to answer (', link(), ').'));
+      }
+      return el('tr', {class: 'child', dataset: {run: c.run, status, toolCallId: c.tool_call_id || ''}},
+        el('td', {}, link()),
+        el('td', {}, c.agent ? el('a', {href: agentHash(c.agent), text: c.agent}) : ''),
+        el('td', {class: 'mono', text: (c.tool_call_id || '') + (c.attempt > 1 ? ' attempt ' + c.attempt : '')}),
+        el('td', {}, status ? badge(status) : el('span', {class: 'muted', text: 'reading…'}),
+          wait ? el('span', {class: 'note', text: ' waits for a person'}) : null,
+          got && got.error ? el('span', {class: 'muted', text: ' (' + got.error + ')'}) : null));
+    });
+    replace(parts.children, el('h2', {text: 'Child Runs'}),
+      el('p', {class: 'muted', text: 'The Runs this Run\'s calls of agent tools started, each in a session of its own' +
+        (all.length > shown.length ? '; the last ' + CHILDREN_SHOWN + ' of ' + all.length + ' are shown.' : '.')}),
+      el('table', {class: 'children'}, el('thead', {}, el('tr', {}, ['Run', 'agent', 'call', 'status'].map(h => el('th', {text: h})))),
+        el('tbody', {id: 'children-body'}, rows)));
+    parts.children.hidden = false;
+    replace(parts.childWaits, waits);
+    parts.childWaits.hidden = waits.length === 0;
   }
 
   function renderHead() {
     if (!run) return;
     replace(parts.head,
       el('h1', {}, 'Run ', el('span', {class: 'mono', text: run.id}), ' ', badge(run.status)),
+      run.parent ? el('p', {class: 'parent-of', id: 'run-parent'}, 'Child of ',
+        el('a', {class: 'mono', id: 'run-parent-link', href: '#/runs/' + encodeURIComponent(run.parent.run), text: run.parent.run}),
+        ' ', parentNote(run.parent)) : null,
       el('dl', {class: 'facts'},
         el('dt', {text: 'session'}), el('dd', {}, el('a', {href: '#/sessions/' + encodeURIComponent(run.session), text: run.session})),
         // The agent's version is the one the Run was started with and
@@ -206,6 +310,8 @@ export function runPage(main, runID, {notice}) {
 
   function callCard(e) {
     const waiting = run && run.waiting && run.waiting.approvals.some(a => a.tool_call_id === e.callID);
+    // A call of an agent tool: the child Runs its attempts started.
+    const children = ((run && run.children) || []).filter(c => c.tool_call_id && c.tool_call_id === e.callID);
     let state = 'queued', result = null;
     if (e.outcome) {
       const o = e.outcome;
@@ -225,6 +331,8 @@ export function runPage(main, runID, {notice}) {
     return el('div', {class: 'call', dataset: {toolCallId: e.callID, effect: e.id}},
       el('div', {}, el('strong', {text: e.tool}), ' ', el('code', {text: e.callID}), ' ', el('span', {class: 'badge call-' + state.replace(/\W/g, '_'), text: state}),
         e.approval ? el('span', {class: 'approval-note', text: e.approval.approved ? ' approved' : ' denied' + (e.approval.reason ? ': ' + e.approval.reason : '')}) : null),
+      children.map(c => el('div', {class: 'call-child'}, (children.length > 1 ? 'attempt ' + c.attempt + ': ' : '') + 'child Run ',
+        el('a', {class: 'mono child-link', href: '#/runs/' + encodeURIComponent(c.run), text: c.run}))),
       el('div', {class: 'label', text: 'arguments'}), el('pre', {class: 'args', text: pretty(e.args)}),
       result ? [el('div', {class: 'label', text: 'result'}), result] : null);
   }

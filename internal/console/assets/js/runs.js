@@ -144,8 +144,12 @@ export function runsPage(main, {session = '', status = '', agent = '', page = PA
   }
 
   function render(rows, hasMore) {
-    body.replaceChildren(...rows.map(r => el('tr', {class: 'run', dataset: {run: r.id, status: r.status, agent: r.agent}},
-      el('td', {}, el('a', {class: 'mono', href: '#/runs/' + encodeURIComponent(r.id), text: r.id})),
+    body.replaceChildren(...rows.map(r => el('tr', {class: 'run', dataset: r.parent_run ? {run: r.id, status: r.status, agent: r.agent, parent: r.parent_run}
+      : {run: r.id, status: r.status, agent: r.agent}},
+      el('td', {}, el('a', {class: 'mono', href: '#/runs/' + encodeURIComponent(r.id), text: r.id}),
+        // A child Run (an agent's call of another agent) links to its parent.
+        r.parent_run ? el('div', {class: 'child-of'}, 'child of ',
+          el('a', {class: 'mono parent-link', href: '#/runs/' + encodeURIComponent(r.parent_run), text: r.parent_run})) : null),
       el('td', {}, session ? String(r.ordinal) : el('a', {href: '#/sessions/' + encodeURIComponent(r.session), text: r.session})),
       el('td', {class: 'agent'}, r.agent ? el('a', {href: agentHash(r.agent), text: r.agent}) : ''),
       el('td', {}, badge(r.status), waitingNote(r)),

@@ -7,7 +7,9 @@
 // Environment: CONSOLE_URL (http://127.0.0.1:PORT), DEMO_TOKEN (a tenant
 // on the example plugins: prompt-builder, scripted-model, calculator whose
 // calls wait for approval, slow-job; its agents are "default" with all of
-// them and "research" with slow-job only), ACME_TOKEN (a tenant on the
+// them, "research" with slow-job only, "lead" whose one tool is the agent
+// "helper", and "helper" with the calculator, whose calls wait for
+// approval), ACME_TOKEN (a tenant on the
 // conformance builder and scripted model, whose script is the input),
 // SHOTS (a directory for a screenshot after each step), and CHROMIUM
 // (the browser, /usr/bin/chromium by default). CONSOLE_SCREENSHOT, when
@@ -198,14 +200,14 @@ try {
   await step('the-agents-and-a-run-with-a-chosen-agent', async () => {
     const listed = (await api(demoToken, 'GET', '/v1/agents')).body.agents;
     const version = Object.fromEntries(listed.map(a => [a.name, a.version]));
-    assert.deepEqual(Object.keys(version), ['default', 'research']);
+    assert.deepEqual(Object.keys(version), ['default', 'helper', 'lead', 'research']);
     assert.notEqual(version.default, version.research);
     // The header leads to the agents; each shows its version, model,
     // settings and tools with their approval.
     await page.goto(base + '/console/#/runs');
     await page.click('#nav-agents');
     await page.waitForURL(/#\/agents$/);
-    await page.waitForSelector('#agents-state:text("2 agents.")');
+    await page.waitForSelector('#agents-state:text("4 agents.")');
     const rows = await page.locator('#agents-body tr.agent').evaluateAll(trs => trs.map(tr => ({
       name: tr.dataset.agent,
       version: tr.querySelector('.agent-version').textContent,
@@ -217,9 +219,20 @@ try {
     assert.deepEqual(rows, [
       {name: 'default', version: version.default, model: 'scripted-model', settings: 'none', description: '',
         tools: ['calculate:always', 'slow_job:never']},
+      {name: 'helper', version: version.helper, model: 'scripted-model', settings: 'none', description: '',
+        tools: ['calculate:always']},
+      {name: 'lead', version: version.lead, model: 'scripted-model', settings: 'none', description: 'Hands the work to helper.',
+        tools: ['helper:never']},
       {name: 'research', version: version.research, model: 'scripted-model',
         settings: 'model: research-model, temperature: 0.9', description: 'Looks things up, slowly.', tools: ['slow_job:never']},
     ]);
+    // An agent tool shows the agent it calls, with its link.
+    const agentTool = '#agents-body tr[data-agent=lead] .tool[data-tool=helper][data-agent=helper]';
+    assert.equal(await page.textContent(agentTool + ' .tool-by'), '(agent helper)');
+    await page.click(agentTool + ' a.tool-agent');
+    await page.waitForURL(/#\/agents\/helper$/);
+    await page.goto(base + '/console/#/agents/lead');
+    await page.waitForSelector('#agent-detail tr[data-tool=helper] a.tool-agent:text-is("helper")');
     // Selecting one shows its instructions.
     await page.click('#agents-body tr[data-agent=research] a.agent-name');
     await page.waitForURL(/#\/agents\/research$/);
@@ -279,12 +292,12 @@ try {
     await page.fill('#start-input', 'hello');
     await page.click('#start-run');
     await page.waitForSelector('#banner.banner-error:not([hidden])');
-    assert.match(await page.textContent('#banner'), /^Starting the Run failed: this tenant has no agent "gone" \(its agents: default, research\)/);
+    assert.match(await page.textContent('#banner'), /^Starting the Run failed: this tenant has no agent "gone" \(its agents: default, helper, lead, research\)/);
     await page.waitForSelector('#start-agent option[value=gone]', {state: 'detached'});
     assert.ok(page.url().endsWith('#/runs'), 'no Run was started: ' + page.url());
     await page.goto(base + '/console/#/agents/gone');
     await page.waitForSelector('#agent-not-found');
-    assert.match(await page.textContent('#agent-not-found'), /no agent "gone" \(its agents: default, research\)/);
+    assert.match(await page.textContent('#agent-not-found'), /no agent "gone" \(its agents: default, helper, lead, research\)/);
   });
 
   await step('approve-one-deny-the-other', async () => {
@@ -308,6 +321,75 @@ try {
     assert.match(await page.textContent('#conversation .call[data-tool-call-id=call_1_2]'), /denied: not this one/);
     assert.match(await page.textContent('#conversation .call[data-tool-call-id=call_1_1] pre.result'), /^5$/);
     if (process.env.CONSOLE_SCREENSHOT) await page.screenshot({path: process.env.CONSOLE_SCREENSHOT, fullPage: true});
+  });
+
+  // lead calls helper as a tool: each call is a child Run of helper, whose
+  // calculate call waits for approval. The parent's page says so, with
+  // the link to the child, where it is answered.
+  const leadInput = (expr) => 'use helper {"input": "use calculate {\\"expression\\": \\"' + expr + '\\"}"}';
+  async function startLead(session, expr) {
+    await page.goto(base + '/console/#/runs');
+    await page.waitForSelector('#start-agent option[value=lead]', {state: 'attached'});
+    await page.fill('#start-session', session);
+    await page.selectOption('#start-agent', 'lead');
+    await page.fill('#start-input', leadInput(expr));
+    await page.click('#start-run');
+    await page.waitForURL(/#\/runs\/run_/);
+    await page.waitForSelector('#run-head h1');
+    const parentID = decodeURIComponent(page.url().split('#/runs/')[1]);
+    const wait = page.locator('#child-waits .child-wait');
+    await wait.waitFor();
+    return {parentID, childID: await wait.getAttribute('data-run'), wait};
+  }
+
+  await step('a-child-run-waits-and-is-answered-on-its-page', async () => {
+    const {parentID, childID, wait} = await startLead('subagents', '6*7');
+    assert.equal(await wait.textContent(), 'helper waits for your approval of calculate — open the child Run to answer (' + childID + ').');
+    const parent = (await api(demoToken, 'GET', '/v1/runs/' + parentID)).body;
+    assert.deepEqual(parent.children.map(c => [c.run, c.agent, c.tool_call_id]), [[childID, 'helper', 'call_1_1']]);
+    // The parent lists the child, and its call links to it; the parent
+    // itself has nothing to answer.
+    await page.waitForSelector('#children-body tr.child[data-run="' + childID + '"][data-status=waiting] a:text-is("helper")');
+    await page.waitForSelector('#conversation .call[data-tool-call-id=call_1_1] a.child-link:text-is("' + childID + '")');
+    assert.equal(await page.locator('#actions .approval').count(), 0);
+    await shot('a-parent-whose-child-waits');
+
+    await page.click('#child-waits a.open-child');
+    await page.waitForURL(new RegExp('#/runs/' + childID + '$'));
+    await page.waitForSelector('#run-parent');
+    assert.equal(await page.textContent('#run-parent'), 'Child of ' + parentID + ' (call call_1_1, depth 1)');
+    assert.equal(await page.textContent('#run-agent-name'), 'helper');
+    await page.waitForSelector('#actions .approval[data-tool-call-id=call_1_1]');
+    await shot('the-child-waits-for-approval');
+    await page.click('#actions .approval[data-tool-call-id=call_1_1] button.approve');
+    await waitStatus('completed');
+    assert.match(await page.textContent('#final-answer .text'), /6\*7 = 42/);
+
+    // Back on the parent, through the child's link: it has the child's answer.
+    await page.click('#run-parent-link');
+    await page.waitForURL(new RegExp('#/runs/' + parentID + '$'));
+    await waitStatus('completed');
+    assert.match(await page.textContent('#final-answer .text'), /42/);
+    await page.waitForSelector('#children-body tr.child[data-run="' + childID + '"][data-status=completed]');
+    assert.ok(await page.locator('#child-waits').isHidden(), 'no child waits any more');
+
+    // The Runs list marks the child with its parent.
+    await page.goto(base + '/console/#/runs');
+    await page.waitForSelector('#runs-body tr[data-run="' + childID + '"][data-parent="' + parentID + '"] .child-of a.parent-link');
+    assert.equal(await page.locator('#runs-body tr[data-run="' + parentID + '"] .child-of').count(), 0);
+  });
+
+  await step('cancelling-a-parent-cancels-its-child', async () => {
+    const {parentID, childID} = await startLead('subagents-cancel', '1+1');
+    await caughtUp();
+    await page.fill('#cancel-reason', 'not needed');
+    await page.click('#cancel-run');
+    await waitStatus('cancelled');
+    // The page reads the child until it has ended too.
+    await page.waitForSelector('#children-body tr.child[data-run="' + childID + '"][data-status=cancelled]');
+    await page.waitForSelector('#child-waits', {state: 'hidden'});
+    const child = (await api(demoToken, 'GET', '/v1/runs/' + childID)).body;
+    assert.deepEqual([child.status, child.parent.run], ['cancelled', parentID]);
   });
 
   await step('a-stale-answer-gets-412', async () => {

@@ -1,6 +1,7 @@
 // Unit tests of the console's modules that need no browser: the SSE
 // parser, the stream's resume and dedupe, the fold of a Run's events, the
-// routes read from the URL's fragment, and the agents' helpers.
+// routes read from the URL's fragment, the agents' helpers, and what a
+// parent Run's page shows of its child Runs.
 // Run with node --test (internal/console's
 // TestTheModulesUnderNode does).
 
@@ -10,6 +11,7 @@ import {SSEParser, EventStream} from '../../assets/js/sse.js';
 import {RunView, effectRef} from '../../assets/js/runview.js';
 import {parseRoute, listHash, agentHash} from '../../assets/js/route.js';
 import {chooseAgent, settingsText, limitsText} from '../../assets/js/agents.js';
+import {childrenShown, childStatus, childWait, childrenToRead, parentNote, namesText, ended, CHILDREN_SHOWN} from '../../assets/js/children.js';
 
 function parse(chunks) {
   const out = [];
@@ -219,4 +221,62 @@ test('an agent\'s settings and limits are one line of text', () => {
     'model: gpt-4o, temperature: 0.2, stop: ["x"], extra: {"a":1}');
   assert.equal(limitsText({max_steps: 8, max_tool_calls_per_step: 4, max_parallel_tool_calls: 2, run_timeout: '0s', effect_timeout: '30s'}),
     '8 steps, 4 tool calls a step (2 at once), Run timeout none, effect timeout 30s');
+});
+
+// A Run as GET /v1/runs/{id} gives it: waiting is set until it ends.
+const live = (waiting = {}) => ({status: 'running', waiting: {approvals: [], pending: [], queued: false, ...waiting}});
+
+test('a child Run\'s status on its parent: the API\'s 404 is "starting" while the parent is live', () => {
+  assert.equal(childStatus(undefined, false), '', 'not read yet');
+  assert.equal(childStatus({missing: true}, false), 'starting', 'listed on its parent before its start created it');
+  assert.equal(childStatus({missing: true}, true), 'not started', 'its parent ended before it was created');
+  assert.equal(childStatus({run: {status: 'waiting', waiting: {approvals: []}}}, false), 'waiting');
+  assert.equal(childStatus({run: {status: 'completed'}}, true), 'completed');
+  assert.equal(childStatus({error: 'boom'}, false), 'unknown');
+});
+
+test('what a child Run waits a person for is said on its parent', () => {
+  assert.equal(childWait('research', live({approvals: [{tool_call_id: 'call_1_1', tool: 'slow_job'}]})),
+    'research waits for your approval of slow_job');
+  assert.equal(childWait('helper', live({approvals: [{tool_call_id: 'call_1_1', tool: 'calculate'},
+    {tool_call_id: 'call_1_2', tool: 'calculate'}, {tool_call_id: 'call_1_3', tool: 'slow_job'}]})),
+  'helper waits for your approval of calculate (2 calls) and slow_job');
+  assert.equal(childWait('helper', live({input: {prompt: 'Which city?'}})), 'helper waits for your answer to "Which city?"');
+  assert.equal(childWait('helper', live({approvals: [{tool_call_id: 'c', tool: 'calculate'}], input: {prompt: 'x'}})),
+    'helper waits for your approval of calculate and your answer to "x"');
+  const long = childWait('helper', live({input: {prompt: 'y'.repeat(500)}}));
+  assert.ok(long.length < 200 && long.endsWith('…"'), 'a long question is cut: ' + long.length);
+  // Nothing for a person: running, waiting on a job or a timer, or ended.
+  assert.equal(childWait('helper', live({pending: [{effect: 'x.t1.0'}]})), '');
+  assert.equal(childWait('helper', {status: 'completed'}), '');
+  assert.equal(childWait('helper', undefined), '');
+  assert.equal(namesText([]), '');
+  assert.equal(namesText(['a', 'b', 'c']), 'a, b and c');
+});
+
+test('a parent reads its last children, and only the ones that may still change', () => {
+  const children = Array.from({length: CHILDREN_SHOWN + 5}, (_, i) => ({run: 'sub-' + i, agent: 'helper', attempt: 1}));
+  const shown = childrenShown(children);
+  assert.equal(shown.length, CHILDREN_SHOWN);
+  assert.equal(shown[0].run, 'sub-5', 'the last ones, in the order they were started');
+  assert.deepEqual(childrenShown(undefined), []);
+  assert.deepEqual(childrenShown(children.slice(0, 2)).map(c => c.run), ['sub-0', 'sub-1']);
+
+  const few = children.slice(0, 5);
+  const got = new Map([
+    ['sub-0', {run: {status: 'completed'}}],   // ended: read no more
+    ['sub-1', {run: live({approvals: [{tool_call_id: 'c', tool: 'calculate'}]})}],
+    ['sub-2', {missing: true}],                 // starting
+    ['sub-3', {error: 'boom'}],
+  ]);                                          // sub-4: not read yet
+  assert.deepEqual(childrenToRead(few, got, false), ['sub-1', 'sub-2', 'sub-3', 'sub-4']);
+  // Once the parent has ended, a child it never created will not come.
+  assert.deepEqual(childrenToRead(few, got, true), ['sub-1', 'sub-3', 'sub-4']);
+  assert.ok(ended({status: 'cancelled'}) && !ended(live()) && !ended(undefined));
+});
+
+test('a child Run names the call of its parent it answers', () => {
+  assert.equal(parentNote({run: 'run_1', session: 's', tool_call_id: 'call_1_1', depth: 1}), '(call call_1_1, depth 1)');
+  assert.equal(parentNote({run: 'run_1', session: 's', depth: 2}), '(depth 2)');
+  assert.equal(parentNote(undefined), '');
 });
