@@ -428,7 +428,8 @@ func (r *Run) policyOf(e *Effect) Policy {
 }
 
 // modelDone acts on a model step's answer: tool calls, a question for the
-// user, or the final answer.
+// user, or the final answer (checked against the Run's output schema, if
+// its agent has one: output.go).
 func (r *Run) modelDone(e *Effect, m abi.ModelOutcome) {
 	r.Usage = r.Usage.Add(m.Usage)
 	msg := m.Message
@@ -482,7 +483,7 @@ func (r *Run) modelDone(e *Effect, m abi.ModelOutcome) {
 		r.Effects = nil
 		return
 	}
-	r.beginEnd(Verdict{Status: StatusCompleted, Result: msg.Content})
+	r.finalAnswer(e.Step, msg.Content)
 }
 
 func (r *Run) toolNames() string {

@@ -78,8 +78,9 @@ const (
 // resolves nowhere: a $ref to any other document is refused.
 const schemaURL = "https://input-schema.agenthost.invalid/tool.json"
 
-// ToolSchema is a compiled tool input_schema. It is safe for concurrent
-// use.
+// ToolSchema is a compiled JSON Schema under the rules above: a tool's
+// input_schema, or an agent's output_schema (output.go), which is
+// compiled and bounded the same way. It is safe for concurrent use.
 type ToolSchema struct {
 	schema *jsonschema.Schema
 	// cost[d] bounds the schema evaluations one argument value at depth d
@@ -153,7 +154,7 @@ func jsonDepth(raw []byte) int {
 type refusingLoader struct{}
 
 func (refusingLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("%s is outside the schema: an input_schema refers only to itself (\"#/$defs/…\")", url)
+	return nil, fmt.Errorf("%s is outside the schema: a schema here refers only to itself (\"#/$defs/…\")", url)
 }
 
 func compileToolSchema(raw json.RawMessage) (s *ToolSchema, err error) {
@@ -200,7 +201,7 @@ func (s *ToolSchema) bound() error {
 	for q := []*jsonschema.Schema{s.schema}; len(q) > 0; q = q[1:] {
 		n := q[0]
 		if n.DynamicRef != nil || n.RecursiveRef != nil {
-			return fmt.Errorf("it uses $dynamicRef or $recursiveRef (at %s), which an input_schema may not", location(n))
+			return fmt.Errorf("it uses $dynamicRef or $recursiveRef (at %s), which a schema here may not", location(n))
 		}
 		nodes = append(nodes, n)
 		for _, c := range append(sameValue(n), descending(n)...) {
@@ -469,44 +470,59 @@ func (e *ArgumentsError) Error() string {
 
 // Check validates tool-call arguments (a JSON object; empty or null reads
 // as {}) against the schema. It returns nil or an *ArgumentsError.
-func (s *ToolSchema) Check(args json.RawMessage) (err error) {
+func (s *ToolSchema) Check(args json.RawMessage) error {
 	v, shape, aerr := readArguments(args)
 	if aerr != nil {
 		return aerr
 	}
+	leaves, err := s.validate(v, shape, &argumentWords)
+	if err != nil || len(leaves) == 0 {
+		return err
+	}
+	first := leaves[0]
+	first.More = len(leaves) - 1
+	return &first
+}
+
+// validate bounds the work of checking v (whose shape readJSON counted)
+// against the schema, then checks it. It returns the problems found,
+// sorted (problems), or an *ArgumentsError when the check would cost too
+// much or the library failed; w words the messages for what v is.
+func (s *ToolSchema) validate(v any, shape []depthShape, w *valueWords) (leaves []ArgumentsError, err error) {
 	var cost, text int64
 	for d, n := range shape {
 		cost = satAdd(cost, satMul(n.values, s.cost[d]))
 		text = satAdd(text, satAdd(satMul(n.stringBytes, s.strCost[d]), satMul(n.keyBytes, s.keyCost[d])))
 	}
 	if cost > MaxArgumentChecks {
-		return &ArgumentsError{Problem: fmt.Sprintf("checking them against the tool's input_schema could take up to %d schema evaluations, over the limit of %d: send smaller arguments", cost, MaxArgumentChecks)}
+		return nil, &ArgumentsError{Problem: fmt.Sprintf("checking %s against %s could take up to %d schema evaluations, over the limit of %d: %s", w.them, w.schema, cost, MaxArgumentChecks, w.smaller)}
 	}
 	if text > MaxArgumentTextWork {
-		return &ArgumentsError{Problem: fmt.Sprintf("checking their strings against the tool's input_schema patterns could take up to %d steps, over the limit of %d: send shorter strings", text, MaxArgumentTextWork)}
+		return nil, &ArgumentsError{Problem: fmt.Sprintf("checking %s strings against %s patterns could take up to %d steps, over the limit of %d: %s", w.their, w.schema, text, MaxArgumentTextWork, w.shorter)}
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			err = &ArgumentsError{Problem: fmt.Sprintf("the schema library failed on them (%v)", p)}
+			leaves, err = nil, &ArgumentsError{Problem: fmt.Sprintf("the schema library failed on %s (%v)", w.them, p)}
 		}
 	}()
 	verr := s.schema.Validate(v)
 	if verr == nil {
-		return nil
+		return nil, nil
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(verr, &ve) {
-		return &ArgumentsError{Problem: verr.Error()}
+		return nil, &ArgumentsError{Problem: verr.Error()}
 	}
-	return firstProblem(ve)
+	return problems(ve, w), nil
 }
 
 var printer = message.NewPrinter(language.English)
 
-// firstProblem picks, of the leaf errors of ve, the one with the least
-// (instance path, schema location, text), so that the message does not
-// depend on the order the library visited maps in.
-func firstProblem(ve *jsonschema.ValidationError) *ArgumentsError {
+// problems returns the leaf errors of ve sorted by (instance path,
+// schema location, text), so that a message made of them does not depend
+// on the order the library visited maps in. Each problem's text is
+// bounded; there is at least one.
+func problems(ve *jsonschema.ValidationError, w *valueWords) []ArgumentsError {
 	var leaves []ArgumentsError
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
@@ -527,11 +543,11 @@ func firstProblem(ve *jsonschema.ValidationError) *ArgumentsError {
 			}
 		}
 		leaves = append(leaves, ArgumentsError{Path: pointer(e.InstanceLocation), Keyword: kw,
-			Problem: e.ErrorKind.LocalizedString(printer)})
+			Problem: truncateText(e.ErrorKind.LocalizedString(printer), maxArgumentMessage/2)})
 	}
 	walk(ve)
 	if len(leaves) == 0 {
-		return &ArgumentsError{Problem: "they do not match the tool's input_schema"}
+		return []ArgumentsError{{Problem: fmt.Sprintf("%s %s", w.notMatch, w.schema)}}
 	}
 	slices.SortFunc(leaves, func(a, b ArgumentsError) int {
 		if c := strings.Compare(a.Path, b.Path); c != 0 {
@@ -542,10 +558,7 @@ func firstProblem(ve *jsonschema.ValidationError) *ArgumentsError {
 		}
 		return strings.Compare(a.Problem, b.Problem)
 	})
-	first := leaves[0]
-	first.Problem = truncateText(first.Problem, maxArgumentMessage/2)
-	first.More = len(leaves) - 1
-	return &first
+	return leaves
 }
 
 var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
@@ -582,6 +595,23 @@ func truncateText(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// valueWords word the problems of a check for what is checked: a tool
+// call's arguments ("they") or an agent's final answer ("it").
+type valueWords struct {
+	are, nests, notMatch, them, their string
+	schema                            string // the schema, as the message names it
+	follows                           string // what the first value is, when something follows it
+	once                              string // the advice for a key that appears twice
+	smaller, shorter                  string // the advice when the check would cost too much
+}
+
+// argumentWords word the problems of tool-call arguments.
+var argumentWords = valueWords{
+	are: "they are", nests: "they nest", notMatch: "they do not match", them: "them", their: "their",
+	schema: "the tool's input_schema", follows: "the object", once: "send it once",
+	smaller: "send smaller arguments", shorter: "send shorter strings",
+}
+
 // readArguments decodes tool-call arguments into the values the schema
 // library reads (numbers as json.Number), and counts the values at each
 // depth. It refuses what is not one JSON object, nests deeper than
@@ -591,20 +621,32 @@ func readArguments(raw json.RawMessage) (any, []depthShape, *ArgumentsError) {
 	if len(t) == 0 || string(t) == "null" {
 		t = []byte("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(t))
-	dec.UseNumber()
-	r := argReader{dec: dec}
-	v, err := r.value(0)
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = &ArgumentsError{Problem: "they are not one JSON value: something follows the object"}
-		}
-	}
+	v, shape, err := readJSON(t, &argumentWords)
 	if err != nil {
 		return nil, nil, err
 	}
 	if _, ok := v.(map[string]any); !ok {
 		return nil, nil, &ArgumentsError{Problem: "they must be a JSON object (the tool's input)"}
+	}
+	return v, shape, nil
+}
+
+// readJSON decodes one JSON value into the values the schema library
+// reads (numbers as json.Number), and counts the values at each depth. It
+// refuses what is not one JSON value, nests deeper than MaxArgumentDepth,
+// or repeats a key in one object; w words its problems.
+func readJSON(t []byte, w *valueWords) (any, []depthShape, *ArgumentsError) {
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.UseNumber()
+	r := argReader{dec: dec, w: w}
+	v, err := r.value(0)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = &ArgumentsError{Problem: fmt.Sprintf("%s not one JSON value: something follows %s", w.are, w.follows)}
+		}
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	return v, r.perDepth, nil
 }
@@ -618,6 +660,7 @@ type depthShape struct {
 
 type argReader struct {
 	dec      *json.Decoder
+	w        *valueWords
 	perDepth []depthShape
 	path     []string
 }
@@ -629,7 +672,7 @@ func (r *argReader) value(depth int) (any, *ArgumentsError) {
 		return nil, &ArgumentsError{Path: pointer(r.path), Problem: fmt.Sprintf(format, args...)}
 	}
 	if depth >= MaxArgumentDepth {
-		return fail("they nest deeper than %d levels", MaxArgumentDepth)
+		return fail("%s deeper than %d levels", r.w.nests, MaxArgumentDepth)
 	}
 	for len(r.perDepth) <= depth {
 		r.perDepth = append(r.perDepth, depthShape{})
@@ -637,7 +680,7 @@ func (r *argReader) value(depth int) (any, *ArgumentsError) {
 	r.perDepth[depth].values++
 	tok, err := r.dec.Token()
 	if err != nil {
-		return fail("they are not valid JSON: %v", err)
+		return fail("%s not valid JSON: %v", r.w.are, err)
 	}
 	switch tok := tok.(type) {
 	case json.Delim:
@@ -647,13 +690,13 @@ func (r *argReader) value(depth int) (any, *ArgumentsError) {
 			for r.dec.More() {
 				kt, err := r.dec.Token()
 				if err != nil {
-					return fail("they are not valid JSON: %v", err)
+					return fail("%s not valid JSON: %v", r.w.are, err)
 				}
 				k, _ := kt.(string)
 				r.perDepth[depth].keyBytes += int64(len(k))
 				r.path = append(r.path, k)
 				if _, dup := obj[k]; dup {
-					return fail("the key %q appears twice in one object; send it once", truncateText(k, 64))
+					return fail("the key %q appears twice in one object; %s", truncateText(k, 64), r.w.once)
 				}
 				v, aerr := r.value(depth + 1)
 				if aerr != nil {
@@ -663,7 +706,7 @@ func (r *argReader) value(depth int) (any, *ArgumentsError) {
 				obj[k] = v
 			}
 			if _, err := r.dec.Token(); err != nil {
-				return fail("they are not valid JSON: %v", err)
+				return fail("%s not valid JSON: %v", r.w.are, err)
 			}
 			return obj, nil
 		case '[':
@@ -678,11 +721,11 @@ func (r *argReader) value(depth int) (any, *ArgumentsError) {
 				arr = append(arr, v)
 			}
 			if _, err := r.dec.Token(); err != nil {
-				return fail("they are not valid JSON: %v", err)
+				return fail("%s not valid JSON: %v", r.w.are, err)
 			}
 			return arr, nil
 		}
-		return fail("they are not valid JSON: unexpected %v", tok)
+		return fail("%s not valid JSON: unexpected %v", r.w.are, tok)
 	case string:
 		r.perDepth[depth].stringBytes += int64(len(tok))
 		return tok, nil

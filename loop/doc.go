@@ -13,7 +13,11 @@
 // arguments against its tool's input_schema (ToolSpec.InputSchema, JSON
 // Schema 2020-12; arguments.go): a call whose arguments fail settles at
 // once as invalid_arguments and is never dispatched. The check is a
-// function of the schema and the arguments alone, and bounded.
+// function of the schema and the arguments alone, and bounded. When the
+// Run's agent has an output schema (AgentPin.OutputSchema), its final
+// answer is checked the same way (output.go): one that fails is kept,
+// and a user message that says why asks the model again, within
+// max_steps.
 //
 // Apply never panics and never mutates its argument. An illegal event
 // returns the snapshot unchanged and a typed error, checked with

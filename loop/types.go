@@ -166,7 +166,7 @@ type ChildRef struct {
 
 // AgentPin is what a Run keeps of its agent: the agent's name, by which
 // the runtime finds the executors of its effects, and the version,
-// instructions and settings the Run was created with.
+// instructions, settings and output schema the Run was created with.
 type AgentPin struct {
 	Name string `json:"name"`
 	// Version is the hash of the agent's resolved definition when the

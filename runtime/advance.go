@@ -555,7 +555,8 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 	}
 	if p := run.Agent; p != nil {
 		// The agent as the Run was created with it, never as it is now.
-		in.Agent = &abi.AgentView{Name: p.Name, Version: p.Version, Instructions: p.Instructions, Settings: p.Settings}
+		in.Agent = &abi.AgentView{Name: p.Name, Version: p.Version, Instructions: p.Instructions, Settings: p.Settings,
+			OutputSchema: p.OutputSchema}
 	}
 	cctx, cancel := rt.callCtxFrom(ctx, a.Builder)
 	defer cancel()

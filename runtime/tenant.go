@@ -56,10 +56,10 @@ const DefaultAgent = "default"
 
 // Agent is one agent of a tenant: a builder, a model executor, the tools
 // its Runs may call, the rules they follow, and what its Runs are pinned
-// to when they are created (its version, instructions and settings, and
-// its tools' descriptors and rules). A Run keeps those for its whole
-// life; its effects are carried out by the executors of the agent of its
-// name as it is now, looked up by tool name.
+// to when they are created (its version, instructions, settings and
+// output schema, and its tools' descriptors and rules). A Run keeps those
+// for its whole life; its effects are carried out by the executors of the
+// agent of its name as it is now, looked up by tool name.
 type Agent struct {
 	Name string
 	// Version is the hash of the agent's resolved definition (cmd
@@ -70,6 +70,10 @@ type Agent struct {
 	// max_output_tokens...) the builder passes to the model as params.
 	Instructions string
 	Settings     json.RawMessage
+	// OutputSchema is the JSON Schema (2020-12) the agent's final answers
+	// must match, or nil (loop.AgentPin.OutputSchema); the config has
+	// compiled it with loop.CompileOutputSchema.
+	OutputSchema json.RawMessage
 	Builder      Builder
 	Model        Executor
 	Tools        []Tool
@@ -227,7 +231,8 @@ func (t *Tenant) specAs(a *Agent, implicit bool, session, runID, input string, m
 	}
 	s := loop.Spec{Tenant: t.ID, Session: session, ID: runID, Input: input, Metadata: metadata, Limits: lim, ModelPolicy: mp}
 	if !implicit {
-		s.Agent = &loop.AgentPin{Name: a.Name, Version: a.Version, Instructions: a.Instructions, Settings: a.Settings}
+		s.Agent = &loop.AgentPin{Name: a.Name, Version: a.Version, Instructions: a.Instructions, Settings: a.Settings,
+			OutputSchema: a.OutputSchema}
 	}
 	for _, tl := range a.Tools {
 		ts := tl.Spec

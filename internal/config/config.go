@@ -16,6 +16,7 @@
 package config
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -276,6 +277,12 @@ type Agent struct {
 	// path they were read from ("" when written inline).
 	Instructions     string
 	InstructionsFile string
+	// OutputSchema is output_schema: the JSON Schema (2020-12) the
+	// agent's final answers must match, as compact JSON, which the Loop
+	// compiles (nil when none); OutputSchemaFile is the absolute path it
+	// was read from ("" when written inline).
+	OutputSchema     json.RawMessage
+	OutputSchemaFile string
 	// Builder and Model are plugin IDs.
 	Builder string
 	Model   string

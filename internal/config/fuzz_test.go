@@ -29,6 +29,8 @@ func FuzzConfig(f *testing.F) {
 		"store: {driver: postgres, dsn: \"postgres://u:pw@h/db\", postgres: {max_conns: -1, schema: \"X\"}}\n",
 		"store: {driver: [1], dsn: 3, postgres: 4}\n",
 		"\t\tbad: [\n",
+		"tenants:\n  acme:\n    agents:\n      x:\n        output_schema: {type: object, properties: {A: &n {maximum: .nan}}, <<: {b: *n}, 1: [~]}\n",
+		"tenants:\n  Acme:\n    agents:\n      X: &x\n        output_schema_file: s.json\n      y: {<<: *x, output_schema: {}}\n",
 	} {
 		f.Add([]byte(seed))
 	}

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/pgstore"
@@ -65,10 +66,12 @@ var (
 		"limits.run_timeout", "limits.effect_timeout",
 	}
 	toolKeys = []string{"approval"}
-	// agentKeys are the keys of tenants.ID.agents.NAME; its tools list
-	// and its model.settings (a free JSON object) are read apart.
+	// agentKeys are the keys of tenants.ID.agents.NAME; its tools list,
+	// its model.settings (a free JSON object) and its output_schema (a
+	// JSON Schema, read from the file as written: outputschema.go) are
+	// read apart.
 	agentKeys = []string{
-		"description", "instructions", "instructions_file", "builder", "model.plugin", "history_runs",
+		"description", "instructions", "instructions_file", "output_schema_file", "builder", "model.plugin", "history_runs",
 		"limits.max_steps", "limits.max_tool_calls_per_step", "limits.max_parallel_tool_calls",
 		"limits.run_timeout", "limits.effect_timeout",
 	}
@@ -153,6 +156,11 @@ func Parse(name string, data []byte) (*Config, error) {
 		}
 	}
 	d := &decoder{file: name}
+	// The document as written, keys in their case, for what viper's
+	// lowercasing would change (an agent's output_schema). Viper read it
+	// without error, so this does too.
+	d.yaml = new(yaml.Node)
+	_ = yaml.Unmarshal(data, d.yaml)
 	cfg := d.decode(v.AllSettings())
 	if len(d.problems) > 0 {
 		return nil, &Error{File: name, Problems: d.problems}
@@ -172,6 +180,7 @@ func mapAt(m map[string]any, key string) map[string]any {
 type decoder struct {
 	file     string
 	dir      string
+	yaml     *yaml.Node // the file as written (Parse)
 	problems []string
 }
 
@@ -661,6 +670,7 @@ func (d *decoder) agent(k, name string, m map[string]any, t *Tenant, plugins map
 	} else if !utf8.ValidString(a.Instructions) {
 		d.problem(k+which, "is not UTF-8 text: save the instructions as UTF-8")
 	}
+	a.OutputSchema, a.OutputSchemaFile = d.outputSchema(k, t.ID, name, m)
 	a.Builder = d.strAt(m, k, "builder", t.Builder)
 	if a.Builder == "" {
 		d.problem(k+"builder", "is required: the ID of a builder plugin declared under plugins (or set the tenant's builder, the default of its agents)")
@@ -1145,6 +1155,7 @@ func schemaTree() *node {
 	tenant.children["tools"] = &node{each: tree(toolKeys)}
 	agent := tree(agentKeys)
 	agent.children["model"].children["settings"] = &node{free: true}
+	agent.children["output_schema"] = &node{free: true}
 	agent.children["tools"] = &node{children: map[string]*node{}} // a list, read by agentTools
 	tenant.children["agents"] = &node{each: agent}
 	root.children["plugins"] = &node{each: plugin}

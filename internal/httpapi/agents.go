@@ -29,6 +29,9 @@ type AgentJSON struct {
 	Tools        []AgentToolJSON `json:"tools"`
 	Limits       AgentLimitsJSON `json:"limits"`
 	HistoryRuns  int             `json:"history_runs"`
+	// OutputSchema is the JSON Schema (2020-12) the agent's final answers
+	// must match; absent when it has none.
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 }
 
 // AgentModelJSON is an agent's model: the executor plugin and the

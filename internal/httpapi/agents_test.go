@@ -30,7 +30,10 @@ func withAgents(cfg *httpapi.Config, ropts *runtime.Options) {
 		{Name: "default", Version: "v-00000000000d", Builder: "echo-builder", Model: httpapi.AgentModelJSON{Plugin: "scripted-model"}, Tools: []httpapi.AgentToolJSON{}},
 		{Name: "support", Version: "v-00000000000s", Description: "Answers customers.", Instructions: "You help customers.", Builder: "echo-builder",
 			Model: httpapi.AgentModelJSON{Plugin: "scripted-model", Settings: json.RawMessage(`{"temperature":0.5}`)},
-			Tools: []httpapi.AgentToolJSON{{Name: "wire", Plugin: "scripted-tools", Approval: "always"}}},
+			Tools: []httpapi.AgentToolJSON{{Name: "wire", Plugin: "scripted-tools", Approval: "always"}},
+			// As a node lists it; the runtime's support above has none, so
+			// that its Runs complete with any answer.
+			OutputSchema: json.RawMessage(`{"type":"object","required":["answer"]}`)},
 	}}
 }
 
@@ -85,7 +88,8 @@ func TestAnUnknownAgentAnswers404(t *testing.T) {
 }
 
 // TestAgentsAreListed: GET /v1/agents lists the tenant's agents without
-// their instructions; GET /v1/agents/{name} shows one whole; another
+// their instructions (with their output schema); GET /v1/agents/{name}
+// shows one whole; another
 // tenant's agents are not shown.
 func TestAgentsAreListed(t *testing.T) {
 	e := newEnv(t, withAgents)
@@ -98,6 +102,8 @@ func TestAgentsAreListed(t *testing.T) {
 	require.Equal(t, "v-00000000000s", list.Agents[1].Version)
 	require.Empty(t, list.Agents[1].Instructions, "the list shows no instructions")
 	require.Equal(t, "always", list.Agents[1].Tools[0].Approval)
+	require.JSONEq(t, `{"type":"object","required":["answer"]}`, string(list.Agents[1].OutputSchema), "the list shows the output schema")
+	require.Empty(t, list.Agents[0].OutputSchema)
 
 	r = e.do("GET", "/v1/agents/support", tokenAcme, "")
 	require.Equal(t, http.StatusOK, r.Status, "body: %s", r.Body)
@@ -105,6 +111,7 @@ func TestAgentsAreListed(t *testing.T) {
 	require.NoError(t, json.Unmarshal(r.Body, &one))
 	require.Equal(t, "You help customers.", one.Instructions)
 	require.JSONEq(t, `{"temperature":0.5}`, string(one.Model.Settings))
+	require.JSONEq(t, `{"type":"object","required":["answer"]}`, string(one.OutputSchema))
 
 	r = e.do("GET", "/v1/agents", tokenGlobex, "")
 	require.Equal(t, http.StatusOK, r.Status)

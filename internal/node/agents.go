@@ -27,11 +27,14 @@ const versionHexDigits = 12
 // named by its ID and the sha256 of its file. Its JSON is deterministic:
 // struct fields in order, map keys sorted, tools sorted by name. A
 // plugin's own config (its config_get values) is not in it: it is the
-// plugin's, not the agent's, and may hold secrets that rotate.
+// plugin's, not the agent's, and may hold secrets that rotate. The output
+// schema is left out when the agent has none, so that adding it changed
+// no version of an agent without one.
 type agentDefinition struct {
 	Description     string           `json:"description"`
 	Instructions    string           `json:"instructions"`
 	Settings        map[string]any   `json:"settings"`
+	OutputSchema    json.RawMessage  `json:"output_schema,omitempty"`
 	Builder         pluginIdentity   `json:"builder"`
 	Model           pluginIdentity   `json:"model"`
 	Tools           []toolDefinition `json:"tools"`
@@ -62,7 +65,7 @@ type toolDefinition struct {
 // that are not JSON.
 func AgentVersion(a config.Agent, ra *runtime.Agent, sha256Of func(plugin string) string, sources []string) (string, error) {
 	def := agentDefinition{
-		Description: a.Description, Instructions: a.Instructions, Settings: a.Settings,
+		Description: a.Description, Instructions: a.Instructions, Settings: a.Settings, OutputSchema: a.OutputSchema,
 		Builder: pluginIdentity{ID: a.Builder, SHA256: sha256Of(a.Builder)},
 		Model:   pluginIdentity{ID: a.Model, SHA256: sha256Of(a.Model)},
 		Limits:  ra.Limits, RunTimeoutMS: ra.RunTimeout.Milliseconds(), EffectTimeoutMS: ra.EffectTimeout.Milliseconds(),
@@ -90,7 +93,7 @@ func AgentVersion(a config.Agent, ra *runtime.Agent, sha256Of func(plugin string
 func agentJSON(a config.Agent, ra *runtime.Agent, sources []string) httpapi.AgentJSON {
 	j := httpapi.AgentJSON{
 		Name: a.Name, Version: ra.Version, Description: a.Description, Instructions: a.Instructions,
-		Builder: a.Builder, Model: httpapi.AgentModelJSON{Plugin: a.Model, Settings: ra.Settings},
+		Builder: a.Builder, Model: httpapi.AgentModelJSON{Plugin: a.Model, Settings: ra.Settings}, OutputSchema: ra.OutputSchema,
 		Tools: make([]httpapi.AgentToolJSON, 0, len(ra.Tools)),
 		Limits: httpapi.AgentLimitsJSON{
 			MaxSteps: ra.Limits.MaxSteps, MaxToolCallsPerStep: ra.Limits.MaxToolCallsPerStep, MaxParallelToolCalls: ra.Limits.MaxParallelToolCalls,

@@ -117,6 +117,7 @@ func TestAgentVersionsChangeWithEveryInput(t *testing.T) {
 			v.sources = append(v.sources, "")
 		},
 		"a tool made an agent": func(v *versionInputs) { v.ra.Tools[0].Spec.Agent = "calculate"; v.sources[0] = "" },
+		"an output schema":     func(v *versionInputs) { v.a.OutputSchema = json.RawMessage(`{"type":"object"}`) },
 	} {
 		v := baseVersionInputs()
 		change(&v)
@@ -164,5 +165,22 @@ func TestAnAgentToolIsTheCalleeAsATool(t *testing.T) {
 		return id + "-sha"
 	}, []string{""}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAnAgentWithoutAnOutputSchemaKeepsItsVersion: output_schema is in
+// the definition only when the agent has one, so that a config that
+// sets none gives the versions it gave before agents had output schemas;
+// two schemas give two versions.
+func TestAnAgentWithoutAnOutputSchemaKeepsItsVersion(t *testing.T) {
+	const before = "v-11efef12f55b" // baseVersionInputs' version before output_schema existed
+	if got := baseVersionInputs().version(t); got != before {
+		t.Errorf("the version of an agent without an output schema is %s, want %s as before", got, before)
+	}
+	a, b := baseVersionInputs(), baseVersionInputs()
+	a.a.OutputSchema = json.RawMessage(`{"type":"object"}`)
+	b.a.OutputSchema = json.RawMessage(`{"type":"array"}`)
+	if a.version(t) == b.version(t) {
+		t.Errorf("two output schemas gave one version, %s", a.version(t))
 	}
 }

@@ -338,7 +338,7 @@ func buildAgent(cfg *config.Config, t config.Tenant, a config.Agent, wired *plug
 		return nil, nil, fmt.Errorf("%s%s: %w", k, modelKey, err)
 	}
 	ra := &runtime.Agent{
-		Name: a.Name, Instructions: a.Instructions, Builder: b, Model: model,
+		Name: a.Name, Instructions: a.Instructions, OutputSchema: a.OutputSchema, Builder: b, Model: model,
 		Limits:     a.Limits.LoopLimits(),
 		RunTimeout: a.Limits.RunTimeout, EffectTimeout: a.Limits.EffectTimeout,
 		ModelPolicy: a.ModelPolicy, HistoryRuns: a.HistoryRuns,

@@ -232,6 +232,12 @@ type AgentView struct {
 	// "model", "temperature", "max_output_tokens", and whatever else the
 	// operator set, passed through.
 	Settings json.RawMessage `json:"settings,omitempty"`
+	// OutputSchema is the JSON Schema (2020-12) the Run's final answer
+	// must match, or absent (an addition within v1). The host checks
+	// the answer and asks the model again when it fails; a builder
+	// passes the schema on as request.params[ParamOutputSchema], so that
+	// an executor that can constrain the model's output to it does.
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 }
 
 // ModelRequest is what a builder assembles and a model executor receives
@@ -240,9 +246,10 @@ type ModelRequest struct {
 	Messages []Message `json:"messages"`
 	Tools    []Tool    `json:"tools,omitempty"`
 	// Params are the model settings the builder passes on, most often
-	// its agent's settings as they are: the executor reads the ones it
-	// knows (ParamModel, ParamTemperature, ParamMaxOutputTokens) over its
-	// own config, and ignores the rest.
+	// its agent's settings as they are, and its output schema: the
+	// executor reads the ones it knows (ParamModel, ParamTemperature,
+	// ParamMaxOutputTokens, ParamOutputSchema) over its own config, and
+	// ignores the rest.
 	Params map[string]any `json:"params,omitempty"`
 }
 
@@ -254,6 +261,9 @@ const (
 	ParamTemperature = "temperature"
 	// ParamMaxOutputTokens bounds the tokens of one answer (an integer).
 	ParamMaxOutputTokens = "max_output_tokens"
+	// ParamOutputSchema is the JSON Schema the final answer must match (an
+	// object: the agent's output schema, AgentView.OutputSchema).
+	ParamOutputSchema = "output_schema"
 )
 
 // BuildOutput is the reply of build.

@@ -91,6 +91,23 @@ type (
 		Tools       []Tool    `json:"tools,omitempty"`
 		Temperature *float64  `json:"temperature,omitempty"`
 		MaxTokens   *int      `json:"max_tokens,omitempty"`
+		// ResponseFormat asks for an answer that matches a JSON Schema:
+		// the agent's output schema, when it has one.
+		ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
+	}
+	// ResponseFormat is {"type": "json_schema", "json_schema": …}.
+	ResponseFormat struct {
+		Type       string     `json:"type"`
+		JSONSchema JSONSchema `json:"json_schema"`
+	}
+	// JSONSchema names a schema for structured outputs. Strict is false:
+	// strict mode takes only a subset of JSON Schema (every property
+	// required, additionalProperties false), and agenthost checks the
+	// answer against the whole schema anyway.
+	JSONSchema struct {
+		Name   string         `json:"name"`
+		Schema map[string]any `json:"schema"`
+		Strict bool           `json:"strict"`
 	}
 	// Message is a chat message. Content is a pointer: an assistant message
 	// that only calls tools sends null, as the API documents.
@@ -134,14 +151,21 @@ type (
 	}
 )
 
+// OutputSchemaName is the name response_format gives the agent's output
+// schema (the API requires one).
+const OutputSchemaName = "output"
+
 // emptySchema is what a tool with no input schema takes: no arguments.
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 // Encode makes the chat-completions request body for a model request.
 // The request's params (most often the Run's agent's settings) override
 // the config: "model" (string), "temperature" (number), and
-// "max_output_tokens" or "max_tokens" (integer, sent as max_tokens). Other
-// params are not sent: they may be meant for another executor.
+// "max_output_tokens" or "max_tokens" (integer, sent as max_tokens); and
+// "output_schema" (an object: the agent's output schema) is sent as
+// response_format {"type": "json_schema", "json_schema": {"name":
+// OutputSchemaName, "schema": …, "strict": false}}. Other params are not
+// sent: they may be meant for another executor.
 func Encode(c Config, req abi.ModelRequest) ([]byte, error) {
 	out := Request{Model: c.Model, Temperature: c.Temperature, MaxTokens: c.MaxTokens}
 	if v, ok := req.Params[abi.ParamModel].(string); ok && strings.TrimSpace(v) != "" {
@@ -155,6 +179,9 @@ func Encode(c Config, req abi.ModelRequest) ([]byte, error) {
 			n := int(v)
 			out.MaxTokens = &n
 		}
+	}
+	if s, ok := req.Params[abi.ParamOutputSchema].(map[string]any); ok {
+		out.ResponseFormat = &ResponseFormat{Type: "json_schema", JSONSchema: JSONSchema{Name: OutputSchemaName, Schema: s}}
 	}
 	for _, m := range req.Messages {
 		cm := Message{Role: m.Role, ToolCallID: m.ToolCallID}

@@ -118,3 +118,28 @@ func TestEncodeTakesTheAgentsSettingsFromParams(t *testing.T) {
 		t.Fatalf("without params: got\n%s\nwant\n%s", b, want)
 	}
 }
+
+// TestEncodeSendsTheOutputSchemaAsResponseFormat: the param output_schema
+// (the agent's output schema) is sent as a json_schema response_format,
+// not strict; one that is not an object is not sent.
+func TestEncodeSendsTheOutputSchemaAsResponseFormat(t *testing.T) {
+	c := Config{Model: "m"}
+	msgs := []abi.Message{{Role: "user", Content: "hi"}}
+	schema := map[string]any{"type": "object", "required": []any{"city"}}
+	b, err := Encode(c, abi.ModelRequest{Messages: msgs, Params: map[string]any{"output_schema": schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","messages":[{"role":"user","content":"hi"}],` +
+		`"response_format":{"type":"json_schema","json_schema":{"name":"output","schema":{"required":["city"],"type":"object"},"strict":false}}}`
+	if string(b) != want {
+		t.Fatalf("got\n%s\nwant\n%s", b, want)
+	}
+	b, err = Encode(c, abi.ModelRequest{Messages: msgs, Params: map[string]any{"output_schema": "not an object"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "response_format") {
+		t.Fatalf("an output_schema that is not an object was sent: %s", b)
+	}
+}

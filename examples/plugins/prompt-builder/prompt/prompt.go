@@ -61,9 +61,10 @@ func ParseConfig(get func(key string) (string, bool)) (Config, error) {
 //
 // The system message is the Run's agent's instructions when it has some,
 // else the config's system_prompt; the agent's settings (a JSON object)
-// become the request's params as they are, for the model executor. An
-// input without an agent (from a host older than agents) builds as
-// before.
+// become the request's params as they are, for the model executor, and
+// its output schema, when it has one, the param output_schema
+// (abi.ParamOutputSchema), over any setting of that name. An input
+// without an agent (from a host older than agents) builds as before.
 func Build(c Config, in abi.BuildInput) abi.BuildOutput {
 	system := c.SystemPrompt
 	var params map[string]any
@@ -74,6 +75,13 @@ func Build(c Config, in abi.BuildInput) abi.BuildOutput {
 		// Settings the host sends are a JSON object; anything else is
 		// left out rather than failing the step.
 		_ = json.Unmarshal(a.Settings, &params)
+		var schema map[string]any
+		if json.Unmarshal(a.OutputSchema, &schema) == nil && schema != nil {
+			if params == nil {
+				params = map[string]any{}
+			}
+			params[abi.ParamOutputSchema] = schema
+		}
 	}
 	msgs := make([]abi.Message, 0, 1+c.HistoryWindow+len(in.Transcript))
 	msgs = append(msgs, abi.Message{Role: abi.MessageSystem, Content: system})

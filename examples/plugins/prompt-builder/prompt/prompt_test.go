@@ -1,6 +1,7 @@
 package prompt
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -89,8 +90,22 @@ func TestBuildUsesTheRunsAgent(t *testing.T) {
 		t.Errorf("system message %+v, want the agent's instructions", m)
 	}
 	p := out.Request.Params
-	if p["model"] != "gpt-4o-mini" || p["temperature"] != 0.2 || p["max_output_tokens"] != float64(300) {
+	if p["model"] != "gpt-4o-mini" || p["temperature"] != 0.2 || p["max_output_tokens"] != float64(300) || p["output_schema"] != nil {
 		t.Errorf("params %v, want the agent's settings", p)
+	}
+
+	// The agent's output schema is the param output_schema, over a
+	// setting of that name, with or without other settings.
+	in.Agent.Settings = []byte(`{"model":"m","output_schema":"a setting"}`)
+	in.Agent.OutputSchema = []byte(`{"type":"object","required":["city"]}`)
+	p = Build(Config{}, in).Request.Params
+	if got, _ := json.Marshal(p); string(got) != `{"model":"m","output_schema":{"required":["city"],"type":"object"}}` {
+		t.Errorf("params %s, want the settings and the agent's output schema", got)
+	}
+	in.Agent.Settings = nil
+	p = Build(Config{}, in).Request.Params
+	if got, _ := json.Marshal(p); string(got) != `{"output_schema":{"required":["city"],"type":"object"}}` {
+		t.Errorf("params %s, want the output schema alone", got)
 	}
 
 	in.Agent = &abi.AgentView{Name: "default", Version: "v-2"}
