@@ -57,24 +57,31 @@ func Apply(run Run, ev Event) (Run, error) {
 	}
 	if ev.Type != EventTimerFired && !r.Status.Terminal() {
 		// The deadline holds whatever event brings the news that it passed.
-		r.checkDeadline(ev.At)
+		r.checkDeadline(ev.At, &run)
 	}
 	r.Seq++
 	if ev.At > r.UpdatedAt {
 		r.UpdatedAt = ev.At
 	}
 	r.refreshStatus()
+	// The wait clock compares the status before the event with the one
+	// after it, whatever the event's handler set in between.
+	r.accountWait(run.Status, ev.At)
 	return r, nil
 }
 
-// checkDeadline ends the Run as deadline_exceeded once now is past its
-// deadline, and reports whether it did.
-func (r *Run) checkDeadline(now int64) bool {
-	if r.Verdict != nil || r.Limits.DeadlineMS <= 0 || now < r.Limits.DeadlineMS {
+// checkDeadline ends the Run as deadline_exceeded once now is past one of
+// its time limits (wait.go), and reports whether it did. before is the Run
+// as it was before the event that brings now.
+func (r *Run) checkDeadline(now int64, before *Run) bool {
+	if r.Verdict != nil {
 		return false
 	}
-	r.beginEnd(Verdict{Status: StatusFailed, Failure: &Failure{Class: abi.ClassDeadlineExceeded,
-		Message: deadlineMessage(r.CreatedAt, r.Limits.DeadlineMS)}})
+	f := r.timeLimitPassed(now, before)
+	if f == nil {
+		return false
+	}
+	r.beginEnd(Verdict{Status: StatusFailed, Failure: f})
 	return true
 }
 
@@ -622,7 +629,7 @@ func (r *Run) beginEnd(v Verdict) {
 
 func (r *Run) applyTimer(ev Event) error {
 	now := ev.At
-	changed := r.checkDeadline(now)
+	changed := r.checkDeadline(now, r)
 	// Settling a timed-out effect can close the step, which empties
 	// r.Effects: the bound is read at each turn, not once.
 	for i := 0; i < len(r.Effects); i++ {

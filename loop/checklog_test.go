@@ -294,11 +294,12 @@ func TestCheckLogPassesEveryLogApplyBuilds(t *testing.T) {
 	for seed := uint64(0); seed < 600; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0xc0ffee))
 		driven := seed%2 == 1 // follow Decide to the end, like TestDrivenRunsAlwaysEnd
-		run, err := Apply(Run{}, RunCreated(fuzzSpec(), 1000))
+		spec := fuzzSpec(int(seed/2) % fuzzLimitStyles)
+		run, err := Apply(Run{}, RunCreated(spec, 1000))
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs := []Event{RunCreated(fuzzSpec(), 1000)}
+		evs := []Event{RunCreated(spec, 1000)}
 		evs[0].Seq = 1
 		now, epoch := int64(1000), uint64(1)
 		for i := 0; i < 400 && !run.Status.Terminal(); i++ {

@@ -109,10 +109,7 @@ func Decide(run Run) []Action {
 		}
 		acts = append(acts, run.effectTimeouts()...)
 	}
-	if d := run.Limits.DeadlineMS; d > 0 {
-		acts = append(acts, Action{Type: ActionWakeAt, At: d})
-	}
-	return acts
+	return append(acts, run.deadlineWakes()...)
 }
 
 // effectTimeouts asks to be woken when an executing attempt runs out of

@@ -11,11 +11,20 @@ import (
 
 // fuzzSpec is the Run every fuzz sequence starts from: two plain tools, a
 // gated one, an idempotent one with retries and a fail_run one, a small
-// window and a deadline.
-func fuzzSpec() Spec {
+// window and time limits of style limits (fuzzLimitStyles).
+func fuzzSpec(limits int) Spec {
+	lim := Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2, EffectTimeoutMS: 30_000}
+	switch limits {
+	case fuzzDeadline:
+		lim.DeadlineMS = 400_000
+	case fuzzRunAndWaitTimeouts:
+		lim.RunTimeoutMS, lim.WaitTimeoutMS = 90_000, 30_000
+	case fuzzAllLimits:
+		lim.DeadlineMS, lim.RunTimeoutMS, lim.WaitTimeoutMS = 250_000, 60_000, 40_000
+	}
 	return Spec{
 		Tenant: "t", Session: "s", ID: "r", Input: "go",
-		Limits:      Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2, DeadlineMS: 400_000, EffectTimeoutMS: 30_000},
+		Limits:      lim,
 		ModelPolicy: Policy{Mode: PolicyRetry, MaxAttempts: 2, BackoffMS: 500, MaxBackoffMS: 2000},
 		Tools: []ToolSpec{
 			{Name: "a", Policy: Policy{Mode: PolicyFail}, InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)},
@@ -25,6 +34,16 @@ func fuzzSpec() Spec {
 		},
 	}
 }
+
+// The styles of time limits a fuzzed Run has: an absolute deadline (the
+// Runs created before run_timeout stopped counting waits), a run_timeout
+// and a wait_timeout (the Runs created since), and all three.
+const (
+	fuzzDeadline = iota
+	fuzzRunAndWaitTimeouts
+	fuzzAllLimits
+	fuzzLimitStyles
+)
 
 var fuzzTools = []string{"a", "b", "gate", "fatal", "missing"}
 
@@ -187,6 +206,63 @@ func checkInvariants(t *testing.T, prev, next Run, ev Event, settled map[attempt
 	if next.Seq != prev.Seq+1 {
 		t.Fatalf("seq %d after %d", next.Seq, prev.Seq)
 	}
+	checkWaitClocks(t, prev, next, ev, a1)
+}
+
+// checkWaitClocks checks the time limits' bookkeeping (wait.go) after an
+// accepted event whose time is at or after every earlier one's: a wait
+// has a start exactly while the Run waits; the time waited only grows,
+// by the length of the wait that ended; a Run that goes on has work time
+// and wait time left; and Decide asks to be woken when they run out.
+func checkWaitClocks(t *testing.T, prev, next Run, ev Event, acts []Action) {
+	t.Helper()
+	waiting := next.Status == StatusWaiting
+	if waiting != (next.WaitingSince > 0) {
+		t.Fatalf("status %s with waiting_since %d after %s", next.Status, next.WaitingSince, ev.Type)
+	}
+	switch {
+	case prev.Status == StatusWaiting && !waiting:
+		if want := prev.WaitedMS + ev.At - prev.WaitingSince; next.WaitedMS != want {
+			t.Fatalf("a wait from %d ended at %d: waited %d ms, want %d", prev.WaitingSince, ev.At, next.WaitedMS, want)
+		}
+	case next.WaitedMS != prev.WaitedMS:
+		t.Fatalf("waited %d ms, then %d, with no wait ending (%s)", prev.WaitedMS, next.WaitedMS, ev.Type)
+	case waiting && prev.Status == StatusWaiting && next.WaitingSince != prev.WaitingSince:
+		t.Fatalf("a wait that goes on changed its start from %d to %d", prev.WaitingSince, next.WaitingSince)
+	case waiting && prev.Status != StatusWaiting && next.WaitingSince != ev.At:
+		t.Fatalf("a wait began at %d, recorded as %d", ev.At, next.WaitingSince)
+	}
+	if next.Verdict != nil || next.Status.Terminal() {
+		return
+	}
+	wakeAt := func(at int64) bool {
+		for _, a := range acts {
+			if a.Type == ActionWakeAt && a.EffectID == "" && a.At == at {
+				return true
+			}
+		}
+		return false
+	}
+	if rt := next.Limits.RunTimeoutMS; rt > 0 {
+		used := ev.At - next.CreatedAt - next.WaitedMS
+		if waiting {
+			used -= ev.At - next.WaitingSince
+		}
+		if used >= rt {
+			t.Fatalf("the Run goes on after %d ms of work, run_timeout %d (%s)", used, rt, renderRun(next))
+		}
+		if !waiting && !wakeAt(next.CreatedAt+rt+next.WaitedMS) {
+			t.Fatalf("no wake-up at the work deadline %d: %v", next.CreatedAt+rt+next.WaitedMS, acts)
+		}
+	}
+	if wt := next.Limits.WaitTimeoutMS; wt > 0 && waiting {
+		if ev.At-next.WaitingSince >= wt {
+			t.Fatalf("the Run still waits %d ms after its wait began, wait_timeout %d", ev.At-next.WaitingSince, wt)
+		}
+		if !wakeAt(next.WaitingSince + wt) {
+			t.Fatalf("no wake-up at the wait deadline %d: %v", next.WaitingSince+wt, acts)
+		}
+	}
 }
 
 // FuzzApply feeds random event sequences to Apply and checks, after each
@@ -205,7 +281,17 @@ func FuzzApply(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		run, err := Apply(Run{}, RunCreated(fuzzSpec(), 1000))
+		for limits := range fuzzLimitStyles {
+			fuzzSequence(t, data, limits)
+		}
+	})
+}
+
+// fuzzSequence applies the events data makes to a Run with time limits
+// of style limits, checking the invariants after each.
+func fuzzSequence(t *testing.T, data []byte, limits int) {
+	{
+		run, err := Apply(Run{}, RunCreated(fuzzSpec(limits), 1000))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +321,7 @@ func FuzzApply(f *testing.F) {
 				now = ev.At
 			}
 		}
-	})
+	}
 }
 
 func mustJSON(v any) []byte {
@@ -247,8 +333,8 @@ func mustJSON(v any) []byte {
 // many seeds and checks that each Run reaches a terminal status: the loop
 // itself never keeps a Run alive forever.
 func TestDrivenRunsAlwaysEnd(t *testing.T) {
-	for seed := 0; seed < 300; seed++ {
-		run, err := Apply(Run{}, RunCreated(fuzzSpec(), 0))
+	for seed := 0; seed < 300*fuzzLimitStyles; seed++ {
+		run, err := Apply(Run{}, RunCreated(fuzzSpec(seed%fuzzLimitStyles), 0))
 		if err != nil {
 			t.Fatal(err)
 		}

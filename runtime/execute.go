@@ -117,7 +117,7 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 		return loop.Run{}, false, fmt.Errorf("runtime: submit: %w", ErrClosed)
 	}
 	now := rt.nowMS()
-	spec := t.specAs(agent, implicit, req.Session, req.RunID, req.Input, req.Metadata, now)
+	spec := t.specAs(agent, implicit, req.Session, req.RunID, req.Input, req.Metadata)
 	spec.Parent = parent
 	ev := loop.RunCreated(spec, now)
 	ev.Seq = 1

@@ -168,7 +168,9 @@ func (rt *Runtime) forgetRun(run loop.Run) {
 func (rt *Runtime) effectCall(ctx context.Context, run loop.Run, e loop.Effect, request json.RawMessage) (EffectCall, error) {
 	in := abi.EffectInput{ABI: abi.Version, Handle: e.Handle, Effect: abi.Effect{
 		ID: e.ID, AssignmentKey: assignment(run, e.ID, e.Attempt), Attempt: e.Attempt, Kind: e.Kind,
-		DeadlineMS: run.Limits.DeadlineMS,
+		// When the Run fails if it works on without waiting: an effect
+		// executes only while the Run does not wait (loop.Run.Deadline).
+		DeadlineMS: run.Deadline(),
 	}}
 	if e.Kind == abi.KindTool {
 		in.Effect.Tool = e.Tool

@@ -30,11 +30,18 @@ type Tenant struct {
 	// Agents are the tenant's agents by name; nil makes the Tenant its
 	// own DefaultAgent.
 	Agents map[string]*Agent
-	// Limits are the Run limits; Limits.DeadlineMS is ignored and derived
-	// from RunTimeout.
+	// Limits are the Run limits; their DeadlineMS, RunTimeoutMS and
+	// WaitTimeoutMS are ignored and derived from RunTimeout and
+	// WaitTimeout.
 	Limits loop.Limits
-	// RunTimeout bounds a Run from its creation; 0 means no deadline.
+	// RunTimeout bounds a Run's work time: the time since its creation
+	// that it did not spend waiting for a person (loop.Limits.RunTimeoutMS);
+	// 0 means none.
 	RunTimeout time.Duration
+	// WaitTimeout bounds each of a Run's waits for a person, for an
+	// approval or an answer (loop.Limits.WaitTimeoutMS); 0 means none.
+	// The config's default is config.DefaultWaitTimeout.
+	WaitTimeout time.Duration
 	// EffectTimeout bounds one executing attempt; 0 means none.
 	EffectTimeout time.Duration
 	ModelPolicy   loop.Policy
@@ -77,10 +84,11 @@ type Agent struct {
 	Builder      Builder
 	Model        Executor
 	Tools        []Tool
-	// Limits, RunTimeout, EffectTimeout, ModelPolicy and HistoryRuns are
-	// as a Tenant's.
+	// Limits, RunTimeout, WaitTimeout, EffectTimeout, ModelPolicy and
+	// HistoryRuns are as a Tenant's.
 	Limits        loop.Limits
 	RunTimeout    time.Duration
+	WaitTimeout   time.Duration
 	EffectTimeout time.Duration
 	ModelPolicy   loop.Policy
 	HistoryRuns   int
@@ -130,7 +138,7 @@ func (t *Tenant) Agent(name string) (a *Agent, implicit, ok bool) {
 		}
 		return &Agent{
 			Name: DefaultAgent, Builder: t.Builder, Model: t.Model, Tools: t.Tools,
-			Limits: t.Limits, RunTimeout: t.RunTimeout, EffectTimeout: t.EffectTimeout,
+			Limits: t.Limits, RunTimeout: t.RunTimeout, WaitTimeout: t.WaitTimeout, EffectTimeout: t.EffectTimeout,
 			ModelPolicy: t.ModelPolicy, HistoryRuns: t.HistoryRuns,
 		}, true, true
 	}
@@ -202,26 +210,28 @@ func (t *Tenant) executorFor(run *loop.Run, kind abi.EffectKind, tool string) Ex
 
 // spec builds the loop spec of a new Run of this tenant as its
 // DefaultAgent (specAs).
-func (t *Tenant) spec(session, runID, input string, metadata []byte, nowMS int64) loop.Spec {
+func (t *Tenant) spec(session, runID, input string, metadata []byte) loop.Spec {
 	a, implicit, ok := t.Agent(DefaultAgent)
 	if !ok {
 		a, implicit = &Agent{Name: DefaultAgent}, true
 	}
-	return t.specAs(a, implicit, session, runID, input, metadata, nowMS)
+	return t.specAs(a, implicit, session, runID, input, metadata)
 }
 
 // specAs builds the loop spec of a new Run of this tenant as agent a (from
 // Agent): its limits, policies and tools, and, unless a is the implicit
 // agent of a Tenant without Agents, its pin.
-func (t *Tenant) specAs(a *Agent, implicit bool, session, runID, input string, metadata []byte, nowMS int64) loop.Spec {
+func (t *Tenant) specAs(a *Agent, implicit bool, session, runID, input string, metadata []byte) loop.Spec {
 	lim := a.Limits
 	if lim.MaxSteps == 0 {
 		lim = loop.DefaultLimits
 	}
+	// A new Run's run_timeout counts its work time only, and its waits
+	// for a person have a bound of their own (loop/wait.go); the absolute
+	// DeadlineMS is what Runs created before got, and keep.
 	lim.DeadlineMS = 0
-	if a.RunTimeout > 0 {
-		lim.DeadlineMS = nowMS + a.RunTimeout.Milliseconds()
-	}
+	lim.RunTimeoutMS = max(a.RunTimeout.Milliseconds(), 0)
+	lim.WaitTimeoutMS = max(a.WaitTimeout.Milliseconds(), 0)
 	if a.EffectTimeout > 0 {
 		lim.EffectTimeoutMS = a.EffectTimeout.Milliseconds()
 	}

@@ -36,7 +36,7 @@ func TestAnOldRunIsOfferedItsOwnToolsAsTheTenantNowDescribesThem(t *testing.T) {
 
 	// A Run created now pins its descriptors: it is offered them whatever
 	// the tenant's tools become.
-	fresh := tenant.spec("s1", "r1", "hi", nil, 1)
+	fresh := tenant.spec("s1", "r1", "hi", nil)
 	pinned := []abi.Tool{tenant.Tools[0].Descriptor, tenant.Tools[1].Descriptor}
 	later := &Tenant{ID: "acme"}
 	if got := later.toolsOffered(loop.Run{Spec: fresh}); !reflect.DeepEqual(got, pinned) {

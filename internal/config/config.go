@@ -383,12 +383,18 @@ type Limits struct {
 	MaxSteps             int
 	MaxToolCallsPerStep  int
 	MaxParallelToolCalls int
-	RunTimeout           time.Duration
-	EffectTimeout        time.Duration
+	// RunTimeout bounds a Run's work time, which does not count its
+	// waits for a person; 0 means none.
+	RunTimeout time.Duration
+	// WaitTimeout bounds each wait of a Run for a person (an approval,
+	// an answer); DefaultWaitTimeout unless the file sets it, and 0
+	// (`wait_timeout: 0`) means none.
+	WaitTimeout   time.Duration
+	EffectTimeout time.Duration
 }
 
-// LoopLimits returns the limits as the Loop takes them (the deadline and
-// the effect timeout come from the durations, set by the runtime).
+// LoopLimits returns the limits as the Loop takes them (the timeouts come
+// from the durations, set by the runtime).
 func (l Limits) LoopLimits() loop.Limits {
 	return loop.Limits{MaxSteps: l.MaxSteps, MaxToolCallsPerStep: l.MaxToolCallsPerStep, MaxParallelToolCalls: l.MaxParallelToolCalls}
 }
@@ -449,6 +455,10 @@ var (
 	DefaultLogFormat          = "text"
 	DefaultLogLevel           = "info"
 	DefaultHistoryRuns        = 20
+	// DefaultWaitTimeout is limits.wait_timeout: a Run that waits a week
+	// for a person's approval or answer fails; `wait_timeout: 0` lets it
+	// wait for ever.
+	DefaultWaitTimeout = 7 * 24 * time.Hour
 )
 
 // ToolPolicy returns the policy of tool under tenant t, given whether the

@@ -63,7 +63,7 @@ var (
 		"rate_limits.requests.per_second", "rate_limits.requests.burst",
 		"rate_limits.submissions.per_second", "rate_limits.submissions.burst",
 		"limits.max_steps", "limits.max_tool_calls_per_step", "limits.max_parallel_tool_calls",
-		"limits.run_timeout", "limits.effect_timeout",
+		"limits.run_timeout", "limits.wait_timeout", "limits.effect_timeout",
 	}
 	toolKeys = []string{"approval"}
 	// agentKeys are the keys of tenants.ID.agents.NAME; its tools list,
@@ -73,7 +73,7 @@ var (
 	agentKeys = []string{
 		"description", "instructions", "instructions_file", "output_schema_file", "builder", "model.plugin", "history_runs",
 		"limits.max_steps", "limits.max_tool_calls_per_step", "limits.max_parallel_tool_calls",
-		"limits.run_timeout", "limits.effect_timeout",
+		"limits.run_timeout", "limits.wait_timeout", "limits.effect_timeout",
 	}
 	// agentToolKeys are the keys of one entry of an agent's tools.
 	agentToolKeys = []string{"plugin", "tool", "agent", "approval"}
@@ -480,6 +480,7 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 		MaxToolCallsPerStep:  d.integerAt(m, k, "limits.max_tool_calls_per_step", loop.DefaultLimits.MaxToolCallsPerStep, 0),
 		MaxParallelToolCalls: d.integerAt(m, k, "limits.max_parallel_tool_calls", loop.DefaultLimits.MaxParallelToolCalls, 0),
 		RunTimeout:           d.durationAt(m, k, "limits.run_timeout", 0),
+		WaitTimeout:          d.durationAt(m, k, "limits.wait_timeout", DefaultWaitTimeout),
 		EffectTimeout:        d.durationAt(m, k, "limits.effect_timeout", 0),
 	}
 	for _, lim := range []struct {
@@ -699,6 +700,7 @@ func (d *decoder) agent(k, name string, m map[string]any, t *Tenant, plugins map
 		MaxToolCallsPerStep:  d.integerAt(m, k, "limits.max_tool_calls_per_step", t.Limits.MaxToolCallsPerStep, 0),
 		MaxParallelToolCalls: d.integerAt(m, k, "limits.max_parallel_tool_calls", t.Limits.MaxParallelToolCalls, 0),
 		RunTimeout:           d.durationAt(m, k, "limits.run_timeout", t.Limits.RunTimeout),
+		WaitTimeout:          d.durationAt(m, k, "limits.wait_timeout", t.Limits.WaitTimeout),
 		EffectTimeout:        d.durationAt(m, k, "limits.effect_timeout", t.Limits.EffectTimeout),
 	}
 	for _, lim := range []struct {
@@ -1059,7 +1061,11 @@ func (d *decoder) durationAt(m map[string]any, prefix, key string, def time.Dura
 	}
 	v, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil || v < 0 {
-		d.problem(prefix+key, "%q is not a duration: write it like \"30s\", \"5m\" or \"1h30m\"", s)
+		hint := ""
+		if strings.HasSuffix(strings.TrimSpace(s), "d") {
+			hint = " (there is no unit of days: write 168h for 7 days)"
+		}
+		d.problem(prefix+key, "%q is not a duration: write it like \"30s\", \"5m\" or \"1h30m\"%s", s, hint)
 		return def
 	}
 	return v

@@ -57,11 +57,14 @@ type AgentToolJSON struct {
 }
 
 // AgentLimitsJSON bounds each Run of an agent; a timeout of "0s" is none.
+// RunTimeout bounds a Run's work time, which does not count its waits for
+// a person; WaitTimeout bounds each of those waits.
 type AgentLimitsJSON struct {
 	MaxSteps             int    `json:"max_steps"`
 	MaxToolCallsPerStep  int    `json:"max_tool_calls_per_step"`
 	MaxParallelToolCalls int    `json:"max_parallel_tool_calls"`
 	RunTimeout           string `json:"run_timeout"`
+	WaitTimeout          string `json:"wait_timeout"`
 	EffectTimeout        string `json:"effect_timeout"`
 }
 

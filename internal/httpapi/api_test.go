@@ -122,8 +122,12 @@ func TestEventStreamResumesAfterLastEventID(t *testing.T) {
 	// ?after= does the same without the header.
 	afterQ := e.streamQuery(tokenAcme, run.ID, "?after="+lastID)
 	require.Equal(t, rest, afterQ)
+	// From the start: every event, and the run_waiting after the event
+	// that made the Run wait for its approval.
 	full := e.stream(tokenAcme, run.ID).all(t)
-	require.Len(t, full, len(seen)+len(rest))
+	require.Len(t, full, len(seen)+len(rest)+1)
+	require.Equal(t, "run_waiting", full[len(seen)].Event)
+	require.Empty(t, full[len(seen)].ID, "run_waiting is not in the log: it has no id")
 
 	// A bad Last-Event-ID is a 400, not a stream from the start.
 	bad := e.do("GET", "/v1/runs/"+run.ID+"/events", tokenAcme, "", "Last-Event-ID", "seven")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -61,7 +62,9 @@ const maxResumeID = 1 << 62
 //
 // from the event after Last-Event-ID (or ?after=), in order, until the
 // Run's terminal event. Plugin emits come as "event: progress" without an
-// id; a comment line every Heartbeat keeps idle connections open.
+// id, and what the Run waits for, when it begins to wait for a person, as
+// "event: run_waiting" without an id (waitwatch.go); a comment line every
+// Heartbeat keeps idle connections open.
 //
 // The stream holds no goroutine of its own: the handler's one loop waits
 // for the Run's follower (whose tail reads the Run's new events once for
@@ -125,7 +128,9 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, tenant str
 	// body) has a deadline too; it clears the deadline once the answer is
 	// written, before the connection serves another request.
 	defer func() { _ = sw.extendDeadline() }()
-	err = s.pump(ctx, sw, f, run.ID)
+	ww := s.newWaitWatch(tenant, run, after)
+	defer ww.closeChildren()
+	err = s.pump(ctx, sw, f, run.ID, ww)
 	switch {
 	case errors.Is(err, errWriteTimeout):
 		dropped = true
@@ -142,10 +147,14 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, tenant str
 	return nil
 }
 
-// pump sends the follower's items and the heartbeats until the Run's
-// terminal event is sent (nil), ctx ends, or a send or a read fails.
-func (s *Server) pump(ctx context.Context, sw *sseWriter, f *runtime.Follower, runID string) error {
+// pump sends the follower's items, the run_waiting events ww owes, and
+// the heartbeats until the Run's terminal event is sent (nil), ctx ends,
+// or a send or a read fails.
+func (s *Server) pump(ctx context.Context, sw *sseWriter, f *runtime.Follower, runID string, ww *waitWatch) error {
 	if err := sw.send(func(b *bytes.Buffer) { b.WriteString("retry: 2000\n\n") }); err != nil {
+		return err
+	}
+	if err := ww.start(ctx, sw); err != nil {
 		return err
 	}
 	beat := time.NewTicker(s.cfg.Heartbeat)
@@ -156,15 +165,32 @@ func (s *Server) pump(ctx context.Context, sw *sseWriter, f *runtime.Follower, r
 			if err := s.sendItem(sw, it, runID); err != nil {
 				return err
 			}
+			if it.Event != nil {
+				if err := ww.rootEvent(ctx, sw, *it.Event); err != nil {
+					return err
+				}
+			}
 		}
 		if err != nil || done {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if err := ww.pollChildren(ctx, sw); err != nil {
+			return err
+		}
+		// Wait for the Run's follower, a followed child's, or the
+		// heartbeat.
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(f.Ready())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(beat.C)},
+		}
+		for _, c := range ww.ready() {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+		}
+		switch i, _, _ := reflect.Select(cases); i {
+		case 0:
 			return ctx.Err()
-		case <-f.Ready():
-		case <-beat.C:
+		case 2:
 			if err := sw.send(func(b *bytes.Buffer) { b.WriteString(": heartbeat\n\n") }); err != nil {
 				return err
 			}
@@ -259,6 +285,22 @@ func (s *sseWriter) send(fill func(*bytes.Buffer)) error {
 	default:
 		return errClientGone
 	}
+}
+
+// sendJSON sends an event that is not in the Run's log (no id): its
+// type, and v as its data.
+func (s *sseWriter) sendJSON(event string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("httpapi: encode a %s event: %w", event, err)
+	}
+	// Raw JSON of the Run (a model's tool arguments) is copied as it is:
+	// keep the stream valid UTF-8.
+	data = validUTF8(data)
+	return s.send(func(b *bytes.Buffer) {
+		b.WriteString("event: " + event + "\n")
+		writeData(b, data)
+	})
 }
 
 // extendDeadline sets the connection's write deadline a write timeout

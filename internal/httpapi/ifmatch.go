@@ -19,10 +19,10 @@ import (
 // etag is a Run's entity tag.
 func etag(run loop.Run) string { return `"` + strconv.FormatInt(run.Seq, 10) + `"` }
 
-// writeRun answers with one Run and its ETag.
-func writeRun(w http.ResponseWriter, status int, run loop.Run) {
+// writeRun answers with one Run of the request's tenant and its ETag.
+func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, tenant string, status int, run loop.Run) {
 	w.Header().Set("ETag", etag(run))
-	writeJSON(w, status, NewRunJSON(run))
+	writeJSON(w, status, s.runJSON(r.Context(), tenant, run))
 }
 
 // ifMatch is a request's If-Match precondition on a Run's version.

@@ -163,11 +163,15 @@ func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
 	stream := e.stream(tokenAcme, asking.ID)
 	api.checkHeaders("GET", events, http.StatusOK, reply{Status: stream.resp.StatusCode, Header: stream.resp.Header})
 	dataSchema := api.schemaOf("GET", events, http.StatusOK, "text/event-stream")
-	asked := e.get(tokenAcme, asking.ID)
-	for i := int64(0); i < asked.Seq; i++ {
+	// The Run's events up to its question, then the run_waiting that
+	// says what it waits for.
+	for i := 0; ; i++ {
 		ev, ok := stream.next()
 		require.True(t, ok, "the stream ended after %d events", i)
 		api.validate(dataSchema, "event "+ev.ID+" ("+ev.Event+")", []byte(ev.Data))
+		if ev.Event == "run_waiting" {
+			break
+		}
 	}
 	require.NoError(t, e.rt.Hub().Emit(context.Background(), runtime.EmitScope{Tenant: "acme", RunID: asking.ID,
 		EffectID: asking.ID + ".m1.0", Plugin: "scripted-model"}, abi.EmitEvent{Type: "progress", Message: "half way", Data: json.RawMessage(`{"done": 0.5}`)}))
@@ -216,7 +220,7 @@ func withAgentsAsANodeShowsThem(cfg *httpapi.Config, ropts *runtime.Options) {
 		a.Version, a.HistoryRuns = versions[shown.Name], runtime.DefaultHistoryRuns
 		shown.Version, shown.HistoryRuns = a.Version, a.HistoryRuns
 		shown.Limits = httpapi.AgentLimitsJSON{MaxSteps: a.Limits.MaxSteps, MaxToolCallsPerStep: a.Limits.MaxToolCallsPerStep,
-			MaxParallelToolCalls: a.Limits.MaxParallelToolCalls, RunTimeout: a.RunTimeout.String(), EffectTimeout: a.EffectTimeout.String()}
+			MaxParallelToolCalls: a.Limits.MaxParallelToolCalls, RunTimeout: a.RunTimeout.String(), WaitTimeout: a.WaitTimeout.String(), EffectTimeout: a.EffectTimeout.String()}
 	}
 }
 

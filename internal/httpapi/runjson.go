@@ -88,6 +88,18 @@ type WaitingJSON struct {
 	WakeAt string `json:"wake_at,omitempty"`
 	// Queued is true while an earlier Run of the session is unfinished.
 	Queued bool `json:"queued"`
+	// Since is when the Run began to wait for a person (RFC 3339): set
+	// while its status is waiting, unless it has waited since before
+	// this was recorded.
+	Since string `json:"since,omitempty"`
+	// Deadline is when the Run fails with deadline_exceeded if it still
+	// waits for a person then (RFC 3339): the end of its wait_timeout.
+	// Absent when nothing bounds the wait.
+	Deadline string `json:"deadline,omitempty"`
+	// ChildrenWaiting are the child Runs of the Run's executing agent-tool
+	// calls that wait for a person, directly or through children of their
+	// own (waiting.go).
+	ChildrenWaiting []ChildWaitingJSON `json:"children_waiting,omitempty"`
 }
 
 // ApprovalWaitJSON is one tool call waiting for an approval.
@@ -157,6 +169,14 @@ func waitingJSON(run loop.Run) *WaitingJSON {
 	}
 	if w.WakeAtMS > 0 {
 		out.WakeAt = rfc3339(w.WakeAtMS)
+	}
+	if wait, ok := run.Waiting(); ok {
+		if wait.Since > 0 {
+			out.Since = rfc3339(wait.Since)
+		}
+		if wait.Deadline > 0 {
+			out.Deadline = rfc3339(wait.Deadline)
+		}
 	}
 	return out
 }

@@ -78,7 +78,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 		w.Header().Set(ReplayedHeader, "true")
 		status = http.StatusOK
 	}
-	writeRun(w, status, run)
+	s.writeRun(w, r, tenant, status, run)
 	return nil
 }
 
@@ -172,7 +172,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, tenant string) e
 	if err != nil {
 		return err
 	}
-	writeRun(w, http.StatusOK, run)
+	s.writeRun(w, r, tenant, http.StatusOK, run)
 	return nil
 }
 
@@ -213,7 +213,7 @@ func (s *Server) postInput(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return approvalError(s.runError(r, run.ID, err), run, req)
 	}
-	writeRun(w, http.StatusOK, cur)
+	s.writeRun(w, r, tenant, http.StatusOK, cur)
 	return nil
 }
 
@@ -277,7 +277,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return s.runError(r, run.ID, err)
 	}
-	writeRun(w, http.StatusAccepted, cur)
+	s.writeRun(w, r, tenant, http.StatusAccepted, cur)
 	return nil
 }
 

@@ -193,6 +193,10 @@ func TestManyStreamsOfOneRunShareOneReaderAndHoldNoGoroutine(t *testing.T) {
 	final := e.waitStatus(tokenAcme, run.ID, loop.StatusCompleted)
 	for i, s := range streams {
 		rest := s.until(t, final.Seq)
+		// The stream read from the start sent what the Run waited for
+		// after the event that made it wait, without an id.
+		require.Equal(t, "run_waiting", rest[0].Event, "stream %d", i)
+		rest = rest[1:]
 		_, more := s.sse.next()
 		require.False(t, more, "stream %d goes on after the terminal event", i)
 		for j, ev := range rest {

@@ -40,6 +40,7 @@ type agentDefinition struct {
 	Tools           []toolDefinition `json:"tools"`
 	Limits          loop.Limits      `json:"limits"`
 	RunTimeoutMS    int64            `json:"run_timeout_ms"`
+	WaitTimeoutMS   int64            `json:"wait_timeout_ms,omitempty"` // absent (0: no bound) keeps the versions of before it existed
 	EffectTimeoutMS int64            `json:"effect_timeout_ms"`
 	ModelPolicy     loop.Policy      `json:"model_policy"`
 	HistoryRuns     int              `json:"history_runs"`
@@ -68,7 +69,7 @@ func AgentVersion(a config.Agent, ra *runtime.Agent, sha256Of func(plugin string
 		Description: a.Description, Instructions: a.Instructions, Settings: a.Settings, OutputSchema: a.OutputSchema,
 		Builder: pluginIdentity{ID: a.Builder, SHA256: sha256Of(a.Builder)},
 		Model:   pluginIdentity{ID: a.Model, SHA256: sha256Of(a.Model)},
-		Limits:  ra.Limits, RunTimeoutMS: ra.RunTimeout.Milliseconds(), EffectTimeoutMS: ra.EffectTimeout.Milliseconds(),
+		Limits:  ra.Limits, RunTimeoutMS: ra.RunTimeout.Milliseconds(), WaitTimeoutMS: ra.WaitTimeout.Milliseconds(), EffectTimeoutMS: ra.EffectTimeout.Milliseconds(),
 		ModelPolicy: ra.ModelPolicy, HistoryRuns: ra.HistoryRuns,
 		Tools: make([]toolDefinition, 0, len(ra.Tools)),
 	}
@@ -97,7 +98,7 @@ func agentJSON(a config.Agent, ra *runtime.Agent, sources []string) httpapi.Agen
 		Tools: make([]httpapi.AgentToolJSON, 0, len(ra.Tools)),
 		Limits: httpapi.AgentLimitsJSON{
 			MaxSteps: ra.Limits.MaxSteps, MaxToolCallsPerStep: ra.Limits.MaxToolCallsPerStep, MaxParallelToolCalls: ra.Limits.MaxParallelToolCalls,
-			RunTimeout: ra.RunTimeout.String(), EffectTimeout: ra.EffectTimeout.String(),
+			RunTimeout: ra.RunTimeout.String(), WaitTimeout: ra.WaitTimeout.String(), EffectTimeout: ra.EffectTimeout.String(),
 		},
 		HistoryRuns: ra.HistoryRuns,
 	}

@@ -101,6 +101,7 @@ func TestAgentVersionsChangeWithEveryInput(t *testing.T) {
 		"max_tool_calls":        func(v *versionInputs) { v.ra.Limits.MaxToolCallsPerStep++ },
 		"max_parallel":          func(v *versionInputs) { v.ra.Limits.MaxParallelToolCalls++ },
 		"run_timeout":           func(v *versionInputs) { v.ra.RunTimeout = time.Hour },
+		"wait_timeout":          func(v *versionInputs) { v.ra.WaitTimeout = time.Hour },
 		"effect_timeout":        func(v *versionInputs) { v.ra.EffectTimeout = time.Hour },
 		"model_policy":          func(v *versionInputs) { v.ra.ModelPolicy.MaxAttempts++ },
 		"history_runs":          func(v *versionInputs) { v.ra.HistoryRuns = 3 },

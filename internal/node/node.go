@@ -271,7 +271,7 @@ func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.P
 	}
 	if def, ok := rt.Agents[runtime.DefaultAgent]; ok {
 		rt.Builder, rt.Model, rt.Tools = def.Builder, def.Model, def.Tools
-		rt.Limits, rt.RunTimeout, rt.EffectTimeout = def.Limits, def.RunTimeout, def.EffectTimeout
+		rt.Limits, rt.RunTimeout, rt.WaitTimeout, rt.EffectTimeout = def.Limits, def.RunTimeout, def.WaitTimeout, def.EffectTimeout
 		rt.ModelPolicy, rt.HistoryRuns = def.ModelPolicy, def.HistoryRuns
 	}
 	return rt, shown, nil
@@ -340,7 +340,7 @@ func buildAgent(cfg *config.Config, t config.Tenant, a config.Agent, wired *plug
 	ra := &runtime.Agent{
 		Name: a.Name, Instructions: a.Instructions, OutputSchema: a.OutputSchema, Builder: b, Model: model,
 		Limits:     a.Limits.LoopLimits(),
-		RunTimeout: a.Limits.RunTimeout, EffectTimeout: a.Limits.EffectTimeout,
+		RunTimeout: a.Limits.RunTimeout, WaitTimeout: a.Limits.WaitTimeout, EffectTimeout: a.Limits.EffectTimeout,
 		ModelPolicy: a.ModelPolicy, HistoryRuns: a.HistoryRuns,
 	}
 	if a.Settings != nil {
