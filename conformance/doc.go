@@ -1,8 +1,10 @@
 // Package conformance holds the exported test suites every implementation
 // of agenthost's ports must pass (StoreSuite, RuntimeSuite, PluginSuite),
 // the fakes they use (MemStore, FakeClock, scripted executors, and fake
-// Wasm plugins under conformance/plugins), and FaultStore, a seeded
-// wrapper of any Store that injects errors, timeouts and lost replies.
+// Wasm plugins under conformance/plugins), FakeAnthropic (a fake of
+// Anthropic's Messages API for the anthropic example plugin), and
+// FaultStore, a seeded wrapper of any Store that injects errors, timeouts
+// and lost replies.
 //
 // Everything here is for tests; it is not a stable API and not for
 // production use.

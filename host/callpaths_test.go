@@ -537,7 +537,8 @@ func calculatorCalls(t *testing.T) []cpCall {
 }
 
 // cpServer is the HTTP server the openai and hostile plugins reach: a fake
-// chat-completions endpoint and a few fixed pages, on 127.0.0.1.
+// chat-completions endpoint and a few fixed pages, on 127.0.0.1. The
+// anthropic plugin reaches a conformance.FakeAnthropic of its own.
 type cpServer struct {
 	srv  *httptest.Server
 	port string
@@ -588,6 +589,8 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 	conf := func(name string) func() (string, error) {
 		return func() (string, error) { return conformance.BuildPlugin(name) }
 	}
+	// The anthropic plugin's server checks every request as the API does.
+	claude := conformance.NewFakeAnthropic(t, "sk-ant-test")
 	tc := func(effect string, attempt int, tool string, args any) runtime.EffectCall {
 		return toolCall(cpTenant, effect, attempt, tool, args)
 	}
@@ -714,6 +717,21 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 				start("tool call", cpModelCall("run1.m2", 1, user("call a tool"))),
 				start("server error", cpModelCall("run1.m3", 1, user("answer 500"))),
 				start("garbage answer", cpModelCall("run1.m4", 1, user("answer garbage"))),
+				start("a tool effect", tc("run1.t1.0", 1, "calculate", nil)),
+			}, lifecycle("model lifecycle", cpModelCall("run1.m5", 1, user("hi")), time.Second)...),
+			exports: cpExecutorExports},
+		{name: "anthropic", wasm: example("anthropic"), role: abi.RoleExecutor, kind: abi.KindModel,
+			spec: func(s *PluginSpec) {
+				s.Sandbox.Config = map[string]string{"base_url": claude.URL, "model": "claude-test", "api_key": "sk-ant-test", "temperature": "0"}
+				s.Sandbox.AllowedHosts = []string{claude.Addr}
+			},
+			calls: append([]cpCall{
+				start("plain answer", cpModelCall("run1.m1", 1, user("hello"))),
+				start("tool call", cpModelCall("run1.m2", 1, user("use calculate"))),
+				start("tool result", cpModelCall("run1.m3", 1, user("use calculate"),
+					abi.Message{Role: abi.MessageAssistant, ToolCalls: []abi.ToolCall{{ID: "toolu_2", Name: "calculate", Arguments: json.RawMessage(`{"expression":"6*7"}`)}}},
+					abi.Message{Role: abi.MessageTool, ToolCallID: "toolu_2", Content: "42"})),
+				start("overloaded", cpModelCall("run1.m4", 1, user("answer 529"))),
 				start("a tool effect", tc("run1.t1.0", 1, "calculate", nil)),
 			}, lifecycle("model lifecycle", cpModelCall("run1.m5", 1, user("hi")), time.Second)...),
 			exports: cpExecutorExports},

@@ -124,7 +124,7 @@ func TestInstrumentLoopsCoversEveryPlugin(t *testing.T) {
 		conformance.PluginScripted, conformance.PluginBroken} {
 		paths = append(paths, pluginPath(t, name))
 	}
-	for _, dir := range []string{"calculator", "calculator-c", "calculator-as", "prompt-builder", "scripted-model", "slow-job", "openai"} {
+	for _, dir := range []string{"calculator", "calculator-c", "calculator-as", "prompt-builder", "scripted-model", "slow-job", "openai", "anthropic"} {
 		p := conformance.ExampleWasm(t, dir)
 		paths = append(paths, p)
 	}

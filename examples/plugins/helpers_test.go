@@ -25,6 +25,7 @@ var goExamples = []struct {
 	{"calculator", abi.RoleExecutor},
 	{"slow-job", abi.RoleExecutor},
 	{"openai", abi.RoleExecutor},
+	{"anthropic", abi.RoleExecutor},
 }
 
 const calculatorC = "calculator-c"

@@ -118,7 +118,7 @@ func decide(req abi.ModelRequest) abi.Message {
 		FallbackText, clip(text, 80), configureHint)}
 }
 
-const configureHint = "For real answers, configure a real model: load the openai example plugin (examples/plugins/openai) as the tenant's model executor, with base_url, model and api_key in its config; it speaks to OpenAI, Ollama or vLLM."
+const configureHint = "For real answers, configure a real model: load the openai example plugin (examples/plugins/openai) as the tenant's model executor, with base_url, model and api_key in its config; it speaks to OpenAI, Ollama or vLLM. For Anthropic's Messages API, load the anthropic one (examples/plugins/anthropic) the same way."
 
 // summarize answers from the results of the calls the model asked for, in
 // the order it asked.
