@@ -322,6 +322,9 @@ func checkOutcome(e *Effect, o *Outcome) error {
 		if o.Error == nil || !o.Error.Class.Valid() {
 			return fmt.Errorf("%w: failed settlement of %s needs an error with a known class", ErrInvalidEvent, e.ID)
 		}
+		if o.Error.RetryAfterMS < 0 {
+			return fmt.Errorf("%w: failed settlement of %s has a negative retry_after_ms %d", ErrInvalidEvent, e.ID, o.Error.RetryAfterMS)
+		}
 	case OutcomeCancelled:
 	default:
 		return fmt.Errorf("%w: settlement of %s with state %q", ErrInvalidEvent, e.ID, o.State)
@@ -360,21 +363,22 @@ func (r *Run) settle(e *Effect, o Outcome, at int64) {
 		f := o.Error
 		if f.Retriable {
 			p := r.policyOf(e)
+			e.Failures++
+			if f.RateLimited() {
+				e.RateLimited++
+			}
 			switch {
-			case p.Mode == PolicyRetry && e.Attempt < p.MaxAttempts:
-				e.Failures++
+			case retryAllowed(p, e, f):
 				e.State = EffectBackoff
-				e.NotBefore = at + Backoff(p, e.ID, e.Attempt)
+				e.NotBefore = at + RetryWait(p, e.ID, e.Attempt, f)
 				e.Outcome = &o
 				return
 			case p.Mode == PolicyFailRun:
-				e.Failures++
 				r.closeEffect(e, o)
 				r.beginEnd(Verdict{Status: StatusFailed, Failure: &Failure{Class: f.Class,
 					Message: fmt.Sprintf("%s %s failed (%s) and its policy is fail_run: %s", e.Kind, e.label(), f.Class, f.Message)}})
 				return
 			}
-			e.Failures++
 		}
 		r.fail(e, o, f)
 		return

@@ -54,8 +54,10 @@ func CheckEnded(evs []Event) []string { return LogCheck{Ended: true}.Check(evs) 
 //     outcome); another event about an attempt (pending, deferred) names
 //     the last attempt dispatched, before it settled;
 //   - no effect is dispatched more attempts than its policy allows (retry:
-//     max_attempts; fail and fail_run: one), with the model policy and the
-//     tool policies of the spec;
+//     max_attempts, not counting the attempts settled as rate_limited,
+//     which have max_rate_limited_attempts of their own; fail and
+//     fail_run: one), with the model policy and the tool policies of the
+//     spec;
 //   - every approval decides a call of the current model step that waits
 //     for one, once;
 //   - every input answers the question the Run was waiting on (the last
@@ -375,8 +377,36 @@ func (s *logScan) checkPolicies() {
 		default:
 			continue // reported at its dispatch
 		}
-		if limit := maxAttempts(p); e.Dispatched > limit {
-			s.bad("effect %s (%s%s) dispatched %d attempts; its policy (%s) allows %d", e.ID, e.Kind, strings.TrimSuffix(" "+e.Tool, " "), e.Dispatched, p.Mode, limit)
+		s.checkAttempts(e, p)
+	}
+}
+
+// checkAttempts checks that each attempt of e after the first was
+// dispatched while e's policy p allowed one more: after a rate-limited
+// settlement, while fewer of e's attempts were rate-limited than its
+// max_rate_limited_attempts; after any other (or none in the log: an
+// effect timeout), while fewer of them were not than its max_attempts.
+// It reports the first attempt too many, once.
+func (s *logScan) checkAttempts(e *effectLog, p Policy) {
+	what := fmt.Sprintf("effect %s (%s%s)", e.ID, e.Kind, strings.TrimSuffix(" "+e.Tool, " "))
+	limited := 0 // the rate-limited attempts among 1..n
+	for n := 1; n < e.Dispatched; n++ {
+		if p.Mode == PolicyRetry && e.Settled[n] != nil && e.Settled[n].State == OutcomeFailed && e.Settled[n].Error.RateLimited() {
+			limited++
+			if limited >= p.RateLimitedAttempts() {
+				s.bad("%s dispatched attempt %d after its attempt %d was its %d-th rate-limited one; its policy (%s) allows %d (max_rate_limited_attempts)",
+					what, n+1, n, limited, p.Mode, p.RateLimitedAttempts())
+				return
+			}
+			continue
+		}
+		if limit := maxAttempts(p); n-limited >= limit {
+			if limited > 0 {
+				s.bad("%s dispatched %d attempts; its policy (%s) allows %d besides its %d rate-limited ones", what, e.Dispatched, p.Mode, limit, limited)
+			} else {
+				s.bad("%s dispatched %d attempts; its policy (%s) allows %d", what, e.Dispatched, p.Mode, limit)
+			}
+			return
 		}
 	}
 }

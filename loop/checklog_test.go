@@ -117,6 +117,76 @@ func chkGood(t *testing.T) []Event {
 	return evs
 }
 
+// chkRateLimitedLog is a whole log that Apply accepts, event by event: a
+// model step under max_attempts 2 and max_rate_limited_attempts 3 is
+// rate-limited, lost, rate-limited again and then answers: four attempts,
+// two of them counted against max_attempts.
+func chkRateLimitedLog(t *testing.T) []Event {
+	t.Helper()
+	spec := *chkSpec()
+	spec.ModelPolicy = Policy{Mode: PolicyRetry, MaxAttempts: 2, MaxRateLimitedAttempts: 3}
+	limited := &Outcome{State: OutcomeFailed, Error: &Failure{Class: abi.ClassRateLimited, Message: "429", Retriable: true, RetryAfterMS: 500}}
+	evs := []Event{
+		RunCreated(spec, 0),
+		{Type: EventRunStarted},
+		{Type: EventModelStepPlanned, Step: 1, Request: chkRequest},
+		chkDispatch(chkM1, 1, 1), chkSettle(chkM1, 1, limited), {Type: EventTimerFired},
+		chkDispatch(chkM1, 2, 1), chkSettle(chkM1, 2, chkLost), {Type: EventTimerFired},
+		chkDispatch(chkM1, 3, 1), chkSettle(chkM1, 3, limited), {Type: EventTimerFired},
+		chkDispatch(chkM1, 4, 1), chkSettle(chkM1, 4, chkFinal),
+		{Type: EventRunCompleted, Result: "noted"},
+	}
+	var run Run
+	for i := range evs {
+		evs[i].At = int64(1000 * (i + 1))
+		next, err := Apply(run, evs[i])
+		if err != nil {
+			t.Fatalf("the rate-limited log's event %d (%s) is refused: %v", i+1, evs[i].Type, err)
+		}
+		run = next
+		evs[i].Seq = run.Seq
+	}
+	if run.Status != StatusCompleted {
+		t.Fatalf("the rate-limited log ends %s", run.Status)
+	}
+	return evs
+}
+
+func TestCheckLogCountsRateLimitedAttemptsApart(t *testing.T) {
+	good := chkRateLimitedLog(t)
+	last := len(good) - 1
+	limited := good[4].Outcome
+	// beyond replaces the fourth attempt's answer with o and dispatches
+	// a fifth attempt.
+	beyond := func(o *Outcome) []Event {
+		evs := append([]Event(nil), good[:last-1]...)
+		return chkNumbered(append(evs, chkSettle(chkM1, 4, o), Event{Type: EventTimerFired}, chkDispatch(chkM1, 5, 1)))
+	}
+	for _, c := range []struct {
+		name string
+		evs  []Event
+		want string
+	}{
+		{"rate-limited attempts do not count against max_attempts", good, ""},
+		{"an attempt beyond max_attempts besides the rate-limited ones is caught", beyond(chkLost), "allows 2 besides its 2 rate-limited ones"},
+		{"an attempt beyond max_rate_limited_attempts is caught", beyond(limited), "allows 3 (max_rate_limited_attempts)"},
+		{"a rate-limited answer that is not retriable counts against max_attempts", chkNumbered(append(append([]Event(nil), good[:4]...),
+			chkSettle(chkM1, 1, &Outcome{State: OutcomeFailed, Error: &Failure{Class: abi.ClassRateLimited, Message: "429"}}),
+			Event{Type: EventTimerFired}, chkDispatch(chkM1, 2, 1), chkSettle(chkM1, 2, chkLost), Event{Type: EventTimerFired}, chkDispatch(chkM1, 3, 1))),
+			"allows 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := CheckLog(c.evs)
+			switch {
+			case c.want == "" && len(got) > 0:
+				t.Errorf("violations %q, want none", got)
+			case c.want != "" && (len(got) == 0 || !strings.Contains(strings.Join(got, "\n"), c.want)):
+				t.Errorf("violations %q, want one with %q\n%s", got, c.want, chkRender(c.evs))
+			}
+		})
+	}
+}
+
 // chkIndex is the index of the first event of evs that match accepts.
 func chkIndex(t *testing.T, evs []Event, match func(Event) bool) int {
 	t.Helper()
@@ -322,7 +392,7 @@ func TestCheckLogPassesEveryLogApplyBuilds(t *testing.T) {
 					// The executor answers an attempt in flight: mostly
 					// done, else failed (retriable or not) or cancelled.
 					e := x[int(b[9])%len(x)]
-					b[0], b[2], b[3], b[4] = 9, byte(indexOf(run.Effects, e.ID)), 1, []byte{0, 1, 0, 1, 2, 3, 4}[b[4]%7]
+					b[0], b[2], b[3], b[4] = 9, byte(indexOf(run.Effects, e.ID)), 1, []byte{0, 1, 0, 1, 2, 3, 4, 5}[b[4]%8]
 				}
 			}
 			now += int64(b[7]%4) * 250

@@ -11,7 +11,8 @@ import (
 
 // fuzzSpec is the Run every fuzz sequence starts from: two plain tools, a
 // gated one, an idempotent one with retries and a fail_run one, a small
-// window and time limits of style limits (fuzzLimitStyles).
+// window, time limits of style limits (fuzzLimitStyles), and small
+// budgets of rate-limited attempts.
 func fuzzSpec(limits int) Spec {
 	lim := Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2, EffectTimeoutMS: 30_000}
 	switch limits {
@@ -25,10 +26,10 @@ func fuzzSpec(limits int) Spec {
 	return Spec{
 		Tenant: "t", Session: "s", ID: "r", Input: "go",
 		Limits:      lim,
-		ModelPolicy: Policy{Mode: PolicyRetry, MaxAttempts: 2, BackoffMS: 500, MaxBackoffMS: 2000},
+		ModelPolicy: Policy{Mode: PolicyRetry, MaxAttempts: 2, BackoffMS: 500, MaxBackoffMS: 2000, MaxRateLimitedAttempts: 3, MaxRetryAfterMS: 5000},
 		Tools: []ToolSpec{
 			{Name: "a", Policy: Policy{Mode: PolicyFail}, InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)},
-			{Name: "b", Policy: Policy{Mode: PolicyRetry, MaxAttempts: 3, BackoffMS: 100}},
+			{Name: "b", Policy: Policy{Mode: PolicyRetry, MaxAttempts: 3, BackoffMS: 100, MaxRateLimitedAttempts: 2}},
 			{Name: "gate", Approval: true, Policy: Policy{Mode: PolicyFail}},
 			{Name: "fatal", Policy: Policy{Mode: PolicyFailRun}},
 		},
@@ -74,7 +75,7 @@ func fuzzEvent(r Run, now int64, b []byte) Event {
 		return e.ID, attempt
 	}
 	outcome := func(id string) Outcome {
-		switch at(4) % 6 {
+		switch at(4) % 7 {
 		case 0, 1:
 			if ref, err := ParseEffectID(id); err == nil && ref.Kind == "model" {
 				m := abi.ModelOutcome{Message: abi.Message{Role: abi.MessageAssistant, Content: "answer"}, Usage: abi.Usage{InputTokens: 1, OutputTokens: 1}}
@@ -94,6 +95,9 @@ func fuzzEvent(r Run, now int64, b []byte) Event {
 			return Outcome{State: OutcomeFailed, Error: &Failure{Class: abi.ClassPluginFailed, Message: "no"}}
 		case 4:
 			return Outcome{State: OutcomeCancelled}
+		case 5:
+			return Outcome{State: OutcomeFailed, Error: &Failure{Class: abi.ClassRateLimited, Message: "429", Retriable: true,
+				RetryAfterMS: int64(at(5)%8) * 1000}}
 		default:
 			return Outcome{State: OutcomeDone} // malformed: no payload
 		}
@@ -205,6 +209,22 @@ func checkInvariants(t *testing.T, prev, next Run, ev Event, settled map[attempt
 	}
 	if next.Seq != prev.Seq+1 {
 		t.Fatalf("seq %d after %d", next.Seq, prev.Seq)
+	}
+	// Retries keep to their policy: no attempt before the wait the
+	// failure asked for (within the policy's cap), and each budget holds.
+	for _, e := range next.Effects {
+		p := next.policyOf(&e)
+		if p.Mode == PolicyRetry && (e.Attempt-e.RateLimited > p.MaxAttempts || e.RateLimited > p.RateLimitedAttempts()) {
+			t.Fatalf("effect %s: attempt %d with %d rate-limited, beyond policy %+v", e.ID, e.Attempt, e.RateLimited, p)
+		}
+		old := prev.Effect(e.ID)
+		if e.State != EffectBackoff || old == nil || old.State != EffectExecuting {
+			continue
+		}
+		f := e.Outcome.Error
+		if want := ev.At + min(f.RetryAfterMS, p.RetryAfterCapMS()); e.NotBefore < want {
+			t.Fatalf("effect %s backs off until %d after %s asked for %d ms at %d", e.ID, e.NotBefore, f.Class, f.RetryAfterMS, ev.At)
+		}
 	}
 	checkWaitClocks(t, prev, next, ev, a1)
 }

@@ -42,11 +42,58 @@ const (
 )
 
 // Policy is a missing-effect policy with its retry parameters.
+//
+// Under retry, an attempt that failed retriably is followed by the next
+// one after a wait (RetryWait): the backoff, or longer when the failure
+// carries a retry_after that asks for longer, up to MaxRetryAfterMS. A
+// failure of class rate_limited counts against MaxRateLimitedAttempts,
+// any other against MaxAttempts: a provider that says "not now" for a
+// while does not use up the attempts meant for faults.
 type Policy struct {
 	Mode         PolicyMode `json:"mode"`
 	MaxAttempts  int        `json:"max_attempts,omitempty"`
 	BackoffMS    int64      `json:"backoff_ms,omitempty"`
 	MaxBackoffMS int64      `json:"max_backoff_ms,omitempty"`
+	// MaxRateLimitedAttempts is how many attempts of one effect may fail
+	// as rate_limited: the last of them fails the effect. 0 takes
+	// DefaultMaxRateLimitedAttempts (a Run created before the field has
+	// 0).
+	MaxRateLimitedAttempts int `json:"max_rate_limited_attempts,omitempty"`
+	// MaxRetryAfterMS is the longest wait a failure's retry_after sets
+	// before the next attempt: a provider that asks for longer gets this
+	// wait, after which the attempt goes ahead (and is answered again).
+	// 0 takes DefaultMaxRetryAfterMS.
+	MaxRetryAfterMS int64 `json:"max_retry_after_ms,omitempty"`
+}
+
+// The defaults of the Policy fields whose zero value takes one.
+const (
+	// DefaultMaxRateLimitedAttempts lets an effect be rate-limited 20
+	// times: with the default backoff (1 s doubling to 30 s, which a
+	// retry_after can only lengthen) the attempts span more than 8
+	// minutes, so a Run outlasts a provider's 5-minute rate-limit window.
+	DefaultMaxRateLimitedAttempts = 20
+	// DefaultMaxRetryAfterMS honours a provider's retry_after up to 5
+	// minutes.
+	DefaultMaxRetryAfterMS int64 = 5 * 60 * 1000
+)
+
+// RateLimitedAttempts is p's budget of rate-limited attempts:
+// MaxRateLimitedAttempts, or its default.
+func (p Policy) RateLimitedAttempts() int {
+	if p.MaxRateLimitedAttempts > 0 {
+		return p.MaxRateLimitedAttempts
+	}
+	return DefaultMaxRateLimitedAttempts
+}
+
+// RetryAfterCapMS is the longest wait p lets a retry_after set:
+// MaxRetryAfterMS, or its default.
+func (p Policy) RetryAfterCapMS() int64 {
+	if p.MaxRetryAfterMS > 0 {
+		return p.MaxRetryAfterMS
+	}
+	return DefaultMaxRetryAfterMS
 }
 
 // DefaultModelPolicy retries a model step up to 3 attempts.
@@ -210,6 +257,18 @@ type Failure struct {
 	Class     abi.ErrorClass `json:"class"`
 	Message   string         `json:"message"`
 	Retriable bool           `json:"retriable,omitempty"`
+	// RetryAfterMS is the wait before the next attempt that the executor
+	// (its provider) asked for, in milliseconds; 0 when it said nothing.
+	// The Loop dispatches no retry of the attempt earlier, within the
+	// policy's MaxRetryAfterMS (RetryWait).
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+}
+
+// RateLimited reports whether f is a provider's "not now": class
+// rate_limited, retriable. Such failures count against the policy's
+// MaxRateLimitedAttempts, not MaxAttempts.
+func (f *Failure) RateLimited() bool {
+	return f != nil && f.Retriable && f.Class == abi.ClassRateLimited
 }
 
 func (f *Failure) Error() string { return string(f.Class) + ": " + f.Message }
@@ -243,6 +302,11 @@ type Effect struct {
 	Outcome      *Outcome    `json:"outcome,omitempty"`
 	// Failures counts the attempts that failed and fell under the policy.
 	Failures int `json:"failures,omitempty"`
+	// RateLimited counts those of them that failed as rate_limited
+	// (Failure.RateLimited). They count against the policy's
+	// MaxRateLimitedAttempts; the others (Attempt - RateLimited) against
+	// its MaxAttempts.
+	RateLimited int `json:"rate_limited,omitempty"`
 	// DeferredSince is when recovery first deferred the current attempt
 	// because its executor was unavailable (EffectDeferred); 0 when it was
 	// not, or once it was attached again.

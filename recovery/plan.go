@@ -17,6 +17,10 @@ type Record struct {
 	EffectID string
 	Kind     abi.EffectKind
 	Attempt  int
+	// RateLimited counts the attempts of the effect that failed as
+	// rate_limited (loop.Effect.RateLimited): they count against the
+	// policy's max_rate_limited_attempts, not its max_attempts.
+	RateLimited int
 	// Handle is the handle recorded by an earlier pending reply; it may be
 	// empty (the crash can come before the pending record was committed).
 	Handle string
@@ -161,10 +165,10 @@ func missing(rec Record, p Policy, class abi.ErrorClass, msg, why string, settle
 		reason += ": " + why
 	}
 	switch {
-	case p.Missing.Mode == loop.PolicyRetry && rec.Attempt < p.Missing.MaxAttempts:
+	case p.Missing.Mode == loop.PolicyRetry && rec.Attempt-rec.RateLimited < p.Missing.MaxAttempts:
 		f.Retriable = true
 		return settle(Retry, loop.Outcome{State: loop.OutcomeFailed, Error: f},
-			fmt.Sprintf("%s; retry policy: attempt %d of %d", reason, rec.Attempt+1, p.Missing.MaxAttempts))
+			fmt.Sprintf("%s; retry policy: attempt %d of %d", reason, rec.Attempt-rec.RateLimited+1, p.Missing.MaxAttempts))
 	case p.Missing.Mode == loop.PolicyFailRun:
 		f.Retriable = true
 		return settle(FailRun, loop.Outcome{State: loop.OutcomeFailed, Error: f}, reason+"; policy fail_run")

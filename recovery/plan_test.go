@@ -18,6 +18,7 @@ var (
 func TestPlan(t *testing.T) {
 	at := func(r Record, attempt int) Record { r.Attempt = attempt; return r }
 	deferred := func(n int, first int64) Record { r := rec; r.Deferrals, r.FirstDeferredMS = n, first; return r }
+	limited := func(r Record, n int) Record { r.RateLimited = n; return r }
 	for _, tc := range []struct {
 		name      string
 		rec       Record
@@ -33,6 +34,8 @@ func TestPlan(t *testing.T) {
 			Error: &loop.Failure{Class: abi.ClassPluginFailed, Message: "no"}}}, retry3, Settle, abi.ClassPluginFailed, false},
 		{"unknown under retry with attempts left retries", rec, AttachState{Kind: AttachUnknown}, retry3, Retry, abi.ClassLost, true},
 		{"unknown under retry on the last attempt fails", at(rec, 3), AttachState{Kind: AttachUnknown}, retry3, Fail, abi.ClassLost, false},
+		{"unknown after rate-limited attempts counts only the others", limited(at(rec, 5), 3), AttachState{Kind: AttachUnknown}, retry3, Retry, abi.ClassLost, true},
+		{"unknown on the last attempt besides the rate-limited ones fails", limited(at(rec, 5), 2), AttachState{Kind: AttachUnknown}, retry3, Fail, abi.ClassLost, false},
 		{"unknown under fail fails the effect", rec, AttachState{Kind: AttachUnknown}, failPolicy, Fail, abi.ClassLost, false},
 		{"unknown under fail_run fails the run", rec, AttachState{Kind: AttachUnknown}, failRun, FailRun, abi.ClassLost, true},
 		{"an unexpected answer counts as unknown", rec, AttachState{Kind: "cancelled"}, failPolicy, Fail, abi.ClassLost, false},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/loop"
@@ -419,6 +420,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		rt.hub.Publish(Notice{Tenant: req.tenant, RunID: req.runID, Seq: next.Seq})
 		rt.countTerminal(run, next)
 		rt.logRunFailed(run, next)
+		rt.logRateLimited(next, batch)
 		if guest {
 			rt.stats.GuestInputs.Add(1)
 			return next, nil
@@ -615,6 +617,30 @@ func (rt *Runtime) logRunFailed(before, after loop.Run) {
 	}
 	rt.log.Warn("a Run failed", "tenant", after.Tenant, "session", after.Session, "run", after.ID,
 		"class", class, "message", msg, "step", after.Step)
+}
+
+// logRateLimited writes one line to the server's log for each attempt
+// that a commit settled as rate_limited (batch holds the committed
+// events): the tenant, the Run, the effect and attempt, the wait the
+// provider asked for, and what the policy made of it (after, the Run the
+// commit made): the time of the next attempt, or that it gave up.
+func (rt *Runtime) logRateLimited(after loop.Run, batch []loop.Event) {
+	for _, ev := range batch {
+		if ev.Type != loop.EventEffectSettled || ev.Outcome == nil || ev.Outcome.State != loop.OutcomeFailed || !ev.Outcome.Error.RateLimited() {
+			continue
+		}
+		args := []any{"tenant", after.Tenant, "session", after.Session, "run", after.ID, "effect", ev.EffectID, "attempt", ev.Attempt,
+			"retry_after_ms", ev.Outcome.Error.RetryAfterMS}
+		e := after.Effect(ev.EffectID)
+		if e != nil && e.State == loop.EffectBackoff && e.Attempt == ev.Attempt {
+			rt.log.Info("the provider rate-limited an attempt; the next one waits", append(args,
+				"rate_limited_attempts", e.RateLimited, "next_attempt_at", time.UnixMilli(e.NotBefore).UTC(),
+				"wait_ms", e.NotBefore-ev.At)...)
+			continue
+		}
+		rt.log.Warn("the provider rate-limited an attempt, and no other follows it", append(args,
+			"run_status", after.Status, "message", ev.Outcome.Error.Message)...)
+	}
 }
 
 func (rt *Runtime) countTerminal(before, after loop.Run) {

@@ -164,7 +164,7 @@ func (rt *Runtime) logPlanFailure(run loop.Run, step int, f *loop.Failure, err e
 // tenant's message, and the whole error.
 func (rt *Runtime) logEffectFailure(run loop.Run, key string, f *loop.Failure, detail error) {
 	level := slog.LevelWarn
-	if f.Class == abi.ClassPluginFailed {
+	if f.Class == abi.ClassPluginFailed || f.Class == abi.ClassRateLimited {
 		level = slog.LevelInfo // the plugin's own verdict on its work
 	}
 	rt.log.Log(rt.life, level, "an effect attempt failed", "tenant", run.Tenant, "run", run.ID, "assignment_key", key,

@@ -294,7 +294,7 @@ func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recov
 		DeferBackoffMS: rt.opts.PollMin.Milliseconds(), MaxDeferBackoffMS: rt.opts.PollMax.Milliseconds()}
 	now := rt.nowMS()
 	cmd := recovery.Plan(recovery.Record{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID,
-		Kind: e.Kind, Attempt: e.Attempt, Handle: e.Handle, Deferrals: deferrals, FirstDeferredMS: firstMS}, st, p, now)
+		Kind: e.Kind, Attempt: e.Attempt, RateLimited: e.RateLimited, Handle: e.Handle, Deferrals: deferrals, FirstDeferredMS: firstMS}, st, p, now)
 	rt.recStats.count(cmd.Decision)
 	rt.opts.Observer.RecoveryDecision(string(cmd.Decision))
 	rt.log.Info("recovery decision", "assignment_key", key, "decision", cmd.Decision, "command_id", cmd.CommandID, "reason", cmd.Reason)
@@ -346,11 +346,7 @@ func attachState(kind abi.EffectKind, r abi.EffectReply) recovery.AttachState {
 		}
 		return recovery.AttachState{Kind: recovery.AttachDone, Outcome: o}
 	case abi.StateFailed:
-		msg, retriable := "the executor reported failure", false
-		if r.Error != nil {
-			msg, retriable = r.Error.Message, r.Error.Retriable
-		}
-		return recovery.AttachState{Kind: recovery.AttachFailed, Outcome: failedOutcome(abi.ClassPluginFailed, msg, retriable)}
+		return recovery.AttachState{Kind: recovery.AttachFailed, Outcome: failedReplyOutcome(r.Error)}
 	}
 	return recovery.AttachState{Kind: recovery.AttachUnknown}
 }

@@ -48,14 +48,10 @@ func (rt *Runtime) onReply(run loop.Run, e loop.Effect, key, export string, repl
 		}
 		rt.commitSettlement(run, e, key, o)
 	case abi.StateFailed:
-		msg, retriable := "the executor reported failure", false
-		if reply.Error != nil {
-			msg, retriable = reply.Error.Message, reply.Error.Retriable
-		}
-		o := failedOutcome(abi.ClassPluginFailed, msg, retriable)
-		if o.Error.Message != msg {
+		o := failedReplyOutcome(reply.Error)
+		if reply.Error != nil && o.Error.Message != reply.Error.Message {
 			// Cut to MaxPluginMessageBytes: the log keeps it whole.
-			rt.logEffectFailure(run, key, o.Error, fmt.Errorf("%s: the executor replied failed: %s", export, msg))
+			rt.logEffectFailure(run, key, o.Error, fmt.Errorf("%s: the executor replied failed: %s", export, reply.Error.Message))
 		}
 		rt.commitSettlement(run, e, key, o)
 	case abi.StateUnknown:
@@ -83,6 +79,23 @@ func (rt *Runtime) settleFailed(run loop.Run, e loop.Effect, key string, o loop.
 // MaxPluginMessageBytes: a plugin's own words may be long.
 func failedOutcome(class abi.ErrorClass, msg string, retriable bool) loop.Outcome {
 	return loop.Outcome{State: loop.OutcomeFailed, Error: &loop.Failure{Class: class, Message: pluginText(msg), Retriable: retriable}}
+}
+
+// failedReplyOutcome is the outcome of a failed reply with error re (nil
+// when the reply had none): of the class the error names, when the host
+// takes it from a plugin (abi.ReplyError.HostClass: rate_limited), else
+// plugin_failed; retriable as the error says, and always when it is
+// rate_limited; with the plugin's words cut to MaxPluginMessageBytes, and
+// the wait it asked for when the failure is retriable.
+func failedReplyOutcome(re *abi.ReplyError) loop.Outcome {
+	if re == nil {
+		return failedOutcome(abi.ClassPluginFailed, "the executor reported failure", false)
+	}
+	o := failedOutcome(re.HostClass(), re.Message, re.HostRetriable())
+	if o.Error.Retriable {
+		o.Error.RetryAfterMS = max(re.RetryAfterMS, 0)
+	}
+	return o
 }
 
 // doneOutcome decodes the outcome payload of a done reply; a payload that

@@ -17,7 +17,9 @@ import (
 // fakeOpenAI is a chat-completions server on 127.0.0.1 that checks the
 // request's shape. At /v1/chat/completions it answers a tool call while
 // the conversation has no tool result, then a final answer; to a last
-// message "answer N" it answers status N with an OpenAI-style error.
+// message "answer N" it answers status N with an OpenAI-style error (a
+// 429 with a Retry-After in seconds, or as a date for "answer 429 by
+// date").
 type fakeOpenAI struct {
 	t    *testing.T
 	srv  *httptest.Server
@@ -76,6 +78,18 @@ func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 	case "answer 500":
 		w.WriteHeader(500)
 		io.WriteString(w, `{"error":{"message":"the server is on fire","type":"server_error"}}`)
+		return
+	case "answer 429":
+		w.Header().Set("Retry-After", "20")
+		w.Header().Set("X-Ratelimit-Reset-Requests", "1s")
+		w.WriteHeader(429)
+		io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)
+		return
+	case "answer 429 by date":
+		w.Header().Set("Date", "Sat, 01 Mar 2025 12:00:00 GMT")
+		w.Header().Set("Retry-After", "Sat, 01 Mar 2025 12:00:42 GMT")
+		w.WriteHeader(429)
+		io.WriteString(w, `{"error":{"message":"Rate limit reached for tokens","type":"tokens","code":"rate_limit_exceeded"}}`)
 		return
 	case "answer 401":
 		w.WriteHeader(401)
@@ -157,6 +171,15 @@ func TestOpenAI(t *testing.T) {
 	r, err := x.Start(ctx, modelCall("run_1.m1", ask("answer 500")))
 	if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || !strings.Contains(r.Error.Message, "the server is on fire") {
 		t.Errorf("500: %+v %v", r, err)
+	}
+	// A 429 is rate_limited, with the wait the server asked for: in
+	// seconds, or as a date, by the response's own Date.
+	for text, wait := range map[string]int64{"answer 429": 20_000, "answer 429 by date": 42_000} {
+		r, err = x.Start(ctx, modelCall("run_1.m1", ask(text)))
+		if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || r.Error.Class != abi.ClassRateLimited ||
+			r.Error.RetryAfterMS != wait || !strings.Contains(r.Error.Message, "Rate limit reached") {
+			t.Errorf("%s: %+v %+v %v", text, r, r.Error, err)
+		}
 	}
 	r, err = x.Start(ctx, modelCall("run_1.m1", ask("answer 401")))
 	if err != nil || r.State != abi.StateFailed || r.Error.Retriable || !strings.Contains(r.Error.Message, "Incorrect API key") {

@@ -56,7 +56,7 @@ var (
 		"max_input_bytes", "max_output_bytes", "pool_size", "idle_timeout",
 		"allowed_hosts", "http_timeout", "max_http_response_bytes", "max_http_response_header_bytes",
 	}
-	policyKeys = []string{"mode", "max_attempts", "backoff", "max_backoff"}
+	policyKeys = []string{"mode", "max_attempts", "backoff", "max_backoff", "max_rate_limited_attempts", "max_retry_after"}
 	tenantKeys = []string{
 		"tokens_sha256", "builder", "model", "tool_executors", "history_runs", "max_agent_depth",
 		"quotas.max_active_runs", "quotas.max_inflight_effects", "quotas.token_budget", "quotas.max_stored_bytes", "quotas.max_concurrent_reads",
@@ -819,7 +819,7 @@ func (d *decoder) policy(m map[string]any, full, key string, def loop.Policy) *l
 	}
 	pm, ok := raw.(map[string]any)
 	if !ok {
-		d.problem(full, "want a map (mode, max_attempts, backoff, max_backoff), got %s", typeName(raw))
+		d.problem(full, "want a map (mode, max_attempts, backoff, max_backoff, max_rate_limited_attempts, max_retry_after), got %s", typeName(raw))
 		return nil
 	}
 	p := def
@@ -853,8 +853,34 @@ func (d *decoder) policy(m map[string]any, full, key string, def loop.Policy) *l
 		d.problem(full+".max_backoff", "%s is %s, less than backoff %s, which it would cut: raise max_backoff, or set it to 0 for no cap",
 			which, time.Duration(p.MaxBackoffMS)*time.Millisecond, time.Duration(p.BackoffMS)*time.Millisecond)
 	}
+	// The rate-limit keys: left out, they stay 0, which the Loop reads as
+	// its defaults (loop.DefaultMaxRateLimitedAttempts,
+	// loop.DefaultMaxRetryAfterMS).
+	if _, set := lookup(pm, "max_rate_limited_attempts"); set {
+		// integerAt reports a value that is not an integer in range, and
+		// then answers -1.
+		n := d.integerAt(pm, full+".", "max_rate_limited_attempts", -1, maxRateLimitedAttempts)
+		if n == 0 {
+			d.problem(full+".max_rate_limited_attempts", "must be at least 1: it is how many attempts of an effect the provider may answer rate_limited before the effect fails (leave it out for the default, %d)",
+				loop.DefaultMaxRateLimitedAttempts)
+		}
+		p.MaxRateLimitedAttempts = max(n, 0)
+	}
+	if _, set := lookup(pm, "max_retry_after"); set {
+		// durationAt reports a value that is not a duration, and then
+		// answers -1.
+		v := d.durationAt(pm, full+".", "max_retry_after", -1)
+		if v >= 0 && v < time.Millisecond {
+			d.problem(full+".max_retry_after", "must be more than 0: it is the longest wait a provider's retry-after sets before the next attempt (leave it out for the default, %s)",
+				time.Duration(loop.DefaultMaxRetryAfterMS)*time.Millisecond)
+		}
+		p.MaxRetryAfterMS = max(v.Milliseconds(), 0)
+	}
 	return &p
 }
+
+// maxRateLimitedAttempts bounds a policy's max_rate_limited_attempts.
+const maxRateLimitedAttempts = 10_000
 
 // reference checks that id names a declared plugin of the wanted role.
 func (d *decoder) reference(key, id string, role abi.Role, plugins map[string]Plugin, required bool) {

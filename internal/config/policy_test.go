@@ -27,7 +27,11 @@ func TestAModelPolicyBlockKeepsTheDefaultsOfFieldsItDoesNotSet(t *testing.T) {
 		{"max_backoff 0, no cap", "model_policy: {max_backoff: 0}", "", loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 3, BackoffMS: 1000}},
 		{"mode alone", "model_policy: {mode: fail}", "", loop.Policy{Mode: loop.PolicyFail, MaxAttempts: 3, BackoffMS: 1000, MaxBackoffMS: 30_000}},
 		{"max_attempts from the environment", "", "5", loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 5, BackoffMS: 1000, MaxBackoffMS: 30_000}},
-		{"every key", "model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s}", "", loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 8, BackoffMS: 100, MaxBackoffMS: 1000}},
+		{"every key", "model_policy: {mode: retry, max_attempts: 8, backoff: 100ms, max_backoff: 1s, max_rate_limited_attempts: 40, max_retry_after: 10m}", "",
+			loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 8, BackoffMS: 100, MaxBackoffMS: 1000, MaxRateLimitedAttempts: 40, MaxRetryAfterMS: 600_000}},
+		// Left out, the rate-limit keys stay 0: the Loop's defaults.
+		{"the rate-limit keys alone", "model_policy: {max_rate_limited_attempts: 5, max_retry_after: 90s}", "",
+			loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 3, BackoffMS: 1000, MaxBackoffMS: 30_000, MaxRateLimitedAttempts: 5, MaxRetryAfterMS: 90_000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.env != "" {
@@ -63,6 +67,9 @@ func TestAToolPolicyBlockKeepsTheDefaultsOfFieldsItDoesNotSet(t *testing.T) {
 		{"mode alone", "tools: {calc: {policy: {mode: fail_run}}}",
 			loop.Policy{Mode: loop.PolicyFailRun, MaxAttempts: 3, BackoffMS: 1000, MaxBackoffMS: 30_000},
 			loop.Policy{Mode: loop.PolicyFailRun, MaxAttempts: 3, BackoffMS: 1000, MaxBackoffMS: 30_000}},
+		{"the rate-limit keys", "tools: {calc: {policy: {max_rate_limited_attempts: 7, max_retry_after: 2m}}}",
+			loop.Policy{Mode: loop.PolicyRetry, MaxAttempts: 3, BackoffMS: 1000, MaxBackoffMS: 30_000, MaxRateLimitedAttempts: 7, MaxRetryAfterMS: 120_000},
+			loop.Policy{Mode: loop.PolicyFail, MaxAttempts: 3, BackoffMS: 1000, MaxBackoffMS: 30_000, MaxRateLimitedAttempts: 7, MaxRetryAfterMS: 120_000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := parse(t, minimal+indent(tc.block))
@@ -90,6 +97,12 @@ func TestAPolicyBlockThatCannotWorkWithTheDefaultsIsRefused(t *testing.T) {
 		{"model_policy: {max_attempts: 0}", "tenants.acme.model_policy.max_attempts: retry needs max_attempts of at least 1"},
 		{`model_policy: {mode: ""}`, `tenants.acme.model_policy.mode: "" is not a policy`},
 		{"tools: {calc: {policy: {max_attempts: 0}}}", "tenants.acme.tools.calc.policy.max_attempts: must be at least 1"},
+		{"model_policy: {max_rate_limited_attempts: 0}", "tenants.acme.model_policy.max_rate_limited_attempts: must be at least 1"},
+		{"model_policy: {max_rate_limited_attempts: -2}", "tenants.acme.model_policy.max_rate_limited_attempts: -2 is out of range: want 0 to 10000"},
+		{"model_policy: {max_rate_limited_attempts: many}", "tenants.acme.model_policy.max_rate_limited_attempts: want an integer"},
+		{"model_policy: {max_retry_after: 0}", "tenants.acme.model_policy.max_retry_after: must be more than 0"},
+		{"model_policy: {max_retry_after: soon}", `tenants.acme.model_policy.max_retry_after: "soon" is not a duration`},
+		{"tools: {calc: {policy: {max_retry_after: 0s}}}", "tenants.acme.tools.calc.policy.max_retry_after: must be more than 0"},
 	} {
 		t.Run(tc.block, func(t *testing.T) {
 			_, err := parse(t, minimal+indent(tc.block))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -180,4 +181,25 @@ func errorCodeConstants(t *testing.T) map[string]string {
 		}
 	}
 	return codes
+}
+
+// TestTheOpenAPIErrorClassesAreTheABIs: components.schemas.ErrorClass
+// lists abi.ErrorClasses, in their order: a class added to the ABI (such
+// as rate_limited) without its description fails here.
+func TestTheOpenAPIErrorClassesAreTheABIs(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				ErrorClass struct {
+					Enum []string `json:"enum"`
+				} `json:"ErrorClass"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(openAPIDocument, &doc))
+	var want []string
+	for _, c := range abi.ErrorClasses {
+		want = append(want, string(c))
+	}
+	require.Equal(t, want, doc.Components.Schemas.ErrorClass.Enum, "components.schemas.ErrorClass of openapi.json")
 }

@@ -46,7 +46,7 @@ const Version2 byte = 0x02
 // or 2 has no agent (it runs as its tenant's default agent).
 const Version3 byte = 0x03
 
-// Version4 is the first byte of a snapshot in the current version: the
+// Version4 is the first byte of a snapshot in the fourth version: the
 // third, followed by a tail of what came after it, in this order: each
 // tool's agent (loop.ToolSpec.Agent), the Run's parent (Spec.Parent), its
 // children (Run.Children), and each effect's tool-outcome usage
@@ -57,8 +57,19 @@ const Version3 byte = 0x03
 // in a new version. A Run decoded from an older version has none of them.
 const Version4 byte = 0x04
 
+// Version5 is the first byte of a snapshot in the current version: the
+// fourth, with its tail followed by what came after it, in this order:
+// the rate-limit parameters of the model policy and then of each tool's
+// policy (loop.Policy.MaxRateLimitedAttempts, MaxRetryAfterMS), each
+// effect's count of rate-limited attempts (loop.Effect.RateLimited), and
+// the RetryAfterMS of every failure the Run holds: each effect outcome's
+// error, the verdict's failure and the Run's failure, in that order, each
+// one that is present. A Run decoded from an older version has none of
+// them (its policies take the Loop's defaults).
+const Version5 byte = 0x05
+
 // Current is the version Append writes.
-const Current = Version4
+const Current = Version5
 
 // IsBinary reports whether b is a snapshot (or a record) in this encoding,
 // of any version, rather than JSON.
@@ -129,7 +140,62 @@ func Append(dst []byte, r *loop.Run) []byte {
 	w.String(r.Result)
 	w.failure(r.Failure)
 	w.tail4(r)
+	w.tail5(r)
 	return w.B
+}
+
+// tail5 writes what version 5 added (see Version5).
+func (w *Writer) tail5(r *loop.Run) {
+	w.rateLimits(r.ModelPolicy)
+	for _, t := range r.Tools {
+		w.rateLimits(t.Policy)
+	}
+	for _, e := range r.Effects {
+		w.Int(int64(e.RateLimited))
+	}
+	for _, e := range r.Effects {
+		if e.Outcome != nil && e.Outcome.Error != nil {
+			w.Int(e.Outcome.Error.RetryAfterMS)
+		}
+	}
+	if r.Verdict != nil && r.Verdict.Failure != nil {
+		w.Int(r.Verdict.Failure.RetryAfterMS)
+	}
+	if r.Failure != nil {
+		w.Int(r.Failure.RetryAfterMS)
+	}
+}
+
+// tail5 reads what Writer.tail5 wrote into r.
+func (rd *Reader) tail5(r *loop.Run) {
+	rd.rateLimits(&r.ModelPolicy)
+	for i := range r.Tools {
+		rd.rateLimits(&r.Tools[i].Policy)
+	}
+	for i := range r.Effects {
+		r.Effects[i].RateLimited = rd.int()
+	}
+	for i := range r.Effects {
+		if o := r.Effects[i].Outcome; o != nil && o.Error != nil {
+			o.Error.RetryAfterMS = rd.Int()
+		}
+	}
+	if r.Verdict != nil && r.Verdict.Failure != nil {
+		r.Verdict.Failure.RetryAfterMS = rd.Int()
+	}
+	if r.Failure != nil {
+		r.Failure.RetryAfterMS = rd.Int()
+	}
+}
+
+func (w *Writer) rateLimits(p loop.Policy) {
+	w.Int(int64(p.MaxRateLimitedAttempts))
+	w.Int(p.MaxRetryAfterMS)
+}
+
+func (rd *Reader) rateLimits(p *loop.Policy) {
+	p.MaxRateLimitedAttempts = rd.int()
+	p.MaxRetryAfterMS = rd.Int()
 }
 
 // tail4 writes what version 4 added (see Version4).
@@ -270,6 +336,9 @@ func Decode(b []byte) (loop.Run, error) {
 	r.Failure = rd.failure()
 	if version >= Version4 {
 		rd.tail4(&r)
+	}
+	if version >= Version5 {
+		rd.tail5(&r)
 	}
 	if rd.Err != nil {
 		return loop.Run{}, fmt.Errorf("runcodec: snapshot: %w", rd.Err)

@@ -355,6 +355,80 @@ func TestAVersion3SnapshotStillDecodes(t *testing.T) {
 	}
 }
 
+// version4Snapshot is a Run whose model step failed once, retriably,
+// and backs off, as the codec wrote it in version 4, before policies had
+// rate-limit parameters and failures a retry_after: the bytes a store
+// written then holds.
+const version4Snapshot = "040461636d6502733102723102686900202008000005726574727906d00fe0d40302046563686f0005726574727906d00fe0d4030000000772756e6e" +
+	"696e670a80a0abfef96288a0abfef96202020475736572026869000000020572312e6d31056d6f64656c020000000006076261636b6f666602030086" +
+	"a0abfef962f8b2abfef96201066661696c65640000010d706c7567696e5f6661696c6564177468652073657276657220616e73776572656420343239" +
+	"0102000000000000000000000000000000"
+
+// version4Events are the events that made version4Snapshot's Run.
+func version4Events() []loop.Event {
+	spec := loop.Spec{Tenant: "acme", Session: "s1", ID: "r1", Input: "hi", Limits: loop.DefaultLimits, ModelPolicy: loop.DefaultModelPolicy,
+		Tools: []loop.ToolSpec{{Name: "echo", Policy: loop.DefaultToolPolicy(true)}}}
+	return []loop.Event{
+		{Type: loop.EventRunCreated, Spec: &spec, At: 1700000000000},
+		{Type: loop.EventRunStarted, At: 1700000000001},
+		{Type: loop.EventModelStepPlanned, Step: 1, Request: json.RawMessage(`{"messages":[]}`), At: 1700000000002},
+		{Type: loop.EventEffectDispatched, EffectID: "r1.m1", Attempt: 1, Epoch: 3, At: 1700000000003},
+		loop.Settled("r1.m1", 1, loop.Outcome{State: loop.OutcomeFailed, Error: &loop.Failure{Class: abi.ClassPluginFailed,
+			Message: "the server answered 429", Retriable: true}}, 1700000000004),
+	}
+}
+
+// TestAVersion4SnapshotStillDecodes: a snapshot stored before rate limits
+// were told apart decodes as the same Run, with no rate-limit parameters
+// (its policies take the Loop's defaults), no rate-limited attempts and
+// no retry_after, decides the same, and is written again in the current
+// version with all of them.
+func TestAVersion4SnapshotStillDecodes(t *testing.T) {
+	b, err := hex.DecodeString(version4Snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want loop.Run
+	for i, ev := range version4Events() {
+		ev.Seq = int64(i + 1)
+		if want, err = loop.Apply(want, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, decode := range []func([]byte) (loop.Run, error){Decode, Unmarshal} {
+		got, err := decode(b)
+		if err != nil {
+			t.Fatalf("decode a version-4 snapshot: %v", err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(want)
+			t.Fatalf("a version-4 snapshot decodes as\n %s\nwant\n %s", gj, wj)
+		}
+		if !reflect.DeepEqual(loop.Decide(got), loop.Decide(want)) {
+			t.Fatal("the decoded version-4 snapshot decides otherwise")
+		}
+	}
+	limited := want.Clone()
+	limited.ModelPolicy.MaxRateLimitedAttempts, limited.ModelPolicy.MaxRetryAfterMS = 30, 600_000
+	limited.Tools = []loop.ToolSpec{want.Tools[0]}
+	limited.Tools[0].Policy.MaxRateLimitedAttempts, limited.Tools[0].Policy.MaxRetryAfterMS = 5, 60_000
+	e := &limited.Effects[0]
+	e.RateLimited = 1
+	e.Outcome = &loop.Outcome{State: loop.OutcomeFailed, Error: &loop.Failure{Class: abi.ClassRateLimited, Message: "429", Retriable: true, RetryAfterMS: 20_000}}
+	limited.Verdict = &loop.Verdict{Status: loop.StatusFailed, Failure: &loop.Failure{Class: abi.ClassRateLimited, Message: "gave up", RetryAfterMS: 7}}
+	limited.Failure = &loop.Failure{Class: abi.ClassRateLimited, Message: "gave up", RetryAfterMS: 9}
+	again := Append(nil, &limited)
+	if again[0] != Current {
+		t.Fatalf("Append writes version %#x, want %#x", again[0], Current)
+	}
+	if got, err := Decode(again); err != nil || !reflect.DeepEqual(got, limited) {
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(limited)
+		t.Fatalf("rewritten in version %d: %v\n %s\nwant\n %s", Current, err, gj, wj)
+	}
+}
+
 // TestMalformedIsAnError cuts and corrupts a real encoding at every byte:
 // Decode returns an error or a Run, and never panics.
 func TestMalformedIsAnError(t *testing.T) {

@@ -320,6 +320,19 @@ type EffectReply struct {
 type ReplyError struct {
 	Message   string `json:"message"`
 	Retriable bool   `json:"retriable"`
+	// Class says what kind of failure it is (an addition within v1): ""
+	// or "plugin_failed" for a failure of the plugin's own, and
+	// "rate_limited" (ClassRateLimited) when the provider behind it
+	// refused the call for now, which is retriable whatever Retriable
+	// says. A host settles any other value as plugin_failed (HostClass),
+	// and a host older than the field ignores it: send Retriable true
+	// with rate_limited, so that such a host retries too.
+	Class ErrorClass `json:"class,omitempty"`
+	// RetryAfterMS is how long the provider asked to wait before the
+	// next attempt, in milliseconds (an addition within v1): 0 or absent
+	// when it did not say. The Loop then dispatches no attempt earlier,
+	// within the policy's max_retry_after. Never negative.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // CancelReply is the reply of cancel.

@@ -37,6 +37,16 @@ func Failed(message string, retriable bool) EffectReply {
 	return EffectReply{State: StateFailed, Error: &ReplyError{Message: message, Retriable: retriable}}
 }
 
+// RateLimited returns the failed reply of an attempt that the provider
+// behind the plugin refused for now (HTTP 429, a quota that resets):
+// error.class "rate_limited", retriable, and retryAfterMS, the wait the
+// provider asked for in milliseconds (0 when it did not say; a negative
+// value is sent as 0). message must not be blank.
+func RateLimited(message string, retryAfterMS int64) EffectReply {
+	return EffectReply{State: StateFailed, Error: &ReplyError{Message: message, Retriable: true,
+		Class: ClassRateLimited, RetryAfterMS: max(retryAfterMS, 0)}}
+}
+
 // Pending returns a pending reply: the host calls poll again after
 // pollAfterMS milliseconds (0 lets the host choose), passing handle back.
 // handle may be empty; the plugin must find its record by (effect.id,

@@ -18,6 +18,10 @@ func TestHelpersBuildRepliesTheHostAccepts(t *testing.T) {
 		{"DoneModel is a done model reply", DoneModel(ModelOutcome{Message: Message{Role: MessageAssistant, Content: "5"}}), KindModel, ExportStart, ok},
 		{"Done takes a raw outcome", Done(json.RawMessage(`{"content":"5"}`)), KindTool, ExportPoll, ok},
 		{"Failed with a message", Failed("upstream said 503", true), KindTool, ExportStart, ok},
+		{"RateLimited with a wait", RateLimited("the server answered 429", 20_000), KindModel, ExportStart, ok},
+		{"RateLimited without a wait", RateLimited("slow down", 0), KindTool, ExportPoll, ok},
+		{"RateLimited with a blank message is still refused", RateLimited(" ", 5), KindModel, ExportStart, "error.message"},
+		{"a negative retry_after_ms is refused", EffectReply{State: StateFailed, Error: &ReplyError{Message: "429", Retriable: true, RetryAfterMS: -1}}, KindModel, ExportStart, "error.retry_after_ms"},
 		{"Pending with a handle", Pending("job-1", 250), KindTool, ExportStart, ok},
 		{"Pending without a handle", Pending("", 0), KindModel, ExportPoll, ok},
 		{"Unknown from attach", Unknown(), KindTool, ExportAttach, ok},
@@ -45,6 +49,45 @@ func TestDoneOfAnUnencodableOutcomeIsAFailedReply(t *testing.T) {
 		t.Fatalf("Done of invalid JSON gave %+v", r)
 	}
 	checkVerdict(t, ValidateEffectReply(r, KindTool, ExportStart), ok)
+}
+
+func TestRateLimitedIsARetriableFailureOfItsOwnClass(t *testing.T) {
+	r := RateLimited("the server answered 429", -3)
+	if r.State != StateFailed || r.Error == nil || !r.Error.Retriable || r.Error.Class != ClassRateLimited || r.Error.RetryAfterMS != 0 {
+		t.Fatalf("RateLimited gave %+v %+v", r, r.Error)
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"state":"failed","error":{"message":"the server answered 429","retriable":true,"class":"rate_limited"}}`; string(raw) != want {
+		t.Fatalf("RateLimited encodes as %s, want %s", raw, want)
+	}
+	for _, tc := range []struct {
+		e         *ReplyError
+		class     ErrorClass
+		retriable bool
+	}{
+		{nil, ClassPluginFailed, false},
+		{&ReplyError{Message: "x"}, ClassPluginFailed, false},
+		{&ReplyError{Message: "x", Retriable: true}, ClassPluginFailed, true},
+		{&ReplyError{Message: "x", Class: ClassRateLimited}, ClassRateLimited, true},
+		{&ReplyError{Message: "x", Class: ClassPluginFailed, Retriable: true}, ClassPluginFailed, true},
+		// A class the host gives, or one a later host may know, is a
+		// plain failure here.
+		{&ReplyError{Message: "x", Class: ClassPluginTrap, Retriable: false}, ClassPluginFailed, false},
+		{&ReplyError{Message: "x", Class: "quota_exhausted", Retriable: true}, ClassPluginFailed, true},
+	} {
+		if got := tc.e.HostClass(); got != tc.class {
+			t.Errorf("%+v: HostClass %s, want %s", tc.e, got, tc.class)
+		}
+		if got := tc.e.HostRetriable(); got != tc.retriable {
+			t.Errorf("%+v: HostRetriable %v, want %v", tc.e, got, tc.retriable)
+		}
+	}
+	if !ClassRateLimited.Valid() || !ClassRateLimited.Retriable() {
+		t.Fatal("rate_limited is not a valid, retriable class")
+	}
 }
 
 func TestCancelHelpers(t *testing.T) {

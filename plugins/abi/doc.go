@@ -21,9 +21,9 @@
 //
 // # Helpers for Go plugins
 //
-// Done, DoneTool, DoneModel, Failed, Pending, Unknown, Cancelled and
-// CancelDone build replies; Effect.ToolArguments and Effect.ModelRequest
-// decode an effect's request.
+// Done, DoneTool, DoneModel, Failed, RateLimited, Pending, Unknown,
+// Cancelled and CancelDone build replies; Effect.ToolArguments and
+// Effect.ModelRequest decode an effect's request.
 //
 // Compatibility rule: fields may be added to these types; nothing is
 // renamed or removed within a major version. Anything that would break a

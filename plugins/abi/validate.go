@@ -202,11 +202,14 @@ func ValidateBuildOutput(o BuildOutput) error {
 //   - done carries an outcome: a ModelOutcome for a model effect, a
 //     ToolOutcome for a tool effect (see DecodeModelOutcome and
 //     DecodeToolOutcome for their rules).
-//   - failed carries an error whose message is not blank.
+//   - failed carries an error whose message is not blank. Its class, when
+//     present, is any string: the host settles one it does not take from
+//     a plugin as plugin_failed (ReplyError.HostClass).
 //   - pending may carry a handle or not. The host passes back whatever
 //     came, and a plugin must find its record by (effect.id, attempt)
 //     anyway, because attach and cancel can arrive with no handle.
-//   - poll_after_ms is never negative; 0 lets the host choose.
+//   - poll_after_ms is never negative; 0 lets the host choose. Nor is
+//     error.retry_after_ms, whatever the state.
 //
 // Fields that do not belong to the state (an outcome on failed, an error
 // on done) are ignored.
@@ -244,6 +247,9 @@ func ValidateEffectReply(r EffectReply, kind EffectKind, export string) error {
 	}
 	if r.PollAfterMS < 0 {
 		return c.errf("poll_after_ms", "is %d; send 0 (the host chooses) or more", r.PollAfterMS)
+	}
+	if r.Error != nil && r.Error.RetryAfterMS < 0 {
+		return c.errf("error.retry_after_ms", "is %d; send the wait the provider asked for, in milliseconds, or leave it out", r.Error.RetryAfterMS)
 	}
 	return nil
 }

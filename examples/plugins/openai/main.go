@@ -7,14 +7,16 @@
 // maps the tools and tool calls both ways, and reports the usage the
 // server counted. Package chat has the mapping.
 //
-// It answers in one call: start answers done or failed; poll and attach
-// answer unknown (nothing is ever pending), cancel answers cancelled.
+// It answers in one call: start answers done or failed (rate_limited,
+// with the wait the server asked for, on a 429); poll and attach answer
+// unknown (nothing is ever pending), cancel answers cancelled.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o openai.wasm ./examples/plugins/openai
 package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/agenthost/agenthost/examples/plugins/internal/guest"
 	"github.com/agenthost/agenthost/examples/plugins/openai/chat"
@@ -58,7 +60,8 @@ func start() int32 {
 	if err != nil {
 		return guest.Reply(abi.Failed("openai: cannot encode the request: "+err.Error(), false))
 	}
-	return guest.Reply(chat.Decode(guest.HTTP(httpReq)))
+	resp := guest.HTTP(httpReq)
+	return guest.Reply(chat.Decode(resp, time.UnixMilli(guest.NowMS())))
 }
 
 //go:wasmexport poll

@@ -589,14 +589,26 @@ func serverError(resp abi.HTTPResponse) abi.EffectReply {
 	}
 	retriable := resp.Status == 429 || resp.Status >= 500 || retriableErrors[e.Error.Type]
 	msg := fmt.Sprintf("anthropic: the server answered %d %s", resp.Status, what)
+	var waitMS int64
 	if wait := header(resp.Headers, "retry-after"); wait != "" {
-		if _, err := strconv.Atoi(wait); err == nil {
+		if secs, err := strconv.ParseInt(wait, 10, 64); err == nil && secs >= 0 {
+			waitMS = min(secs, maxRetryAfterSeconds) * 1000
 			wait += " s"
 		}
 		msg += "; it asks to retry after " + wait
 	}
+	// A rate limit (429) and an overloaded API (529) say "come back
+	// later": the host waits as asked, on a budget of attempts of their
+	// own (docs/ABI.md, rate_limited).
+	if resp.Status == 429 || resp.Status == 529 || e.Error.Type == "rate_limit_error" || e.Error.Type == "overloaded_error" {
+		return abi.RateLimited(msg, waitMS)
+	}
 	return abi.Failed(msg, retriable)
 }
+
+// maxRetryAfterSeconds bounds the wait a retry-after header can ask for:
+// a day.
+const maxRetryAfterSeconds = 24 * 60 * 60
 
 // header is the value of the response header name, whatever its case.
 func header(h map[string]string, name string) string {

@@ -272,4 +272,23 @@ func TestDecodeFailures(t *testing.T) {
 			t.Errorf("%s: %+v, want failed, retriable %v, saying %q", c.name, r.Error, c.retriable, c.want)
 		}
 	}
+	// A rate limit and an overloaded API are rate_limited, with the wait
+	// a retry-after in seconds asks for; other failures are not.
+	for _, c := range []struct {
+		resp   abi.HTTPResponse
+		class  abi.ErrorClass
+		waitMS int64
+	}{
+		{cases[0].resp, abi.ClassRateLimited, 20_000},
+		{cases[1].resp, abi.ClassRateLimited, 0},
+		{abi.HTTPResponse{Status: 429, Headers: map[string]string{"retry-after": "99999999"}, Body: errBody("rate_limit_error", "x")}, abi.ClassRateLimited, maxRetryAfterSeconds * 1000},
+		{cases[9].resp, abi.ClassRateLimited, 0}, // a date: the host's own backoff
+		{cases[2].resp, "", 0},
+		{cases[4].resp, "", 0},
+	} {
+		r := Decode(c.resp)
+		if r.Error.Class != c.class || r.Error.RetryAfterMS != c.waitMS {
+			t.Errorf("%d %s: class %q, retry_after_ms %d; want %q, %d", c.resp.Status, c.resp.Body, r.Error.Class, r.Error.RetryAfterMS, c.class, c.waitMS)
+		}
+	}
 }

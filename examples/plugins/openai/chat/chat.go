@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agenthost/agenthost/plugins/abi"
 )
@@ -226,7 +227,14 @@ func HTTPRequest(c Config, req abi.ModelRequest) (abi.HTTPRequest, error) {
 // with the assistant message and usage, or failed. 429 and 5xx are
 // retriable, as are a timeout and a failed connection; any other 4xx, a
 // denied host and a body this plugin cannot read are not.
-func Decode(resp abi.HTTPResponse) abi.EffectReply {
+//
+// A 429, and a 503 that says when to come back, is rate_limited
+// (abi.RateLimited), with the wait the server asked for (RetryAfter; now
+// is the host clock, for a Retry-After date when the response has no
+// Date). A 429 whose error is insufficient_quota (the account's quota,
+// not a rate) is a plain failure, not retriable: waiting does not help.
+// Another 5xx that says when to come back carries the wait too.
+func Decode(resp abi.HTTPResponse, now time.Time) abi.EffectReply {
 	if e := resp.Error; e != nil {
 		switch e.Code {
 		case abi.HTTPDenied:
@@ -238,8 +246,19 @@ func Decode(resp abi.HTTPResponse) abi.EffectReply {
 		}
 	}
 	if resp.Status < 200 || resp.Status > 299 {
-		retriable := resp.Status == 429 || resp.Status >= 500
-		return abi.Failed(fmt.Sprintf("openai: the server answered %d: %s", resp.Status, serverMessage(resp.Body)), retriable)
+		msg := fmt.Sprintf("openai: the server answered %d: %s", resp.Status, serverMessage(resp.Body))
+		wait, said := RetryAfter(resp.Headers, now)
+		switch {
+		case resp.Status == 429 && quotaExhausted(resp.Body):
+			return abi.Failed(msg+" (the account's quota is used up: retrying does not help)", false)
+		case resp.Status == 429 || (resp.Status == 503 && said):
+			return abi.RateLimited(msg, wait.Milliseconds())
+		case resp.Status >= 500:
+			r := abi.Failed(msg, true)
+			r.Error.RetryAfterMS = wait.Milliseconds()
+			return r
+		}
+		return abi.Failed(msg, false)
 	}
 	var r Response
 	if err := json.Unmarshal([]byte(resp.Body), &r); err != nil {
@@ -277,6 +296,140 @@ func Decode(resp abi.HTTPResponse) abi.EffectReply {
 		return abi.Failed("openai: the model's answer breaks the ABI: "+err.Error(), true)
 	}
 	return abi.DoneModel(out)
+}
+
+// MaxRetryAfter bounds the wait RetryAfter reads from a response: a
+// header that asks for more is read as this. (The host's policy bounds
+// the wait again, by its max_retry_after.)
+const MaxRetryAfter = 24 * time.Hour
+
+// RetryAfter reads from a response's headers how long the server asked
+// to wait before the next request, and whether it said at all. It reads,
+// in this order, the first that parses:
+//
+//   - retry-after-ms: milliseconds (OpenAI's own header);
+//   - Retry-After (RFC 9110): delta-seconds, or an HTTP-date, which is
+//     taken relative to the response's Date header, or to now when the
+//     response has none (a date in the past is no wait);
+//   - x-ratelimit-reset-requests and x-ratelimit-reset-tokens (OpenAI's):
+//     durations such as "1s", "6m0s" or "20ms", until the limit resets.
+//     Of the limits whose x-ratelimit-remaining-… is 0, the longest
+//     reset; when neither says 0, the shortest reset given.
+//
+// Header names are matched without regard to case; a value that does
+// not parse, or is negative, is skipped. The wait is at most
+// MaxRetryAfter.
+func RetryAfter(headers map[string]string, now time.Time) (time.Duration, bool) {
+	h := func(name string) (string, bool) {
+		for k, v := range headers {
+			if strings.EqualFold(k, name) {
+				return strings.TrimSpace(v), true
+			}
+		}
+		return "", false
+	}
+	bound := func(d time.Duration) (time.Duration, bool) { return min(max(d, 0), MaxRetryAfter), true }
+	if v, ok := h("retry-after-ms"); ok {
+		if d, ok := decimal(v, time.Millisecond); ok {
+			return bound(d)
+		}
+	}
+	if v, ok := h("retry-after"); ok {
+		if d, ok := decimal(v, time.Second); ok {
+			return bound(d)
+		}
+		if at, ok := httpDate(v); ok {
+			if d, ok := h("date"); ok {
+				if server, ok := httpDate(d); ok {
+					now = server
+				}
+			}
+			return bound(at.Sub(now))
+		}
+	}
+	var exhausted, given []time.Duration
+	for _, limit := range []string{"requests", "tokens"} {
+		v, ok := h("x-ratelimit-reset-" + limit)
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			continue
+		}
+		given = append(given, d)
+		if left, ok := h("x-ratelimit-remaining-" + limit); ok && left == "0" {
+			exhausted = append(exhausted, d)
+		}
+	}
+	switch {
+	case len(exhausted) > 0:
+		return bound(slicesMax(exhausted))
+	case len(given) > 0:
+		return bound(slicesMin(given))
+	}
+	return 0, false
+}
+
+// decimal reads a count of unit written as digits with an optional
+// fraction ("20", "1.5"), as at most MaxRetryAfter.
+func decimal(s string, unit time.Duration) (time.Duration, bool) {
+	if s == "" || strings.Trim(s, "0123456789.") != "" || strings.Count(s, ".") > 1 || s == "." {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, false
+	}
+	if f >= float64(MaxRetryAfter/unit) {
+		return MaxRetryAfter, true
+	}
+	return time.Duration(f * float64(unit)), true
+}
+
+// httpDate parses an HTTP-date in any of the three forms RFC 9110 lets a
+// recipient accept: IMF-fixdate, RFC 850 and asctime.
+func httpDate(s string) (time.Time, bool) {
+	for _, layout := range []string{"Mon, 02 Jan 2006 15:04:05 GMT", "Monday, 02-Jan-06 15:04:05 GMT", "Mon Jan _2 15:04:05 2006"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func slicesMax(ds []time.Duration) time.Duration {
+	m := ds[0]
+	for _, d := range ds[1:] {
+		m = max(m, d)
+	}
+	return m
+}
+
+func slicesMin(ds []time.Duration) time.Duration {
+	m := ds[0]
+	for _, d := range ds[1:] {
+		m = min(m, d)
+	}
+	return m
+}
+
+// quotaExhausted reports an OpenAI error body whose code or type is
+// insufficient_quota: the account has no quota left, which no wait
+// restores.
+func quotaExhausted(body string) bool {
+	var e struct {
+		Error struct {
+			Code json.RawMessage `json:"code"`
+			Type string          `json:"type"`
+		} `json:"error"`
+	}
+	if json.Unmarshal([]byte(body), &e) != nil {
+		return false
+	}
+	var code string
+	_ = json.Unmarshal(e.Error.Code, &code)
+	return code == "insufficient_quota" || e.Error.Type == "insufficient_quota"
 }
 
 // serverMessage is the error message in an OpenAI-style error body
