@@ -49,6 +49,10 @@ func (e *Executor) Plugin() *Plugin { return e.p }
 // Plugin is the plugin behind the adapter.
 func (b *Builder) Plugin() *Plugin { return b.p }
 
+// Endpoint implements runtime.EndpointNamer: the plugin's name, its ID in
+// the config.
+func (e *Executor) Endpoint() string { return e.p.name }
+
 // WaitsForCapacity implements runtime.CapacityWaiter: a call may wait for
 // one of the tenant's pool instances, and its timeout starts once it has
 // one (Plugin.call).

@@ -602,10 +602,12 @@ func (rt *Runtime) dropOutcome(req advanceReq, why error) {
 	rt.log.Info("outcome dropped", "assignment_key", key, "reason", why)
 }
 
-// logRunFailed logs a Run that a commit ended as failed. It is called
-// once per commit, on the node that made it, and only a commit that moves
-// the Run from a live status to failed logs: a Run ends once, and an
-// advance that finds it ended (a recovery, a duplicate) commits nothing.
+// logRunFailed logs a Run that a commit ended as failed, with the agent
+// it ran as and, when a model step's failure failed it, that effect and
+// its endpoint. It is called once per commit, on the node that made it,
+// and only a commit that moves the Run from a live status to failed logs:
+// a Run ends once, and an advance that finds it ended (a recovery, a
+// duplicate) commits nothing.
 func (rt *Runtime) logRunFailed(before, after loop.Run) {
 	if before.Status.Terminal() || after.Status != loop.StatusFailed {
 		return
@@ -615,15 +617,53 @@ func (rt *Runtime) logRunFailed(before, after loop.Run) {
 	if f := after.Failure; f != nil {
 		class, msg = f.Class, f.Message
 	}
-	rt.log.Warn("a Run failed", "tenant", after.Tenant, "session", after.Session, "run", after.ID,
-		"class", class, "message", msg, "step", after.Step)
+	args := []any{"tenant", after.Tenant, "session", after.Session, "run", after.ID, "agent", agentName(&after),
+		"class", class, "message", msg, "step", after.Step}
+	if e := failedModelEffect(&after); e != nil {
+		args = append(args, "effect", e.ID, "attempt", e.Attempt, "endpoint", rt.endpointOf(&after, e))
+	}
+	rt.log.Warn("a Run failed", args...)
+}
+
+// failedModelEffect returns the model effect whose failure failed the Run:
+// one of the effects of its last step that settled failed with the
+// Run's failure class; nil when the failure came from elsewhere (a tool,
+// a limit, the builder, a cancel).
+func failedModelEffect(run *loop.Run) *loop.Effect {
+	if run.Failure == nil {
+		return nil
+	}
+	for i := len(run.Effects) - 1; i >= 0; i-- {
+		e := &run.Effects[i]
+		if e.Kind == abi.KindModel && e.Outcome != nil && e.Outcome.State == loop.OutcomeFailed &&
+			e.Outcome.Error != nil && e.Outcome.Error.Class == run.Failure.Class {
+			return e
+		}
+	}
+	return nil
+}
+
+// endpointOf names the endpoint that carries out the Run's effect e (the
+// executor plugin's ID, EndpointOf), or "" when it has none or is not
+// known.
+func (rt *Runtime) endpointOf(run *loop.Run, e *loop.Effect) string {
+	t, ok := rt.opts.Tenants.Tenant(run.Tenant)
+	if !ok || t == nil {
+		return ""
+	}
+	ex := rt.executorFor(t, run, e.Kind, e.Tool)
+	if ex == nil {
+		return ""
+	}
+	return EndpointOf(ex)
 }
 
 // logRateLimited writes one line to the server's log for each attempt
 // that a commit settled as rate_limited (batch holds the committed
-// events): the tenant, the Run, the effect and attempt, the wait the
-// provider asked for, and what the policy made of it (after, the Run the
-// commit made): the time of the next attempt, or that it gave up.
+// events): the tenant, the Run, the effect and attempt, the endpoint
+// (EndpointOf its executor), the wait the provider asked for, and what the
+// policy made of it (after, the Run the commit made): the time of the next
+// attempt, or that it gave up.
 func (rt *Runtime) logRateLimited(after loop.Run, batch []loop.Event) {
 	for _, ev := range batch {
 		if ev.Type != loop.EventEffectSettled || ev.Outcome == nil || ev.Outcome.State != loop.OutcomeFailed || !ev.Outcome.Error.RateLimited() {
@@ -632,6 +672,9 @@ func (rt *Runtime) logRateLimited(after loop.Run, batch []loop.Event) {
 		args := []any{"tenant", after.Tenant, "session", after.Session, "run", after.ID, "effect", ev.EffectID, "attempt", ev.Attempt,
 			"retry_after_ms", ev.Outcome.Error.RetryAfterMS}
 		e := after.Effect(ev.EffectID)
+		if e != nil {
+			args = append(args, "endpoint", rt.endpointOf(&after, e))
+		}
 		if e != nil && e.State == loop.EffectBackoff && e.Attempt == ev.Attempt {
 			rt.log.Info("the provider rate-limited an attempt; the next one waits", append(args,
 				"rate_limited_attempts", e.RateLimited, "next_attempt_at", time.UnixMilli(e.NotBefore).UTC(),

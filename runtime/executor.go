@@ -15,6 +15,27 @@ type EffectCall struct {
 	Session string
 	RunID   string
 	Input   abi.EffectInput
+	// DispatchedAt is when the attempt was dispatched, on the runtime's
+	// clock (loop.Effect.DispatchedAt); a poll or attach carries the time
+	// of the attempt's start, after a restart too. The metrics time a
+	// model call from it to its settlement.
+	DispatchedAt time.Time
+}
+
+// An EndpointNamer is an Executor that names the endpoint it calls: the
+// executor plugin's ID in the config (host.Executor and the metrics
+// decorator are). The runtime's logs of rate-limited attempts and failed
+// Runs name it; an Executor that is not one is logged with endpoint "".
+type EndpointNamer interface {
+	Endpoint() string
+}
+
+// EndpointOf returns the endpoint ex names (EndpointNamer), or "".
+func EndpointOf(ex Executor) string {
+	if n, ok := ex.(EndpointNamer); ok {
+		return n.Endpoint()
+	}
+	return ""
 }
 
 // Executor carries out effects (docs/DESIGN.md §1). host.Executor adapts a Wasm

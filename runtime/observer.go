@@ -21,6 +21,11 @@ type Observer interface {
 	Committed(d time.Duration, err error)
 	// RunStatus reports a Run's status change (from is "" at creation).
 	RunStatus(tenant string, from, to loop.Status)
+	// RunEnded reports a Run that a commit ended (completed, failed or
+	// cancelled): the agent it ran as (its pinned name, DefaultAgent for
+	// a Run without a pin) and the time from its creation to its end on
+	// the runtime's clock. It follows the RunStatus of the same commit.
+	RunEnded(tenant, agent string, status loop.Status, d time.Duration)
 	// EffectSettled reports an effect attempt's outcome; class is empty
 	// unless it failed or was cancelled with a class.
 	EffectSettled(tenant string, kind abi.EffectKind, state loop.OutcomeState, class abi.ErrorClass)
@@ -39,20 +44,25 @@ var _ Observer = NopObserver{}
 
 func (NopObserver) Committed(time.Duration, error)                                          {}
 func (NopObserver) RunStatus(string, loop.Status, loop.Status)                              {}
+func (NopObserver) RunEnded(string, string, loop.Status, time.Duration)                     {}
 func (NopObserver) EffectSettled(string, abi.EffectKind, loop.OutcomeState, abi.ErrorClass) {}
 func (NopObserver) Usage(string, abi.Usage)                                                 {}
 func (NopObserver) RecoveryDecision(string)                                                 {}
 func (NopObserver) WatchdogReport(string)                                                   {}
 
-// observeCommit tells the observer what a commit changed: status and
-// usage by comparing the snapshots before and after it, settlements from
-// the committed EffectSettled events (a closed step leaves the snapshot
-// with its effects), and attempts a timer settled (an effect timeout) by
-// comparing effects present in both.
+// observeCommit tells the observer what a commit changed: status, the
+// Run's end and usage by comparing the snapshots before and after it,
+// settlements from the committed EffectSettled events (a closed step
+// leaves the snapshot with its effects), and attempts a timer settled (an
+// effect timeout) by comparing effects present in both.
 func (rt *Runtime) observeCommit(before, after loop.Run, batch []loop.Event) {
 	o := rt.opts.Observer
 	if before.Status != after.Status {
 		o.RunStatus(after.Tenant, before.Status, after.Status)
+	}
+	if !before.Status.Terminal() && after.Status.Terminal() {
+		o.RunEnded(after.Tenant, agentName(&after), after.Status,
+			time.Duration(max(after.UpdatedAt-after.CreatedAt, 0))*time.Millisecond)
 	}
 	if d := (abi.Usage{InputTokens: after.Usage.InputTokens - before.Usage.InputTokens,
 		OutputTokens: after.Usage.OutputTokens - before.Usage.OutputTokens}); d.InputTokens != 0 || d.OutputTokens != 0 {
@@ -92,4 +102,13 @@ func outcomeClass(o *loop.Outcome) abi.ErrorClass {
 		return o.Error.Class
 	}
 	return ""
+}
+
+// agentName is the name of the agent a Run runs as: its pin's, or
+// DefaultAgent for a Run created before agents were pinned.
+func agentName(run *loop.Run) string {
+	if run.Agent != nil && run.Agent.Name != "" {
+		return run.Agent.Name
+	}
+	return DefaultAgent
 }

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ type recordingObserver struct {
 	settled  []string
 	usage    abi.Usage
 	commits  int
+	ended    []string
 }
 
 func (o *recordingObserver) Committed(time.Duration, error) { o.mu.Lock(); o.commits++; o.mu.Unlock() }
@@ -27,6 +29,11 @@ func (o *recordingObserver) RunStatus(_ string, from, to loop.Status) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.statuses = append(o.statuses, string(from)+">"+string(to))
+}
+func (o *recordingObserver) RunEnded(_ string, agent string, status loop.Status, d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ended = append(o.ended, fmt.Sprintf("%s:%s:%s", agent, status, d))
 }
 func (o *recordingObserver) EffectSettled(_ string, kind abi.EffectKind, state loop.OutcomeState, class abi.ErrorClass) {
 	o.mu.Lock()
@@ -78,6 +85,10 @@ func TestObserverSeesStatusesSettlementsAndUsage(t *testing.T) {
 	defer obs.mu.Unlock()
 	if got := strings.Join(obs.statuses, " "); got != ">pending pending>running running>completed" {
 		t.Fatalf("statuses %q", got)
+	}
+	took := time.Duration(res.Run.UpdatedAt-res.Run.CreatedAt) * time.Millisecond
+	if got, want := strings.Join(obs.ended, " "), fmt.Sprintf("default:completed:%s", took); got != want {
+		t.Fatalf("Run ends reported %q, want %q", got, want)
 	}
 	got := slices.Clone(obs.settled)
 	slices.Sort(got) // the two tool calls run in parallel and finish in either order

@@ -196,7 +196,11 @@ func (rt *Runtime) effectCall(ctx context.Context, run loop.Run, e loop.Effect, 
 		}
 		in.Effect.Request = request
 	}
-	return EffectCall{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, Input: in}, nil
+	call := EffectCall{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, Input: in}
+	if e.DispatchedAt > 0 {
+		call.DispatchedAt = time.UnixMilli(e.DispatchedAt)
+	}
+	return call, nil
 }
 
 // callExecutor calls the executor's start, poll or attach export (export)

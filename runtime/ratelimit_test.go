@@ -41,6 +41,9 @@ func (m *throttledModel) Start(ctx context.Context, c runtime.EffectCall) (abi.E
 	return m.Executor.Start(ctx, c)
 }
 
+// Endpoint names the model's endpoint, as host.Executor names its plugin.
+func (m *throttledModel) Endpoint() string { return "openai" }
+
 func (m *throttledModel) startsOf(id string) []time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -121,7 +124,7 @@ func TestARateLimitedModelStepWaitsAsAskedAndOutlastsMaxAttempts(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, want := range map[string]any{"tenant": "acme", "run": run.ID, "effect": effect, "attempt": float64(i + 1),
-			"retry_after_ms": float64(retryAfter.Milliseconds()), "rate_limited_attempts": float64(i + 1), "wait_ms": float64(retryAfter.Milliseconds())} {
+			"retry_after_ms": float64(retryAfter.Milliseconds()), "rate_limited_attempts": float64(i + 1), "wait_ms": float64(retryAfter.Milliseconds()), "endpoint": "openai"} {
 			if rec[k] != want {
 				t.Errorf("log line %d: %s is %v, want %v: %s", i+1, k, rec[k], want, l)
 			}

@@ -14,8 +14,10 @@ import (
 )
 
 // refusingModel is a model executor whose every start fails for good,
-// and that keeps no record of its attempts.
+// and that keeps no record of its attempts. It names its endpoint.
 type refusingModel struct{}
+
+func (refusingModel) Endpoint() string { return "refusing-model" }
 
 func (refusingModel) Start(context.Context, runtime.EffectCall) (abi.EffectReply, error) {
 	return abi.EffectReply{State: abi.StateFailed, Error: &abi.ReplyError{Message: "the model refuses this prompt"}}, nil
@@ -63,6 +65,7 @@ func TestAFailedRunIsLogged(t *testing.T) {
 		for k, want := range map[string]string{
 			"level": slog.LevelWarn.String(), "tenant": "acme", "session": "s1", "run": run.ID,
 			"class": string(run.Failure.Class), "message": run.Failure.Message,
+			"agent": runtime.DefaultAgent, "endpoint": "refusing-model", "effect": loop.ModelEffectID(run.ID, 1),
 		} {
 			if got, _ := rec[k].(string); got != want {
 				t.Errorf("%s: the record's %s is %q, want %q; the record: %v", when, k, got, want, rec)
@@ -99,3 +102,34 @@ func TestAFailedRunIsLogged(t *testing.T) {
 	}
 	check("after another node recovered the session")
 }
+
+// A Run that fails for a reason of its own (here a limit), not a model
+// step's, is logged with its agent and without an endpoint.
+func TestARunFailedByALimitIsLoggedWithoutAnEndpoint(t *testing.T) {
+	e := newFailEnv(t, func(tn *runtime.Tenant) {
+		tn.Model = namedModel{Executor: tn.Model}
+		tn.Limits.MaxSteps = 1
+	})
+	run := e.execute(`call:echo({"text":"a"})|answer:never`)
+	if run.Status != loop.StatusFailed || run.Failure == nil || run.Failure.Class != abi.ClassLimitExceeded {
+		t.Fatalf("run %s, failure %+v", run.Status, run.Failure)
+	}
+	recs := runFailedRecords(t, e.log)
+	if len(recs) != 1 {
+		t.Fatalf("%d records report a Run failed, want 1; the log:\n%s", len(recs), e.log.String())
+	}
+	rec := recs[0]
+	if rec["agent"] != runtime.DefaultAgent || rec["class"] != string(abi.ClassLimitExceeded) {
+		t.Errorf("the record: %v", rec)
+	}
+	for _, k := range []string{"endpoint", "effect"} {
+		if v, ok := rec[k]; ok {
+			t.Errorf("the record names %s %v; the failure was not a model step's: %v", k, v, rec)
+		}
+	}
+}
+
+// namedModel is the scripted model, naming its endpoint.
+type namedModel struct{ runtime.Executor }
+
+func (namedModel) Endpoint() string { return "scripted" }

@@ -98,7 +98,9 @@ func (m *throttledChat) earlyCalls() []string {
 // attempt and a 1s max_backoff: the rate-limited attempts count against
 // their own budget, no retry comes earlier than the server asked, the
 // Runs' events carry the class rate_limited and the wait, the metrics
-// count the settlements as rate_limited, and the log has a line for each.
+// count the settlements and the openai plugin's calls as rate_limited and
+// time the model calls and the Runs, and the log has a line for each,
+// naming the endpoint.
 func TestRunsOutlastAProviderThatRateLimitsThem(t *testing.T) {
 	const runs, limited, retryAfter = 4, 2, 2 * time.Second
 	bin := buildBinary(t)
@@ -198,15 +200,26 @@ tenants:
 		t.Errorf("%d rate-limited settlements in the events, want %d", limitedSettled, limited)
 	}
 
-	// The metrics count them apart from other failures.
-	want := fmt.Sprintf(`agenthost_effects_settled_total{class="rate_limited",kind="model",state="failed",tenant="demo"} %d`, runs*limited)
+	// The metrics count them apart from other failures, by tenant and by
+	// endpoint; each model call is timed by endpoint and outcome, and each
+	// Run's duration by its agent.
+	wants := []string{
+		fmt.Sprintf(`agenthost_effects_settled_total{class="rate_limited",kind="model",state="failed",tenant="demo"} %d`, runs*limited),
+		fmt.Sprintf(`agenthost_executor_calls_total{class="rate_limited",export="start",kind="model",plugin="openai",state="failed"} %d`, runs*limited),
+		fmt.Sprintf(`agenthost_executor_calls_total{class="",export="start",kind="model",plugin="openai",state="done"} %d`, runs),
+		fmt.Sprintf(`agenthost_model_call_seconds_count{class="rate_limited",plugin="openai",state="failed"} %d`, runs*limited),
+		fmt.Sprintf(`agenthost_model_call_seconds_count{class="",plugin="openai",state="done"} %d`, runs),
+		fmt.Sprintf(`agenthost_run_duration_seconds_count{agent="default",status="completed",tenant="demo"} %d`, runs),
+	}
 	waitUntil(t, 30*time.Second, "the rate-limited settlements in the metrics", func() (bool, error) {
 		code, raw, err := newClient(p.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Errorf("%d %v", code, err)
 		}
-		if !strings.Contains(string(raw), want) {
-			return false, fmt.Errorf("/metrics lacks %q", want)
+		for _, want := range wants {
+			if !strings.Contains(string(raw), want) {
+				return false, fmt.Errorf("/metrics lacks %q", want)
+			}
 		}
 		return true, nil
 	})
@@ -219,7 +232,7 @@ tenants:
 	}
 	for _, l := range strings.Split(string(logged), "\n") {
 		if strings.Contains(l, "the provider rate-limited an attempt; the next one waits") &&
-			strings.Contains(l, `"tenant":"demo"`) && strings.Contains(l, `"retry_after_ms":2000`) {
+			strings.Contains(l, `"tenant":"demo"`) && strings.Contains(l, `"endpoint":"openai"`) && strings.Contains(l, `"retry_after_ms":2000`) {
 			lines++
 		}
 	}

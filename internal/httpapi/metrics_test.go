@@ -53,6 +53,7 @@ func TestMetricsExposeTheDocumentedNamesAndMove(t *testing.T) {
 	toolDone := "agenthost_effects_settled_total{class=,kind=tool,state=done,tenant=acme}"
 	tokensIn := "agenthost_model_tokens_total{tenant=acme,type=input}"
 	completed := "agenthost_run_transitions_total{status=completed,tenant=acme}"
+	took := "agenthost_run_duration_seconds{agent=default,status=completed,tenant=acme}"
 	var got map[string]float64
 	// The Run's end is visible in the store a moment before the observer
 	// has seen its last commit, and the observer counts that commit's
@@ -60,7 +61,7 @@ func TestMetricsExposeTheDocumentedNamesAndMove(t *testing.T) {
 	// three, then check exact values.
 	waitFor(t, "the settlement, the usage and the completion in the metrics", func() bool {
 		got = e.scrape()
-		return got[toolDone] == 1 && got[tokensIn] >= 20 && got[completed] == 1
+		return got[toolDone] == 1 && got[tokensIn] >= 20 && got[completed] == 1 && got[took] == 1
 	})
 	for _, series := range []string{
 		"agenthost_run_transitions_total{status=pending,tenant=acme}",
@@ -77,6 +78,10 @@ func TestMetricsExposeTheDocumentedNamesAndMove(t *testing.T) {
 		"agenthost_model_tokens_total{tenant=acme,type=input}",
 		"agenthost_model_tokens_total{tenant=acme,type=output}",
 		"agenthost_runs_active{status=waiting,tenant=acme}",
+		"agenthost_executor_calls_total{class=,export=start,kind=model,plugin=scripted-model,state=done}",
+		"agenthost_executor_calls_total{class=,export=start,kind=tool,plugin=scripted-tools,state=done}",
+		"agenthost_model_call_seconds{class=,plugin=scripted-model,state=done}",
+		took,
 	} {
 		require.Contains(t, got, series)
 	}
@@ -84,6 +89,13 @@ func TestMetricsExposeTheDocumentedNamesAndMove(t *testing.T) {
 	require.Equal(t, 1.0, got["agenthost_ready"])
 	require.Equal(t, 2.0, got["agenthost_plugin_call_duration_seconds{export=start,plugin=scripted-model}"])
 	require.Positive(t, got["agenthost_store_commits_total"])
+	// Both model calls settled at their start, and were timed; the tool's
+	// call is counted by its plugin and not timed as a model call.
+	require.Equal(t, 2.0, got["agenthost_executor_calls_total{class=,export=start,kind=model,plugin=scripted-model,state=done}"])
+	require.Equal(t, 1.0, got["agenthost_executor_calls_total{class=,export=start,kind=tool,plugin=scripted-tools,state=done}"])
+	require.Equal(t, 2.0, got["agenthost_model_call_seconds{class=,plugin=scripted-model,state=done}"])
+	require.NotContains(t, got, "agenthost_model_call_seconds{class=,plugin=scripted-tools,state=done}")
+	require.Equal(t, 1.0, got[took])
 
 	// The values move with the next Run.
 	waiting := e.submit(tokenAcme, "s2", `call:echo({"text":"b"})|ask:More?|answer:ok`)

@@ -1,7 +1,7 @@
 // Package metrics is agenthost's Prometheus instrumentation: a registry,
 // a runtime.Observer that counts what the runtime does, collectors that
 // read the runtime's own counters at scrape time, and Executor/Builder
-// decorators that time plugin calls.
+// decorators that time and count plugin calls.
 //
 // Wiring (serve):
 //
@@ -21,6 +21,7 @@
 //
 //	name                                          type       labels                          meaning
 //	agenthost_run_transitions_total               counter    tenant, status                  Runs that entered status (pending = submitted; running, waiting, completed, failed, cancelled)
+//	agenthost_run_duration_seconds                histogram  tenant, agent, status           Runs that ended, creation to end, by the agent they ran as (pinned name) and status completed|failed|cancelled
 //	agenthost_runs_active                         gauge      tenant, status                  Runs pending, running or waiting, read from the store's status index at scrape (RegisterActiveRuns; capped at its limit)
 //	agenthost_effects_settled_total               counter    tenant, kind, state, class      effect attempts settled: kind model|tool, state done|failed|cancelled, class the error class ("" when done)
 //	agenthost_plugin_call_duration_seconds        histogram  plugin, export                  plugin call latency (build, start, poll, attach, cancel), through Executor/Builder
@@ -34,7 +35,9 @@
 //	agenthost_store_grouped_commits_total         counter    -                               Badger: the Run creations and commits those transactions wrote
 //	agenthost_runtime_dropped_outcomes_total      counter    -                               stale or repeated outcomes dropped
 //	agenthost_runtime_ownership_boundaries_total  counter    -                               sessions given up on lost ownership
-//	agenthost_executor_calls_total                counter    -                               executor calls the runtime made
+//	agenthost_executor_calls_total                counter    plugin, kind, export, state,    executor plugin calls by what they came back with, through Executor: state pending|done|failed|cancelled|unknown, or error
+//	                                                         class                           when no reply; class that of the failed reply or of the error ("" otherwise)
+//	agenthost_model_call_seconds                  histogram  plugin, state, class            model calls, from the attempt's dispatch to the call that settled it (done, failed or a plugin error), through Executor
 //	agenthost_executor_unavailable_total          counter    -                               executor calls that found it unavailable
 //	agenthost_recovery_actions_total              counter    decision                        recovery decisions: reattach, settle, retry, fail, fail_run, defer
 //	agenthost_recovery_passes_total               counter    -                               recovery passes run
@@ -48,6 +51,6 @@
 //	agenthost_retention_pruned_total              counter    what                            pruned from terminal Runs: runs, events, commands
 //	agenthost_retention_prunes_total              counter    -                               retention passes run
 //
-// Tenant labels are bounded by the configured tenants; no label holds a
-// Run, session or effect ID.
+// Tenant, plugin and agent labels are bounded by the config (a Run keeps
+// its agent's pinned name); no label holds a Run, session or effect ID.
 package metrics

@@ -33,6 +33,9 @@ type Metrics struct {
 	pruned          *prometheus.CounterVec
 	prunes          prometheus.Counter
 	limited         *prometheus.CounterVec
+	executorCalls   *prometheus.CounterVec
+	modelCalls      *prometheus.HistogramVec
+	runDuration     *prometheus.HistogramVec
 }
 
 var _ runtime.Observer = (*Metrics)(nil)
@@ -93,9 +96,24 @@ func New() *Metrics {
 			Name: "agenthost_http_limited_total",
 			Help: "Connections and requests a limit of the API refused, by limit (max_connections, max_connections_per_client, max_connections_hard, max_unauthenticated_connections, unauthenticated_rate, request_rate, submission_rate, max_concurrent_reads, ...) and tenant (empty when the request had none).",
 		}, []string{"limit", "tenant"}),
+		executorCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agenthost_executor_calls_total",
+			Help: "Executor plugin calls, by plugin, effect kind (model|tool), export (start, poll, attach, cancel), what the call came back with (state: pending, done, failed, cancelled, unknown, or error when it returned no reply) and error class (empty unless failed, cancelled with one, or error).",
+		}, []string{"plugin", "kind", "export", "state", "class"}),
+		modelCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "agenthost_model_call_seconds",
+			Help:    "Model calls, from the attempt's dispatch to the start, poll or attach call that settled it (done, failed, or an error that fails it), by plugin, state (done|failed) and error class.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600},
+		}, []string{"plugin", "state", "class"}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "agenthost_run_duration_seconds",
+			Help:    "Runs that ended, from their creation to their end (waits for people included), by tenant, agent and status (completed, failed, cancelled).",
+			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600},
+		}, []string{"tenant", "agent", "status"}),
 	}
 	reg.MustRegister(m.runTransitions, m.effectsSettled, m.pluginCalls, m.pluginErrors, m.commitDuration,
 		m.commitErrors, m.recoveryActions, m.watchdogReports, m.tokens, m.pruned, m.prunes, m.limited,
+		m.executorCalls, m.modelCalls, m.runDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -131,6 +149,11 @@ func (m *Metrics) Committed(d time.Duration, err error) {
 // RunStatus implements runtime.Observer.
 func (m *Metrics) RunStatus(tenant string, _, to loop.Status) {
 	m.runTransitions.WithLabelValues(tenant, string(to)).Inc()
+}
+
+// RunEnded implements runtime.Observer.
+func (m *Metrics) RunEnded(tenant, agent string, status loop.Status, d time.Duration) {
+	m.runDuration.WithLabelValues(tenant, agent, string(status)).Observe(d.Seconds())
 }
 
 // EffectSettled implements runtime.Observer.

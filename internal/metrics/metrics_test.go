@@ -162,3 +162,131 @@ agenthost_store_grouped_commits_total 12
 	require.NoError(t, none.RegisterCommitGroups(conformance.NewMemStore(conformance.NewFakeClock(time.Unix(0, 0)), conformance.KVLimits{})))
 	require.Equal(t, 0, testutil.CollectAndCount(none.Registry(), "agenthost_store_commit_groups_total"))
 }
+
+// replyingExecutor answers every start, poll and attach with reply and
+// err, and every cancel as cancelled.
+type replyingExecutor struct {
+	reply abi.EffectReply
+	err   error
+}
+
+func (x replyingExecutor) Start(context.Context, runtime.EffectCall) (abi.EffectReply, error) {
+	return x.reply, x.err
+}
+func (x replyingExecutor) Poll(context.Context, runtime.EffectCall) (abi.EffectReply, error) {
+	return x.reply, x.err
+}
+func (x replyingExecutor) Attach(context.Context, runtime.EffectCall) (abi.EffectReply, error) {
+	return x.reply, x.err
+}
+func (x replyingExecutor) Cancel(context.Context, runtime.EffectCall) (abi.CancelReply, error) {
+	return abi.CancelReply{State: abi.StateCancelled}, nil
+}
+
+// histogram returns the sample count and sum of the series of the
+// histogram name whose labels are exactly labels; ok is false when there is
+// no such series.
+func histogram(t *testing.T, m *metrics.Metrics, name string, labels map[string]string) (count uint64, sum float64, ok bool) {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, s := range mf.GetMetric() {
+			if len(s.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, lp := range s.GetLabel() {
+				if v, found := labels[lp.GetName()]; !found || v != lp.GetValue() {
+					continue series
+				}
+			}
+			return s.GetHistogram().GetSampleCount(), s.GetHistogram().GetSampleSum(), true
+		}
+	}
+	return 0, 0, false
+}
+
+// An executor's calls are counted by plugin, kind, export and what they
+// came back with; a model call that settles its attempt is timed from the
+// attempt's dispatch, by plugin and outcome, and one that does not (a
+// pending reply, an executor found unavailable) is not timed.
+func TestExecutorCallsAreCountedByOutcomeAndModelCallsTimedFromDispatch(t *testing.T) {
+	m := metrics.New()
+	model := func(dispatchedAgo time.Duration) runtime.EffectCall {
+		return runtime.EffectCall{Tenant: "acme", RunID: "r1", DispatchedAt: time.Now().Add(-dispatchedAgo),
+			Input: abi.EffectInput{Effect: abi.Effect{ID: "r1/model/1", Attempt: 1, Kind: abi.KindModel}}}
+	}
+	ctx := context.Background()
+	done := m.Executor("openai", replyingExecutor{reply: abi.EffectReply{State: abi.StateDone}})
+	require.Equal(t, "openai", runtime.EndpointOf(done), "the decorator names its plugin as the endpoint")
+	_, _ = done.Start(ctx, model(2*time.Second))
+	_, _ = done.Poll(ctx, model(5*time.Second)) // a pending attempt that settles at its poll
+	limited := m.Executor("openai", replyingExecutor{reply: abi.RateLimited("the server answered 429", 20_000)})
+	_, _ = limited.Start(ctx, model(time.Second))
+	pending := m.Executor("openai", replyingExecutor{reply: abi.EffectReply{State: abi.StatePending, Handle: "h"}})
+	_, _ = pending.Start(ctx, model(time.Second))
+	timedOut := m.Executor("openai", replyingExecutor{err: &runtime.PluginError{Class: abi.ClassPluginTimeout, Plugin: "openai", Export: "start", Err: context.DeadlineExceeded}})
+	_, _ = timedOut.Start(ctx, model(3*time.Second))
+	gone := m.Executor("anthropic", replyingExecutor{err: fmt.Errorf("host: %w", runtime.ErrExecutorUnavailable)})
+	_, _ = gone.Attach(ctx, model(time.Second))
+	calc := m.Executor("calc", replyingExecutor{reply: abi.EffectReply{State: abi.StateDone}})
+	tool := runtime.EffectCall{Tenant: "acme", RunID: "r1", DispatchedAt: time.Now(), Input: abi.EffectInput{Effect: abi.Effect{Kind: abi.KindTool}}}
+	_, _ = calc.Start(ctx, tool)
+	_, _ = calc.Cancel(ctx, tool)
+
+	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP agenthost_executor_calls_total Executor plugin calls, by plugin, effect kind (model|tool), export (start, poll, attach, cancel), what the call came back with (state: pending, done, failed, cancelled, unknown, or error when it returned no reply) and error class (empty unless failed, cancelled with one, or error).
+# TYPE agenthost_executor_calls_total counter
+agenthost_executor_calls_total{class="",export="cancel",kind="tool",plugin="calc",state="cancelled"} 1
+agenthost_executor_calls_total{class="",export="poll",kind="model",plugin="openai",state="done"} 1
+agenthost_executor_calls_total{class="",export="start",kind="model",plugin="openai",state="done"} 1
+agenthost_executor_calls_total{class="",export="start",kind="model",plugin="openai",state="pending"} 1
+agenthost_executor_calls_total{class="",export="start",kind="tool",plugin="calc",state="done"} 1
+agenthost_executor_calls_total{class="executor_unavailable",export="attach",kind="model",plugin="anthropic",state="error"} 1
+agenthost_executor_calls_total{class="plugin_timeout",export="start",kind="model",plugin="openai",state="error"} 1
+agenthost_executor_calls_total{class="rate_limited",export="start",kind="model",plugin="openai",state="failed"} 1
+`), "agenthost_executor_calls_total"))
+
+	// Three series: the pending start, the unavailable attach and the
+	// tool are not model calls that settled.
+	require.Equal(t, 3, testutil.CollectAndCount(m.Registry(), "agenthost_model_call_seconds"))
+	for _, c := range []struct {
+		state, class string
+		count        uint64
+		atLeast      float64
+	}{
+		{"done", "", 2, 7}, // 2 s for the start, 5 s for the poll
+		{"failed", "rate_limited", 1, 1},
+		{"failed", "plugin_timeout", 1, 3},
+	} {
+		count, sum, ok := histogram(t, m, "agenthost_model_call_seconds", map[string]string{"plugin": "openai", "state": c.state, "class": c.class})
+		require.True(t, ok, "a series for %s/%s", c.state, c.class)
+		require.Equal(t, c.count, count, "%s/%s", c.state, c.class)
+		require.GreaterOrEqual(t, sum, c.atLeast, "%s/%s is timed from the dispatch", c.state, c.class)
+		require.Less(t, sum, c.atLeast+60, "%s/%s", c.state, c.class)
+	}
+}
+
+// A Run's end is observed by tenant, agent and status with the time it
+// took.
+func TestRunDurationIsObservedByAgentAndStatus(t *testing.T) {
+	m := metrics.New()
+	var o runtime.Observer = metrics.Tee{m}
+	o.RunEnded("acme", "triage", loop.StatusFailed, 90*time.Second)
+	o.RunEnded("acme", "triage", loop.StatusCompleted, 2*time.Second)
+	o.RunEnded("acme", "triage", loop.StatusCompleted, 3*time.Second)
+	o.RunEnded("globex", runtime.DefaultAgent, loop.StatusCancelled, time.Second)
+	require.Equal(t, 3, testutil.CollectAndCount(m.Registry(), "agenthost_run_duration_seconds"))
+	count, sum, ok := histogram(t, m, "agenthost_run_duration_seconds", map[string]string{"tenant": "acme", "agent": "triage", "status": "completed"})
+	require.True(t, ok)
+	require.Equal(t, uint64(2), count)
+	require.InDelta(t, 5.0, sum, 1e-9)
+	count, sum, ok = histogram(t, m, "agenthost_run_duration_seconds", map[string]string{"tenant": "acme", "agent": "triage", "status": "failed"})
+	require.True(t, ok)
+	require.Equal(t, uint64(1), count)
+	require.InDelta(t, 90.0, sum, 1e-9)
+}

@@ -12,8 +12,13 @@ import (
 )
 
 // Executor wraps a runtime.Executor so that every call is timed in
-// agenthost_plugin_call_duration_seconds{plugin, export} and every error
-// counted in agenthost_plugin_call_errors_total{plugin, export, class}.
+// agenthost_plugin_call_duration_seconds{plugin, export}, every error
+// counted in agenthost_plugin_call_errors_total{plugin, export, class},
+// every call counted by what it came back with in
+// agenthost_executor_calls_total{plugin, kind, export, state, class}, and
+// every model call that settles its attempt timed from the attempt's
+// dispatch in agenthost_model_call_seconds{plugin, state, class}. The
+// wrapper names plugin as its endpoint (runtime.EndpointNamer).
 // serve wraps each host adapter with it before handing it to the runtime.
 // The wrapper is a runtime.CapacityWaiter when next is, so the runtime
 // still starts the call's timeout only once the host has an instance.
@@ -55,6 +60,7 @@ func (t *timedExecutor) Start(ctx context.Context, c runtime.EffectCall) (abi.Ef
 	began := time.Now()
 	r, err := t.next.Start(ctx, c)
 	t.m.observeCall(t.plugin, abi.ExportStart, began, err)
+	t.m.observeEffectCall(t.plugin, abi.ExportStart, c, r, err)
 	return r, err
 }
 
@@ -62,6 +68,7 @@ func (t *timedExecutor) Poll(ctx context.Context, c runtime.EffectCall) (abi.Eff
 	began := time.Now()
 	r, err := t.next.Poll(ctx, c)
 	t.m.observeCall(t.plugin, abi.ExportPoll, began, err)
+	t.m.observeEffectCall(t.plugin, abi.ExportPoll, c, r, err)
 	return r, err
 }
 
@@ -69,6 +76,7 @@ func (t *timedExecutor) Attach(ctx context.Context, c runtime.EffectCall) (abi.E
 	began := time.Now()
 	r, err := t.next.Attach(ctx, c)
 	t.m.observeCall(t.plugin, abi.ExportAttach, began, err)
+	t.m.observeEffectCall(t.plugin, abi.ExportAttach, c, r, err)
 	return r, err
 }
 
@@ -76,8 +84,16 @@ func (t *timedExecutor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.C
 	began := time.Now()
 	r, err := t.next.Cancel(ctx, c)
 	t.m.observeCall(t.plugin, abi.ExportCancel, began, err)
+	state, class := string(r.State), ""
+	if err != nil {
+		state, class = "error", ErrorClass(err)
+	}
+	t.m.executorCalls.WithLabelValues(t.plugin, string(c.Input.Effect.Kind), abi.ExportCancel, state, class).Inc()
 	return r, err
 }
+
+// Endpoint implements runtime.EndpointNamer: the plugin's ID.
+func (t *timedExecutor) Endpoint() string { return t.plugin }
 
 type timedBuilder struct {
 	m      *Metrics
@@ -101,6 +117,45 @@ func (m *Metrics) observeCall(plugin, export string, began time.Time, err error)
 	if err != nil {
 		m.pluginErrors.WithLabelValues(plugin, export, ErrorClass(err)).Inc()
 	}
+}
+
+// observeEffectCall counts a start, poll or attach call by what it came
+// back with and, for a model call that settles its attempt, observes the
+// time since the attempt's dispatch. A call settles its attempt when it
+// returns done or failed, or a *runtime.PluginError, which the runtime
+// settles as failed with its class; pending, unknown and the errors that
+// leave the outcome unknown (the context ended, the executor is
+// unavailable) do not. The dispatch time is the runtime's clock, which in
+// serve is the wall clock; an attempt without one (never the case for a
+// dispatched attempt) is timed from now, as 0.
+func (m *Metrics) observeEffectCall(plugin, export string, c runtime.EffectCall, r abi.EffectReply, err error) {
+	kind := c.Input.Effect.Kind
+	state, class := string(r.State), ""
+	settles := r.State == abi.StateDone || r.State == abi.StateFailed
+	var pe *runtime.PluginError
+	switch {
+	case err != nil:
+		state, class = "error", ErrorClass(err)
+		settles = errors.As(err, &pe)
+	case r.State == abi.StateFailed && r.Error != nil:
+		class = string(r.Error.HostClass()) // as the runtime settles it
+	case r.State == abi.StateFailed:
+		class = string(abi.ClassPluginFailed)
+	case r.Error != nil:
+		class = string(r.Error.Class)
+	}
+	m.executorCalls.WithLabelValues(plugin, string(kind), export, state, class).Inc()
+	if kind != abi.KindModel || !settles {
+		return
+	}
+	if err != nil {
+		state = string(abi.StateFailed)
+	}
+	took := time.Duration(0)
+	if !c.DispatchedAt.IsZero() {
+		took = max(time.Since(c.DispatchedAt), 0)
+	}
+	m.modelCalls.WithLabelValues(plugin, state, class).Observe(took.Seconds())
 }
 
 // ErrorClass names the class of a plugin call's error for the metrics: the

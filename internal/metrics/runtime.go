@@ -22,8 +22,10 @@ var _ RuntimeCounters = (*runtime.Runtime)(nil)
 
 // RegisterRuntime registers collectors that read the runtime's own
 // counters at scrape time: commits, conflicts, dropped outcomes, ownership
-// boundaries, executor calls, recovery passes and take-overs, the
-// Watcher's queue depth and readiness. Call it once, after runtime.New.
+// boundaries, executors found unavailable, recovery passes and
+// take-overs, the Watcher's queue depth and readiness (the executor calls
+// themselves are counted by plugin through Executor). Call it once, after
+// runtime.New.
 func (m *Metrics) RegisterRuntime(rt RuntimeCounters) error {
 	counter := func(name, help string, v func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
@@ -34,7 +36,6 @@ func (m *Metrics) RegisterRuntime(rt RuntimeCounters) error {
 		counter("agenthost_store_conflicts_total", "Version conflicts the runtime retried.", func() int64 { return rt.Stats().Conflicts }),
 		counter("agenthost_runtime_dropped_outcomes_total", "Stale or repeated effect outcomes dropped.", func() int64 { return rt.Stats().DroppedOutcomes }),
 		counter("agenthost_runtime_ownership_boundaries_total", "Sessions this node gave up on lost ownership.", func() int64 { return rt.Stats().Boundaries }),
-		counter("agenthost_executor_calls_total", "Executor calls (start, poll, attach, cancel) the runtime made.", func() int64 { return rt.Stats().ExecutorCalls }),
 		counter("agenthost_executor_unavailable_total", "Executor calls that found the executor unavailable.", func() int64 { return rt.Stats().UnavailableErrors }),
 		counter("agenthost_recovery_passes_total", "Recovery passes run.", func() int64 { return rt.Recovery().Passes }),
 		counter("agenthost_recovery_sessions_taken_total", "Orphaned sessions recovery took over.", func() int64 { return rt.Recovery().SessionsTaken }),

@@ -29,6 +29,13 @@ func (t Tee) RunStatus(tenant string, from, to loop.Status) {
 	}
 }
 
+// RunEnded implements runtime.Observer.
+func (t Tee) RunEnded(tenant, agent string, status loop.Status, d time.Duration) {
+	for _, o := range t {
+		o.RunEnded(tenant, agent, status, d)
+	}
+}
+
 // EffectSettled implements runtime.Observer.
 func (t Tee) EffectSettled(tenant string, kind abi.EffectKind, state loop.OutcomeState, class abi.ErrorClass) {
 	for _, o := range t {
