@@ -389,3 +389,40 @@ func TestRacingClaimsHaveOneWinner(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveNodesCountsTheLiveIncarnations: LiveNodes counts the nodes
+// whose lease runs at the store's now, over every Store on the schema;
+// an incarnation whose lease ran out drops out of the count.
+func TestLiveNodesCountsTheLiveIncarnations(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	clock := conformance.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a, b := open(t, dsn, schema, clock), open(t, dsn, schema, clock)
+	ctx := context.Background()
+	count := func(s *Store) int {
+		t.Helper()
+		n, err := s.LiveNodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(a); n != 0 {
+		t.Fatalf("%d live nodes before any registered", n)
+	}
+	now := clock.Now().UnixMilli()
+	if err := a.RegisterNode(ctx, "node-a", now+10_000); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RegisterNode(ctx, "node-b", now+30_000); err != nil {
+		t.Fatal(err)
+	}
+	if na, nb := count(a), count(b); na != 2 || nb != 2 {
+		t.Fatalf("live nodes %d and %d, want 2 from each store", na, nb)
+	}
+	clock.Advance(15 * time.Second)
+	if n := count(b); n != 1 {
+		t.Fatalf("%d live nodes once node-a's lease ran out, want 1", n)
+	}
+	var _ runtime.NodeCounter = a
+}

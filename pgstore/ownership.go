@@ -45,6 +45,9 @@ var sqlRenewNode = `UPDATE nodes AS n SET
 // alive is the SQL test of a node row n at c.now.
 const alive = `NOT n.dead AND c.now < n.expires_ms`
 
+// sqlLiveNodes counts the live node incarnations: $1 now.
+var sqlLiveNodes = `SELECT count(*) FROM nodes AS n, (SELECT ` + dbNow(1) + ` AS now) AS c WHERE ` + alive
+
 // sqlClaimState reads, without a lock, what ClaimSession decides by:
 // $1 tenant, $2 session, $3 node, $4 now. The session may have no row.
 var sqlClaimState = `SELECT s.owner, s.epoch,
@@ -107,6 +110,21 @@ func (s *Store) RegisterNode(ctx context.Context, nodeID string, expiresMS int64
 // RenewNode implements runtime.Ownership: one statement.
 func (s *Store) RenewNode(ctx context.Context, nodeID string, expiresMS int64) error {
 	return s.putNode(ctx, "renew", sqlRenewNode, nodeID, expiresMS)
+}
+
+// LiveNodes counts the node incarnations whose lease is live
+// (runtime.NodeCounter): the nodes that share the store, among which each
+// runtime divides its model budgets.
+func (s *Store) LiveNodes(ctx context.Context) (int, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	var n int64
+	if err := s.pool.QueryRow(ctx, sqlLiveNodes, s.nowParam()).Scan(&n); err != nil {
+		return 0, fail("count live nodes", err)
+	}
+	return int(n), nil
 }
 
 func (s *Store) putNode(ctx context.Context, verb, q, nodeID string, expiresMS int64) error {

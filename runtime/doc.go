@@ -97,8 +97,10 @@
 //   - Watcher worker: onWatcherFire starts, through goTracked, up to
 //     MaxConcurrentCalls for each batch; each carries out items of its
 //     batch in turn (runWatchItem): a wake-up (an advance), a poll (an
-//     executor call, then the commit of its answer, as a launched call's)
-//     or a deferred attach (recoverEffect). It holds no call token.
+//     executor call, then the commit of its answer, as a launched call's),
+//     a deferred attach (recoverEffect) or a model call that waited for
+//     its endpoint's budget (callExecutor; runtime/budget.go). It holds no
+//     call token.
 //   - Lease renewal: renewLease, on the Clock timer armRenewal arms every
 //     LeaseTTL/3 (sooner after a failure). It takes Runtime.mu around the
 //     store call, never across it, and may call loseLease.
@@ -163,6 +165,10 @@
 //   - watcher.Watcher.mu: the heap of items, its index, the armed timer and
 //     stopped. Under it only the Clock; fire is called without it.
 //   - watchdog.mu: the watchdog's suspects. A leaf.
+//   - budget.Budget.mu (internal/budget): a model budget's calls in
+//     flight, its minute's window, token allowance and waiting calls. A
+//     leaf; the runtime takes it holding no lock (callExecutor,
+//     modelCallDone, shareModelBudgets, BudgetWait).
 //   - Hub.mu: the subscriptions, the tails and the follower counts. Under
 //     it, a tail.mu (Publish, follow, leave). Publish takes it from an
 //     advance, from onChange, and from the plugin host's Emit.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agenthost/agenthost/internal/budget"
 	"strconv"
 	"sync"
 	"time"
@@ -42,6 +43,8 @@ func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects
 		if watched { // the cancel reply settles it: no poll, no attach
 			rt.watcher.Cancel("poll/" + key)
 			rt.watcher.Cancel("attach/" + key)
+			rt.watcher.Cancel("budget/" + key)
+			rt.forgetBudgetWait(run.Tenant, key)
 		}
 		e := *run.Effect(a.EffectID)
 		rt.launch(key, func(slot *callSlot) { rt.callCancel(t, run, e, slot) })
@@ -230,6 +233,20 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 		rt.abandon(key)
 		return
 	}
+	var spent *budget.Budget
+	if export == abi.ExportStart && e.Kind == abi.KindModel {
+		// A model call waits for its endpoint's budget in the Watcher,
+		// giving its slot back; its timeout runs from its start.
+		b, ok := rt.admitModelCall(t, run, e, key, slot)
+		if !ok {
+			return
+		}
+		if spent = b; b != nil {
+			cancel()
+			ctx, cancel = rt.callCtx(exec)
+			defer cancel()
+		}
+	}
 	rt.stats.ExecutorCalls.Add(1)
 	var reply abi.EffectReply
 	switch export {
@@ -241,6 +258,7 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 		reply, err = exec.Start(ctx, call)
 	}
 	slot.free()
+	rt.modelCallDone(spent, reply, err)
 	rt.onReply(run, e, key, export, reply, err)
 }
 

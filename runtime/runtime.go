@@ -6,6 +6,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"github.com/agenthost/agenthost/internal/budget"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -78,6 +79,11 @@ type Options struct {
 	// Observer receives what the runtime does, for metrics. Default:
 	// NopObserver.
 	Observer Observer
+	// ModelBudgets are the model budgets the tenants' agents use
+	// (Agent.ModelBudget), each once. When the Store is a NodeCounter the
+	// runtime gives each this node's share (budget.Budget.SetNodes) from
+	// the live node count, at its start and at every lease renewal.
+	ModelBudgets []*budget.Budget
 }
 
 // Runtime drives Runs: it composes the Loop, the executors and session
@@ -357,6 +363,7 @@ func (rt *Runtime) Start(ctx context.Context) error {
 	rt.armTrustLocked()
 	rt.mu.Unlock()
 	rt.armRenewal(rt.opts.LeaseTTL / 3)
+	rt.shareModelBudgets(ctx)
 	rt.joinFeed()
 	rt.startRecovery()
 	rt.log.Info("runtime started", "lease_ttl", rt.opts.LeaseTTL)
@@ -462,6 +469,7 @@ func (rt *Runtime) renewLease() {
 		// it answered: a slow renewal must not push the next one towards
 		// the end of the trust window, which runs from when this began.
 		rt.armRenewal(began.Add(rt.opts.LeaseTTL / 3).Sub(rt.clock.Now()))
+		rt.shareModelBudgets(ctx)
 		return
 	}
 	rt.mu.Unlock()

@@ -121,6 +121,14 @@ type Store interface {
 	Close() error
 }
 
+// NodeCounter is a Store that several nodes share and that counts them:
+// the node incarnations whose lease is live. The runtime divides its model
+// budgets by that count (Options.ModelBudgets); a Store that is not one
+// serves one node, which takes the whole budget.
+type NodeCounter interface {
+	LiveNodes(ctx context.Context) (int, error)
+}
+
 // Ownership is the part of the Store that holds node incarnations and
 // session ownership (docs/DESIGN.md §5).
 type Ownership interface {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agenthost/agenthost/internal/budget"
 	"sort"
 	"strings"
 	"time"
@@ -51,6 +52,8 @@ type Tenant struct {
 	// MaxAgentDepth bounds how deep child Runs nest (agents calling
 	// agents); 0 means DefaultMaxAgentDepth.
 	MaxAgentDepth int
+	// ModelBudget is the shared budget of Model, or nil: see Agent.
+	ModelBudget *budget.Budget
 }
 
 // DefaultHistoryRuns is the number of earlier Runs passed to a builder when
@@ -83,7 +86,12 @@ type Agent struct {
 	OutputSchema json.RawMessage
 	Builder      Builder
 	Model        Executor
-	Tools        []Tool
+	// ModelBudget is the shared budget of Model's endpoint, or nil for
+	// none: every agent of every tenant that uses the same model plugin
+	// shares one (callExecutor waits for it before it starts a model
+	// call).
+	ModelBudget *budget.Budget
+	Tools       []Tool
 	// Limits, RunTimeout, WaitTimeout, EffectTimeout, ModelPolicy and
 	// HistoryRuns are as a Tenant's.
 	Limits        loop.Limits
@@ -137,7 +145,7 @@ func (t *Tenant) Agent(name string) (a *Agent, implicit, ok bool) {
 			return nil, false, false
 		}
 		return &Agent{
-			Name: DefaultAgent, Builder: t.Builder, Model: t.Model, Tools: t.Tools,
+			Name: DefaultAgent, Builder: t.Builder, Model: t.Model, ModelBudget: t.ModelBudget, Tools: t.Tools,
 			Limits: t.Limits, RunTimeout: t.RunTimeout, WaitTimeout: t.WaitTimeout, EffectTimeout: t.EffectTimeout,
 			ModelPolicy: t.ModelPolicy, HistoryRuns: t.HistoryRuns,
 		}, true, true

@@ -93,6 +93,13 @@ func (rt *Runtime) runWatchItem(it watcher.Item) {
 		if t, run, e, key, ok := rt.takeWatched(it); ok {
 			rt.recoverEffect(t, run, e, key, nil)
 		}
+	case watcher.Budget:
+		t, run, e, key, ok := rt.takeWatched(it)
+		if !ok {
+			rt.forgetBudgetWait(it.Tenant, key)
+			return
+		}
+		rt.callExecutor(t, run, e, nil, abi.ExportStart, nil)
 	case watcher.Poll:
 		t, run, e, key, ok := rt.takeWatched(it)
 		if !ok {

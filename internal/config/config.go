@@ -17,6 +17,7 @@ package config
 
 import (
 	"encoding/json"
+	"github.com/agenthost/agenthost/internal/budget"
 	"slices"
 	"time"
 
@@ -221,6 +222,11 @@ type Plugin struct {
 	MaxHTTPResponseHeaderBytes int64
 	// Config is what the plugin reads with config_get (keys lowercase).
 	Config map[string]string
+	// Budget is the shared budget of a model executor
+	// (plugins.ID.budget): it bounds the calls of every Run of every
+	// tenant on this node that use the plugin as their model. Zero
+	// fields limit nothing.
+	Budget budget.Limits
 }
 
 // Tenant is one tenant: its tokens, quotas, limits and plugins.

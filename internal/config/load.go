@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agenthost/agenthost/internal/budget"
 	"math"
 	"os"
 	"path/filepath"
@@ -55,6 +56,7 @@ var (
 		"path", "sha256", "role", "memory_pages", "call_timeout", "init_timeout",
 		"max_input_bytes", "max_output_bytes", "pool_size", "idle_timeout",
 		"allowed_hosts", "http_timeout", "max_http_response_bytes", "max_http_response_header_bytes",
+		"budget.max_concurrent_calls", "budget.requests_per_minute", "budget.tokens_per_minute",
 	}
 	policyKeys = []string{"mode", "max_attempts", "backoff", "max_backoff", "max_rate_limited_attempts", "max_retry_after"}
 	tenantKeys = []string{
@@ -433,6 +435,14 @@ func (d *decoder) plugin(id string, raw any) Plugin {
 	p.HTTPTimeout = d.durationAt(m, k, "http_timeout", 0)
 	p.MaxHTTPResponseBytes = int64(d.integerAt(m, k, "max_http_response_bytes", 0, 1<<30))
 	p.MaxHTTPResponseHeaderBytes = int64(d.integerAt(m, k, "max_http_response_header_bytes", 0, 16<<20))
+	p.Budget = budget.Limits{
+		MaxConcurrentCalls: d.integerAt(m, k, "budget.max_concurrent_calls", 0, 1<<20),
+		RequestsPerMinute:  d.integerAt(m, k, "budget.requests_per_minute", 0, 1<<20),
+		TokensPerMinute:    d.integerAt(m, k, "budget.tokens_per_minute", 0, 1<<40),
+	}
+	if !p.Budget.IsZero() && p.Role == abi.RoleBuilder {
+		d.problem(k+"budget", "a budget bounds the calls of a model executor, and this plugin is a builder: move the budget to the plugin the tenants name as their model")
+	}
 	p.Config = map[string]string{}
 	if raw, ok := m["config"]; ok && raw != nil {
 		cm, ok := raw.(map[string]any)

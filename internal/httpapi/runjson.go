@@ -114,6 +114,17 @@ type PendingJSON struct {
 	Effect string         `json:"effect"`
 	Kind   abi.EffectKind `json:"kind"`
 	Tool   string         `json:"tool,omitempty"`
+	// Budget is set while the model step waits, on the node that
+	// answers, for its endpoint's shared budget before its call starts.
+	Budget *BudgetWaitJSON `json:"budget,omitempty"`
+}
+
+// BudgetWaitJSON is a model call waiting for its endpoint's budget: the
+// endpoint (the executor plugin's ID), and when the budget expects to
+// admit it (RFC 3339; absent while it waits for a call in flight to end).
+type BudgetWaitJSON struct {
+	Endpoint string `json:"endpoint"`
+	Until    string `json:"until,omitempty"`
 }
 
 // NewRunJSON renders a Run snapshot.

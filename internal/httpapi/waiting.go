@@ -111,10 +111,28 @@ func childrenWaiting(run loop.Run, load childLoader, budget *int) []ChildWaiting
 	return out
 }
 
+// budgetWaits is a Runtime that knows which model calls wait for their
+// endpoint's budget; *runtime.Runtime is one.
+type budgetWaits interface {
+	BudgetWait(run loop.Run, effectID string) (runtime.BudgetWait, bool)
+}
+
+var _ budgetWaits = (*runtime.Runtime)(nil)
+
 // runJSON is run as the API shows it, with the children of its agent
 // tools that wait for a person read from the store.
 func (s *Server) runJSON(ctx context.Context, tenant string, run loop.Run) RunJSON {
 	j := NewRunJSON(run)
+	if bw, ok := s.cfg.Runtime.(budgetWaits); ok && j.Waiting != nil {
+		for i, p := range j.Waiting.Pending {
+			if w, ok := bw.BudgetWait(run, p.Effect); ok {
+				j.Waiting.Pending[i].Budget = &BudgetWaitJSON{Endpoint: w.Endpoint}
+				if !w.Until.IsZero() {
+					j.Waiting.Pending[i].Budget.Until = rfc3339(w.Until.UnixMilli())
+				}
+			}
+		}
+	}
 	if j.Waiting != nil && len(agentChildren(run)) > 0 {
 		budget := maxChildReads
 		j.Waiting.ChildrenWaiting = childrenWaiting(run, s.storeChildren(ctx, tenant), &budget)

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"github.com/agenthost/agenthost/internal/budget"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -201,6 +202,33 @@ func (m *Metrics) RegisterPluginHTTP(plugins map[string]HTTPRefusals) error {
 				}
 				return float64(refused)
 			})
+			if err := m.reg.Register(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RegisterModelBudgets registers, for each model budget (by plugin ID),
+// agenthost_model_budget_waits_total{plugin}, the model calls that had to
+// wait for the endpoint's budget, and
+// agenthost_model_budget_wait_seconds_total{plugin}, the time they
+// waited; both read at scrape time.
+func (m *Metrics) RegisterModelBudgets(budgets map[string]*budget.Budget) error {
+	for plugin, b := range budgets {
+		for _, c := range []prometheus.Collector{
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "agenthost_model_budget_waits_total",
+				Help:        "Model calls that waited for their endpoint's budget (plugins.ID.budget) before they started, by plugin.",
+				ConstLabels: prometheus.Labels{"plugin": plugin},
+			}, func() float64 { return float64(b.Waits()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "agenthost_model_budget_wait_seconds_total",
+				Help:        "Time model calls waited for their endpoint's budget, counted when each wait ended, by plugin.",
+				ConstLabels: prometheus.Labels{"plugin": plugin},
+			}, b.WaitedSeconds),
+		} {
 			if err := m.reg.Register(c); err != nil {
 				return err
 			}

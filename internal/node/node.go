@@ -11,8 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agenthost/agenthost/internal/budget"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -33,6 +35,10 @@ type System struct {
 	store   runtime.Store
 	host    *host.Host
 	plugins map[string]*host.Plugin // by plugin ID: the ones some tenant uses
+	// budgets are the model budgets (plugins.ID.budget) by plugin ID, one
+	// each, shared by every agent of every tenant that uses the plugin as
+	// its model.
+	budgets map[string]*budget.Budget
 	runtime *runtime.Runtime
 	tenants runtime.TenantMap
 	// agents are each tenant's agents as the API shows them.
@@ -107,6 +113,12 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 		return nil, fmt.Errorf("%s: cache_dir: %w", cfg.File, err)
 	}
 	plugins := map[string]*host.Plugin{}
+	s.budgets = map[string]*budget.Budget{}
+	for id, p := range cfg.Plugins {
+		if !p.Budget.IsZero() {
+			s.budgets[id] = budget.New(id, p.Budget)
+		}
+	}
 	for _, id := range tenantIDs {
 		t := cfg.Tenants[id]
 		for _, pid := range usedPlugins(t) {
@@ -119,7 +131,7 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 			}
 			plugins[pid] = p
 		}
-		rt, shown, err := buildTenant(cfg, t, plugins, w)
+		rt, shown, err := buildTenant(cfg, t, plugins, s.budgets, w)
 		if err != nil {
 			return nil, err
 		}
@@ -129,6 +141,7 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 	s.runtime, err = runtime.New(runtime.Options{
 		Store: s.store, Tenants: s.tenants, Clock: runtime.SystemClock{}, Logger: log, Hub: hub,
 		Observer: w.Observer, WatchdogInterval: cfg.WatchdogInterval, LeaseTTL: cfg.LeaseTTL,
+		ModelBudgets: slices.Collect(maps.Values(s.budgets)),
 	})
 	if err != nil {
 		return nil, err
@@ -257,9 +270,9 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 // buildTenant wires a tenant from its config and its loaded plugins: each
 // of its agents (buildAgent), and its own Builder, Model, Tools and rules
 // as its default agent's, when it has one.
-func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, w Wiring) (*runtime.Tenant, []httpapi.AgentJSON, error) {
+func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, budgets map[string]*budget.Budget, w Wiring) (*runtime.Tenant, []httpapi.AgentJSON, error) {
 	rt := &runtime.Tenant{ID: t.ID, Agents: map[string]*runtime.Agent{}, MaxAgentDepth: t.MaxAgentDepth}
-	wired := &pluginAdapters{plugins: plugins, w: w, builders: map[string]runtime.Builder{}, executors: map[string]runtime.Executor{}}
+	wired := &pluginAdapters{plugins: plugins, budgets: budgets, w: w, builders: map[string]runtime.Builder{}, executors: map[string]runtime.Executor{}}
 	shown := make([]httpapi.AgentJSON, 0, len(t.Agents))
 	for _, name := range sortedKeys(t.Agents) {
 		a, sources, err := buildAgent(cfg, t, t.Agents[name], wired)
@@ -270,7 +283,7 @@ func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.P
 		shown = append(shown, agentJSON(t.Agents[name], a, sources))
 	}
 	if def, ok := rt.Agents[runtime.DefaultAgent]; ok {
-		rt.Builder, rt.Model, rt.Tools = def.Builder, def.Model, def.Tools
+		rt.Builder, rt.Model, rt.ModelBudget, rt.Tools = def.Builder, def.Model, def.ModelBudget, def.Tools
 		rt.Limits, rt.RunTimeout, rt.WaitTimeout, rt.EffectTimeout = def.Limits, def.RunTimeout, def.WaitTimeout, def.EffectTimeout
 		rt.ModelPolicy, rt.HistoryRuns = def.ModelPolicy, def.HistoryRuns
 	}
@@ -281,6 +294,7 @@ func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.P
 // tenant, which its agents share.
 type pluginAdapters struct {
 	plugins   map[string]*host.Plugin
+	budgets   map[string]*budget.Budget // by plugin ID; nil for none
 	w         Wiring
 	builders  map[string]runtime.Builder
 	executors map[string]runtime.Executor
@@ -338,7 +352,7 @@ func buildAgent(cfg *config.Config, t config.Tenant, a config.Agent, wired *plug
 		return nil, nil, fmt.Errorf("%s%s: %w", k, modelKey, err)
 	}
 	ra := &runtime.Agent{
-		Name: a.Name, Instructions: a.Instructions, OutputSchema: a.OutputSchema, Builder: b, Model: model,
+		Name: a.Name, Instructions: a.Instructions, OutputSchema: a.OutputSchema, Builder: b, Model: model, ModelBudget: wired.budgets[a.Model],
 		Limits:     a.Limits.LoopLimits(),
 		RunTimeout: a.Limits.RunTimeout, WaitTimeout: a.Limits.WaitTimeout, EffectTimeout: a.Limits.EffectTimeout,
 		ModelPolicy: a.ModelPolicy, HistoryRuns: a.HistoryRuns,

@@ -138,6 +138,9 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			if err := m.RegisterPluginHTTP(refusals); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
+			if err := m.RegisterModelBudgets(s.budgets); err != nil {
+				return fmt.Errorf("serve: metrics: %w", err)
+			}
 			if err := ledger.Seed(ctx, s.store, tenantIDs...); err != nil {
 				return fmt.Errorf("serve: reading the tenants' token usage: %w", err)
 			}

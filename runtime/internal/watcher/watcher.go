@@ -22,6 +22,8 @@ const (
 	// Attach asks again, during recovery, an executor that was
 	// unavailable.
 	Attach
+	// Budget starts a model call that waited for its endpoint's budget.
+	Budget
 )
 
 // Item is one registration in the Watcher. Key identifies it: a new
