@@ -20,6 +20,7 @@ const (
 	DefaultMaxInputBytes              = 1 << 20
 	DefaultMaxOutputBytes             = 1 << 20
 	DefaultPoolSize                   = 4
+	DefaultMaxInstances               = 64
 	DefaultIdleTimeout                = 5 * time.Minute
 	DefaultHTTPTimeout                = 10 * time.Second
 	DefaultMaxHTTPResponseBytes       = 1 << 20
@@ -99,9 +100,17 @@ type Limits struct {
 	// fit without saying so).
 	MaxInputBytes  int
 	MaxOutputBytes int
-	// PoolSize bounds the instances of one (tenant, plugin); a caller
-	// beyond it waits for one, within its context.
+	// PoolSize is the number of instances of one (tenant, plugin) kept
+	// warm: up to PoolSize stay idle after their call, until IdleTimeout.
+	// Default DefaultPoolSize, or MaxInstances when that is lower.
 	PoolSize int
+	// MaxInstances bounds the instances of one (tenant, plugin) that exist
+	// at once. A call that finds none idle makes one while there are fewer
+	// (and the host-wide memory cap leaves room), so that calls waiting
+	// on the network do not queue behind PoolSize; a caller beyond it
+	// waits for one, within its context. At least PoolSize. Default
+	// DefaultMaxInstances, or PoolSize when that is higher.
+	MaxInstances int
 	// IdleTimeout evicts an instance unused for that long, measured on the
 	// host Clock.
 	IdleTimeout time.Duration
@@ -176,8 +185,13 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxOutputBytes <= 0 {
 		l.MaxOutputBytes = DefaultMaxOutputBytes
 	}
-	if l.PoolSize <= 0 {
-		l.PoolSize = DefaultPoolSize
+	switch {
+	case l.PoolSize <= 0 && l.MaxInstances <= 0:
+		l.PoolSize, l.MaxInstances = DefaultPoolSize, DefaultMaxInstances
+	case l.PoolSize <= 0:
+		l.PoolSize = min(DefaultPoolSize, l.MaxInstances)
+	case l.MaxInstances <= 0:
+		l.MaxInstances = max(DefaultMaxInstances, l.PoolSize)
 	}
 	if l.IdleTimeout <= 0 {
 		l.IdleTimeout = DefaultIdleTimeout
@@ -208,6 +222,10 @@ func (l Limits) check() error {
 	capBytes := int64(l.MemoryPages) * pageBytes
 	if l.MemoryPages > 65536 {
 		return fmt.Errorf("limits: memory_pages %d is over the wasm32 maximum of 65536", l.MemoryPages)
+	}
+	if l.MaxInstances < l.PoolSize {
+		return fmt.Errorf("limits: max_instances %d is under pool_size %d: max_instances bounds every instance of a tenant, the warm ones included: raise max_instances or lower pool_size",
+			l.MaxInstances, l.PoolSize)
 	}
 	if need := int64(l.MaxInputBytes) + int64(l.MaxOutputBytes) + 2*pageBytes; need > capBytes {
 		return fmt.Errorf("limits: max input (%d B) plus max output (%d B) do not fit in memory_pages %d (%d B): raise memory_pages or lower the byte limits",

@@ -58,8 +58,11 @@
 //     redirects; never through a proxy. Extism's own http_request is linked
 //     but the manifest's AllowedHosts is never set, so it refuses every
 //     host. Extism vars are capped at 64 KiB.
-//   - instances: at most 4 per (tenant, plugin), never shared across
-//     tenants, evicted after 5 minutes idle on the host clock. An instance
+//   - instances: never shared across tenants; up to 64 at once per
+//     (tenant, plugin), made on demand (a call waits for one beyond that,
+//     or while the host-wide memory cap leaves no room), of which 4 are
+//     kept idle after their call and evicted after 5 minutes idle on the
+//     host clock, the others closed at once. An instance
 //     that trapped, timed out, ran out of memory, produced too much output
 //     or was aborted by a host function is closed, never reused.
 //

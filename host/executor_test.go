@@ -198,7 +198,7 @@ func TestKVGetStoreFailureAborts(t *testing.T) {
 // and defers). The timeout still bounds the call itself.
 func TestTheCallTimeoutStartsOnceTheCallHasAnInstance(t *testing.T) {
 	e := newEnv(t, Config{})
-	x := e.executor(t, conformance.PluginSlowJob, func(s *PluginSpec) { s.Limits.PoolSize = 1 })
+	x := e.executor(t, conformance.PluginSlowJob, func(s *PluginSpec) { s.Limits.PoolSize, s.Limits.MaxInstances = 1, 1 })
 	if _, ok := any(x).(runtime.CapacityWaiter); !ok {
 		t.Fatal("host.Executor is not a runtime.CapacityWaiter")
 	}

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 
@@ -241,6 +243,42 @@ func (h *Host) evictIdleFor(ctx context.Context, need int64) bool {
 		owners[i].evict(ctx, idle[i])
 	}
 	return h.budget.used.Load()+need <= h.budget.limit
+}
+
+// instanceReserve is the room a new instance needs under the host-wide
+// memory cap: the declared minimums of the guest and of the kernel.
+const instanceReserve = 4 << 20
+
+// waitForRoom makes room for a new instance under the host-wide memory
+// cap: it evicts idle instances and, when that is not enough while other
+// instances serve calls, waits for one of them to come back, within ctx.
+// It sets *waitedSince to when it began to wait, unless that is set, and
+// counts itself in waiting while it waits. With no instance busy anywhere
+// nothing would free memory, and it fails at once, as
+// ErrExecutorUnavailable.
+func (h *Host) waitForRoom(ctx context.Context, waitedSince *time.Time, waiting *atomic.Int64) error {
+	for {
+		busy, freed := h.budget.watch()
+		if h.evictIdleFor(ctx, instanceReserve) {
+			return nil
+		}
+		if busy == 0 {
+			return fmt.Errorf("the host-wide instance memory cap (%d B) is reached, with %d B in use, nothing idle to evict and no instance busy to wait for: raise max_instance_memory, or lower memory_pages or max_instances: %w",
+				h.budget.limit, h.budget.used.Load(), runtime.ErrExecutorUnavailable)
+		}
+		if waitedSince.IsZero() {
+			*waitedSince = time.Now()
+		}
+		waiting.Add(1)
+		select {
+		case <-freed:
+			waiting.Add(-1)
+		case <-ctx.Done():
+			waiting.Add(-1)
+			return fmt.Errorf("waiting for room under the host-wide instance memory cap (%d B, %d B in use by %d busy instances): %w",
+				h.budget.limit, h.budget.used.Load(), busy, ctx.Err())
+		}
+	}
 }
 
 // compile compiles the module on the host's call path and inspects it

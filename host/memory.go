@@ -13,6 +13,43 @@ import (
 type memoryBudget struct {
 	limit int64
 	used  atomic.Int64
+
+	// busy counts the pool instances serving a call, host-wide, and freed
+	// is closed (then replaced) whenever one of them is released: a call
+	// that found no room under the cap waits for it (Host.waitForRoom).
+	mu    sync.Mutex
+	busy  int
+	freed chan struct{}
+}
+
+// lent counts an instance handed to a call.
+func (b *memoryBudget) lent() {
+	b.mu.Lock()
+	b.busy++
+	b.mu.Unlock()
+}
+
+// returned counts an instance given back (kept idle, where it can be
+// evicted, or closed) and wakes the calls waiting for room.
+func (b *memoryBudget) returned() {
+	b.mu.Lock()
+	b.busy--
+	if b.freed != nil {
+		close(b.freed)
+		b.freed = nil
+	}
+	b.mu.Unlock()
+}
+
+// watch returns the number of busy instances and a channel closed when
+// one of them is returned.
+func (b *memoryBudget) watch() (busy int, freed <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.freed == nil {
+		b.freed = make(chan struct{})
+	}
+	return b.busy, b.freed
 }
 
 // reserve takes n bytes from the budget if they fit.

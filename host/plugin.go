@@ -34,6 +34,11 @@ type Plugin struct {
 	code   pluginCode // the compiled module, on the host's call path
 	http   *httpGate
 
+	// waits and waitNanos count the calls, of every tenant, that waited
+	// for an instance, and their waits (InstanceWaits).
+	waits     atomic.Int64
+	waitNanos atomic.Int64
+
 	mu     sync.Mutex
 	pools  map[string]*pool // by tenant
 	closed bool
@@ -112,7 +117,23 @@ type PoolStats struct {
 	Created int // instances created since the pool was
 	Evicted int // idle instances closed for idleness or memory
 	Failed  int // instances discarded after a trap, timeout or limit
-	Waiting int // calls waiting for an instance, now
+	Trimmed int // instances closed on release, PoolSize being idle already
+	Waiting int // calls waiting for an instance (or for memory for one), now
+	Waited  int // calls that waited for an instance since the pool was
+}
+
+// InstanceWaitStats counts a plugin's calls, of every tenant, that found
+// no instance free (max_instances of the tenant's were busy, or the
+// host-wide memory cap left no room for another) and waited for one.
+type InstanceWaitStats struct {
+	Waits  int64         // calls that waited, whether they got one or gave up
+	Waited time.Duration // their waits, summed
+}
+
+// InstanceWaits returns the plugin's instance wait counters, over every
+// tenant since it was loaded.
+func (p *Plugin) InstanceWaits() InstanceWaitStats {
+	return InstanceWaitStats{Waits: p.waits.Load(), Waited: time.Duration(p.waitNanos.Load())}
 }
 
 // Stats returns the pool counters of one tenant (zero when it has none).
@@ -201,7 +222,7 @@ func (in *instance) close(ctx context.Context) { in.g.close(ctx) }
 func (p *Plugin) newInstance(ctx context.Context, export string) (*instance, error) {
 	limit := uint64(p.spec.Limits.MemoryPages) * 65536
 	// Room for the declared minimums of the guest and of the kernel.
-	if !p.h.evictIdleFor(ctx, 4<<20) {
+	if !p.h.evictIdleFor(ctx, instanceReserve) {
 		return nil, fmt.Errorf("the host-wide instance memory cap (%d B) is reached, with %d B in use and nothing idle to evict: raise max_instance_memory or lower pool sizes: %w",
 			p.h.budget.limit, p.h.budget.used.Load(), runtime.ErrExecutorUnavailable)
 	}

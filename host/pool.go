@@ -5,20 +5,25 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agenthost/agenthost/runtime"
 )
 
 // pool holds the instances of one (tenant, plugin), all from the plugin's
-// one CompiledPlugin. At most Limits.PoolSize exist at once; a caller
-// beyond that waits for one within its context. Idle instances are reused
-// last-in first-out and closed after Limits.IdleTimeout on the host clock.
-// An instance that failed is closed, never put back.
+// one CompiledPlugin. At most Limits.MaxInstances exist at once: a call
+// that finds no instance idle makes one while there are fewer, and waits
+// for one within its context beyond that, or while the host-wide memory
+// cap leaves no room for another (Host.waitForRoom). Up to Limits.PoolSize
+// instances are kept idle after their call, reused last-in first-out and
+// closed after Limits.IdleTimeout on the host clock; an instance released
+// while PoolSize are idle already is closed at once. An instance that
+// failed is closed, never put back.
 type pool struct {
 	p      *Plugin
 	tenant string
-	slots  chan struct{} // one token per live instance (idle or in use)
-	// waiting counts the callers waiting for a token.
+	slots  chan struct{} // one token per instance in use or being made
+	// waiting counts the callers waiting for a token or for memory.
 	waiting atomic.Int64
 
 	mu     sync.Mutex
@@ -29,23 +34,29 @@ type pool struct {
 	st     PoolStats
 }
 
+// slowInstanceWait is the wait for an instance past which a call logs it.
+const slowInstanceWait = time.Second
+
 func newPool(p *Plugin, tenant string) *pool {
-	return &pool{p: p, tenant: tenant, slots: make(chan struct{}, p.spec.Limits.PoolSize)}
+	return &pool{p: p, tenant: tenant, slots: make(chan struct{}, p.spec.Limits.MaxInstances)}
 }
 
 // acquire returns an instance for the caller's exclusive use, for a call
 // of export.
 func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
+	var waitedSince time.Time // set once the call has to wait
+	defer func() { pl.noteWait(waitedSince) }()
 	select {
 	case pl.slots <- struct{}{}:
 	default:
+		waitedSince = time.Now()
 		pl.waiting.Add(1)
 		select {
 		case pl.slots <- struct{}{}:
 			pl.waiting.Add(-1)
 		case <-ctx.Done():
 			pl.waiting.Add(-1)
-			return nil, fmt.Errorf("waiting for one of %d instances of tenant %q: %w", cap(pl.slots), pl.tenant, ctx.Err())
+			return nil, fmt.Errorf("waiting for one of max_instances %d instances of tenant %q: %w", cap(pl.slots), pl.tenant, ctx.Err())
 		}
 	}
 	pl.mu.Lock()
@@ -59,11 +70,12 @@ func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
 		pl.idle = pl.idle[:n-1]
 		pl.inUse++
 		pl.mu.Unlock()
+		pl.p.h.budget.lent()
 		return in, nil
 	}
 	pl.inUse++
 	pl.mu.Unlock()
-	in, err := pl.p.newInstance(ctx, export)
+	in, err := pl.create(ctx, export, &waitedSince)
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if err != nil {
@@ -72,24 +84,60 @@ func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
 		return nil, err
 	}
 	pl.st.Created++
+	pl.p.h.budget.lent()
 	return in, nil
 }
 
-// release gives an instance back: to the idle list when keep is set and
-// the pool is open, otherwise it is closed (its memory freed).
+// create makes a new instance once there is room for it under the
+// host-wide memory cap, waiting for room while other instances serve
+// calls (counted as the caller's wait for an instance).
+func (pl *pool) create(ctx context.Context, export string, waitedSince *time.Time) (*instance, error) {
+	if err := pl.p.h.waitForRoom(ctx, waitedSince, &pl.waiting); err != nil {
+		return nil, err
+	}
+	return pl.p.newInstance(ctx, export)
+}
+
+// noteWait counts a call's wait for an instance, begun at since (zero:
+// the call did not wait), in the pool's and the plugin's counters, and
+// logs a long one.
+func (pl *pool) noteWait(since time.Time) {
+	if since.IsZero() {
+		return
+	}
+	d := time.Since(since)
+	pl.mu.Lock()
+	pl.st.Waited++
+	pl.mu.Unlock()
+	pl.p.waits.Add(1)
+	pl.p.waitNanos.Add(int64(d))
+	if d >= slowInstanceWait {
+		pl.p.h.log.Warn("a plugin call waited for an instance",
+			"plugin", pl.p.name, "tenant", pl.tenant, "waited", d.Round(time.Millisecond).String(),
+			"max_instances", cap(pl.slots), "memory_in_use", pl.p.h.budget.used.Load())
+	}
+}
+
+// release gives an instance back: to the idle list when keep is set, the
+// pool is open and fewer than PoolSize are idle, otherwise it is closed
+// (its memory freed).
 func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
+	defer pl.p.h.budget.returned()
 	pl.mu.Lock()
 	pl.inUse--
 	if !keep {
 		pl.st.Failed++
 	}
-	if keep && !pl.closed {
+	if keep && !pl.closed && len(pl.idle) < pl.p.spec.Limits.PoolSize {
 		in.lastUsed = pl.p.h.clock.Now()
 		pl.idle = append(pl.idle, in)
 		pl.armSweepLocked()
 		pl.mu.Unlock()
 		<-pl.slots
 		return
+	}
+	if keep && !pl.closed {
+		pl.st.Trimmed++
 	}
 	pl.mu.Unlock()
 	in.close(ctx)

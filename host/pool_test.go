@@ -16,7 +16,7 @@ import (
 
 func TestPoolBoundHonoursContext(t *testing.T) {
 	e := newEnv(t, Config{})
-	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize = 1 })
+	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize, s.Limits.MaxInstances = 1, 1 })
 	pl, err := x.Plugin().pool("acme")
 	if err != nil {
 		t.Fatal(err)
@@ -91,25 +91,42 @@ func TestHostMemoryCapEvictsIdle(t *testing.T) {
 	if e.h.MemoryInUse() > one+one/2 {
 		t.Fatalf("memory in use %d is over the cap %d", e.h.MemoryInUse(), one+one/2)
 	}
-	// With the only instance busy, a new one cannot be made: the host says
-	// so instead of passing its cap.
+	// With the only instance busy, a new one cannot be made: the call waits
+	// for room instead of passing the cap, and is counted as a wait for an
+	// instance; once the busy instance is back (idle), it is evicted for
+	// the waiting call.
 	pl, _ := x.Plugin().pool("globex")
 	held, err := pl.acquire(context.Background(), "start")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = x.Start(context.Background(), toolCall("initech", "r", 1, "echo", nil))
-	if !errors.Is(err, runtime.ErrExecutorUnavailable) {
-		t.Fatalf("over the host cap: %v", err)
-	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := x.Start(context.Background(), toolCall("initech", "r", 1, "echo", map[string]string{"text": "x"}))
+		done <- err
+	}()
+	waitFor(t, "initech's call to wait for room", time.Minute, func() bool { return x.Plugin().Stats("initech").Waiting == 1 })
 	pl.release(context.Background(), held, true)
+	if err := <-done; err != nil {
+		t.Fatalf("the call that waited for room: %v", err)
+	}
+	if st := x.Plugin().Stats("initech"); st.Waited != 1 || st.Created != 1 {
+		t.Fatalf("initech %+v: want one instance, made after one wait", st)
+	}
+	if g := x.Plugin().Stats("globex"); g.Evicted != 1 {
+		t.Fatalf("globex's idle instance was not evicted for initech: %+v", g)
+	}
+	if w := x.Plugin().InstanceWaits(); w.Waits != 1 {
+		t.Fatalf("instance waits %+v; want 1", w)
+	}
 }
 
 // TestPoolHammer runs concurrent calls of several tenants through small
-// pools, under -race in make test.
+// pools that grow past pool_size and shrink back, under -race in make
+// test.
 func TestPoolHammer(t *testing.T) {
 	e := newEnv(t, Config{})
-	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize = 2 })
+	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize, s.Limits.MaxInstances = 1, 2 })
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for w := 0; w < 8; w++ {
@@ -133,8 +150,8 @@ func TestPoolHammer(t *testing.T) {
 		t.Error(err)
 	}
 	for _, tenant := range []string{"t0", "t1", "t2"} {
-		if st := x.Plugin().Stats(tenant); st.Created > 2 || st.InUse != 0 {
-			t.Errorf("%s: %+v (pool size 2)", tenant, st)
+		if st := x.Plugin().Stats(tenant); st.Idle != 1 || st.InUse != 0 || st.Created != st.Idle+st.Trimmed+st.Evicted+st.Failed {
+			t.Errorf("%s: %+v (pool size 1, max instances 2): want one idle, and every other instance made closed", tenant, st)
 		}
 	}
 }

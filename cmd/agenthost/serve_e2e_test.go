@@ -288,7 +288,9 @@ func TestServeEndToEnd(t *testing.T) {
 			`agenthost_plugin_call_duration_seconds_count{export="start",plugin="slow-job"}`,
 			`agenthost_model_tokens_total{tenant="small",type="input"} 20`,
 			`agenthost_runs_active{status="running",tenant="acme"}`,
-			`agenthost_plugin_http_refused_total{plugin="hostile",reason="address"} 0`}
+			`agenthost_plugin_http_refused_total{plugin="hostile",reason="address"} 0`,
+			`agenthost_plugin_instance_waits_total{plugin="slow-job"}`,
+			`agenthost_plugin_instance_wait_seconds_total{plugin="slow-job"}`}
 		waitUntil(t, 30*time.Second, "the metrics of the work above", func() (bool, error) {
 			code, raw, err := newClient(srv.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
 			if err != nil || code != http.StatusOK {

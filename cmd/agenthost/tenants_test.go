@@ -75,8 +75,8 @@ func TestServeTenantIsolation(t *testing.T) {
 	})
 
 	t.Run("a hostile plugin of one tenant does not hold up another's Runs", func(t *testing.T) {
-		// acme's two endless loops take both of its hostile instances
-		// (pool_size 2) until the call timeout; its memory bomb runs too.
+		// acme's two endless loops take two of its hostile instances until
+		// the call timeout; its memory bomb runs too.
 		loops := acme.submit(t, "hostile-loop", `call:loop({}),loop({})|answer:$results`)
 		bomb := acme.submit(t, "hostile-oom", `call:oom({})|answer:$results`)
 		acme.waitRun(t, loops.ID, 30*time.Second, "with both loops in flight", func(r runView) bool {

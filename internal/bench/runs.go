@@ -106,7 +106,7 @@ func (p *runsParams) flags(cmd *cobra.Command, runs int, conc string) *string {
 	f := cmd.Flags()
 	f.IntVarP(&p.Runs, "runs", "n", runs, "Runs per concurrency level")
 	f.IntVar(&p.Rounds, "rounds", 5, "rounds per level, each Runs/rounds Runs then as many bare Badger commits, interleaved so that a noisy machine's drift hits both alike")
-	f.IntVar(&p.PoolSize, "pool-size", 4, "instances per plugin per tenant (the config's plugins.ID.pool_size)")
+	f.IntVar(&p.PoolSize, "pool-size", 4, "instances per plugin per tenant kept warm (the config's plugins.ID.pool_size; up to max_instances, 64, exist at once)")
 	s := f.String("concurrency", conc, "comma-separated numbers of concurrent clients, one level each")
 	p.Question = benchQuestion
 	p.SyncWrites = true

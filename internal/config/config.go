@@ -203,14 +203,15 @@ type Plugin struct {
 	SHA256 string // hex pin; "" pins nothing
 	Role   abi.Role
 	// MemoryPages, CallTimeout, InitTimeout, MaxInputBytes,
-	// MaxOutputBytes, PoolSize and IdleTimeout are the host's per-plugin
-	// limits; zero takes the host's default.
+	// MaxOutputBytes, PoolSize, MaxInstances and IdleTimeout are the
+	// host's per-plugin limits; zero takes the host's default.
 	MemoryPages    uint32
 	CallTimeout    time.Duration
 	InitTimeout    time.Duration
 	MaxInputBytes  int
 	MaxOutputBytes int
 	PoolSize       int
+	MaxInstances   int
 	IdleTimeout    time.Duration
 	// AllowedHosts are the hosts agenthost_http may reach.
 	AllowedHosts []string

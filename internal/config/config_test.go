@@ -102,7 +102,7 @@ lease_ttl: 200ms
 colour: blue
 log: {level: loud}
 plugins:
-  b: {path: b.wasm, role: builder, memory_pages: 70000, sha256: abc}
+  b: {path: b.wasm, role: builder, memory_pages: 70000, sha256: abc, pool_size: 8, max_instances: 2}
   m: {role: model, allowed_hosts: 3}
 tenants:
   acme:
@@ -126,6 +126,7 @@ tenants:
 		"log.level: \"loud\" is not one of debug, info, warn, error",
 		"plugins.b.memory_pages: 70000 is out of range",
 		"plugins.b.sha256: \"abc\" is not a hex sha256",
+		"plugins.b.max_instances: 2 is under pool_size 8",
 		"plugins.m.path: is required",
 		"plugins.m.role: \"model\" is not a role",
 		"plugins.m.allowed_hosts: want a list of strings",
@@ -483,5 +484,23 @@ func TestHTTPLimitsFromTheEnvironment(t *testing.T) {
 	if cfg.HTTP.MaxConnectionsPerClient != 7 || cfg.Metrics.Listen != MetricsOff ||
 		cfg.Tenants["acme"].RateLimits.Submissions != (Rate{PerSecond: 2.5, Burst: DefaultSubmissionRate.Burst}) {
 		t.Errorf("from the environment: http %+v, metrics %q, submissions %+v", cfg.HTTP, cfg.Metrics.Listen, cfg.Tenants["acme"].RateLimits.Submissions)
+	}
+}
+
+func TestPluginPoolLimits(t *testing.T) {
+	cfg, err := parse(t, `
+plugins:
+  b: {path: b.wasm, role: builder, pool_size: 2, max_instances: 16}
+  m: {path: m.wasm, role: executor, max_instances: 3}
+tenants:
+  acme:
+    builder: b
+    model: m
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, m := cfg.Plugins["b"], cfg.Plugins["m"]; b.PoolSize != 2 || b.MaxInstances != 16 || m.PoolSize != 0 || m.MaxInstances != 3 {
+		t.Errorf("b: pool_size %d, max_instances %d; m: %d, %d; want 2, 16 and 0 (the host's default), 3", b.PoolSize, b.MaxInstances, m.PoolSize, m.MaxInstances)
 	}
 }

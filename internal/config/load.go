@@ -54,7 +54,7 @@ var (
 	}
 	pluginKeys = []string{
 		"path", "sha256", "role", "memory_pages", "call_timeout", "init_timeout",
-		"max_input_bytes", "max_output_bytes", "pool_size", "idle_timeout",
+		"max_input_bytes", "max_output_bytes", "pool_size", "max_instances", "idle_timeout",
 		"allowed_hosts", "http_timeout", "max_http_response_bytes", "max_http_response_header_bytes",
 		"budget.max_concurrent_calls", "budget.requests_per_minute", "budget.tokens_per_minute",
 	}
@@ -430,6 +430,11 @@ func (d *decoder) plugin(id string, raw any) Plugin {
 	p.MaxInputBytes = d.integerAt(m, k, "max_input_bytes", 0, 0)
 	p.MaxOutputBytes = d.integerAt(m, k, "max_output_bytes", 0, 0)
 	p.PoolSize = d.integerAt(m, k, "pool_size", 0, 0)
+	p.MaxInstances = d.integerAt(m, k, "max_instances", 0, 0)
+	if p.MaxInstances > 0 && p.MaxInstances < p.PoolSize {
+		d.problem(k+"max_instances", "%d is under pool_size %d: max_instances bounds every instance of a tenant, the %d kept warm included: raise max_instances or lower pool_size",
+			p.MaxInstances, p.PoolSize, p.PoolSize)
+	}
 	p.IdleTimeout = d.durationAt(m, k, "idle_timeout", 0)
 	p.AllowedHosts = d.stringsAt(m, k, "allowed_hosts")
 	p.HTTPTimeout = d.durationAt(m, k, "http_timeout", 0)

@@ -236,3 +236,35 @@ func (m *Metrics) RegisterModelBudgets(budgets map[string]*budget.Budget) error 
 	}
 	return nil
 }
+
+// InstanceWaits reads one plugin's waits for an instance: the calls that
+// waited and their waits in seconds, summed. serve passes one for each
+// loaded plugin, from host.Plugin.InstanceWaits.
+type InstanceWaits func() (waits int64, seconds float64)
+
+// RegisterInstanceWaits registers, read at scrape time,
+// agenthost_plugin_instance_waits_total{plugin}, the calls that found
+// every one of their tenant's max_instances instances busy (or no room
+// under max_instance_memory) and waited for one, and
+// agenthost_plugin_instance_wait_seconds_total{plugin}, their waits.
+func (m *Metrics) RegisterInstanceWaits(plugins map[string]InstanceWaits) error {
+	for plugin, read := range plugins {
+		labels := prometheus.Labels{"plugin": plugin}
+		waits := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "agenthost_plugin_instance_waits_total",
+			Help:        "Plugin calls that waited for an instance: max_instances of their tenant's were busy, or max_instance_memory left no room for another.",
+			ConstLabels: labels,
+		}, func() float64 { n, _ := read(); return float64(n) })
+		seconds := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "agenthost_plugin_instance_wait_seconds_total",
+			Help:        "Seconds plugin calls spent waiting for an instance, summed.",
+			ConstLabels: labels,
+		}, func() float64 { _, s := read(); return s })
+		for _, c := range []prometheus.Collector{waits, seconds} {
+			if err := m.reg.Register(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -258,7 +258,7 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 		Limits: host.Limits{
 			MemoryPages: p.MemoryPages, CallTimeout: p.CallTimeout, InitTimeout: p.InitTimeout,
 			MaxInputBytes: p.MaxInputBytes, MaxOutputBytes: p.MaxOutputBytes,
-			PoolSize: p.PoolSize, IdleTimeout: p.IdleTimeout,
+			PoolSize: p.PoolSize, MaxInstances: p.MaxInstances, IdleTimeout: p.IdleTimeout,
 		},
 		Sandbox: host.Sandbox{
 			Config: p.Config, AllowedHosts: p.AllowedHosts, HTTPTimeout: p.HTTPTimeout,

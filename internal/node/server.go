@@ -132,13 +132,18 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
 			refusals := map[string]metrics.HTTPRefusals{}
+			waits := map[string]metrics.InstanceWaits{}
 			for id, p := range s.plugins {
 				refusals[id] = func() (int64, int64) { st := p.HTTPStats(); return st.Denied, st.Refused }
+				waits[id] = func() (int64, float64) { st := p.InstanceWaits(); return st.Waits, st.Waited.Seconds() }
 			}
 			if err := m.RegisterPluginHTTP(refusals); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
 			if err := m.RegisterModelBudgets(s.budgets); err != nil {
+				return fmt.Errorf("serve: metrics: %w", err)
+			}
+			if err := m.RegisterInstanceWaits(waits); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
 			if err := ledger.Seed(ctx, s.store, tenantIDs...); err != nil {
