@@ -395,6 +395,7 @@ func (r *Run) childUsage(e *Effect, o Outcome) Outcome {
 	}
 	if spec, _ := r.ToolSpec(e.Tool); spec.Agent != "" && e.Kind == abi.KindTool {
 		r.Usage = r.Usage.Add(*o.Tool.Usage)
+		r.ChildrenUsage = r.ChildrenUsage.Add(*o.Tool.Usage)
 		return o
 	}
 	t := *o.Tool

@@ -343,6 +343,11 @@ type Run struct {
 	// Children are the child Runs the Run's agent tools started, in the
 	// order their attempts were dispatched.
 	Children []ChildRef `json:"children,omitempty"`
+	// ChildrenUsage is the part of Usage that came from child Runs (the
+	// usage of agent tools' outcomes): Usage less it is what the Run's own
+	// model steps used. A tenant's token count adds each Run's own usage
+	// once, so a child's tokens are not counted twice.
+	ChildrenUsage abi.Usage `json:"children_usage,omitempty"`
 	// WaitingSince is when the Run's current wait for a person began: the
 	// time of the event that made it StatusWaiting. It is 0 when the Run
 	// does not wait, or has waited since before this was recorded.
@@ -350,6 +355,14 @@ type Run struct {
 	// WaitedMS is the time the Run spent waiting for a person in the
 	// waits that are over; Limits.RunTimeoutMS does not count it.
 	WaitedMS int64 `json:"waited_ms,omitempty"`
+}
+
+// OwnUsage is the usage of the Run's own model steps: Usage less what its
+// child Runs used (ChildrenUsage). Summing OwnUsage over a tenant's Runs
+// counts every token once.
+func (r Run) OwnUsage() abi.Usage {
+	return abi.Usage{InputTokens: r.Usage.InputTokens - r.ChildrenUsage.InputTokens,
+		OutputTokens: r.Usage.OutputTokens - r.ChildrenUsage.OutputTokens}
 }
 
 // Effect returns a pointer into r.Effects for id, or nil.

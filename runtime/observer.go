@@ -64,8 +64,10 @@ func (rt *Runtime) observeCommit(before, after loop.Run, batch []loop.Event) {
 		o.RunEnded(after.Tenant, agentName(&after), after.Status,
 			time.Duration(max(after.UpdatedAt-after.CreatedAt, 0))*time.Millisecond)
 	}
-	if d := (abi.Usage{InputTokens: after.Usage.InputTokens - before.Usage.InputTokens,
-		OutputTokens: after.Usage.OutputTokens - before.Usage.OutputTokens}); d.InputTokens != 0 || d.OutputTokens != 0 {
+	// The Run's own usage: what its children used is theirs, observed on
+	// their own commits, and only rolled up into this Run's Usage.
+	if d := (abi.Usage{InputTokens: after.OwnUsage().InputTokens - before.OwnUsage().InputTokens,
+		OutputTokens: after.OwnUsage().OutputTokens - before.OwnUsage().OutputTokens}); d.InputTokens != 0 || d.OutputTokens != 0 {
 		o.Usage(after.Tenant, d)
 	}
 	settled := map[string]bool{}

@@ -100,6 +100,12 @@ func TestAnAgentCallsAnotherAsATool(t *testing.T) {
 	if run.Usage != want {
 		t.Fatalf("the parent's usage %+v, want its own and its child's, %+v", run.Usage, want)
 	}
+	// A tenant's tokens count each Run's own usage once: the parent's two
+	// steps and the child's two, not the child's again in its parent.
+	two := abi.Usage{InputTokens: 2 * script.StepUsage.InputTokens, OutputTokens: 2 * script.StepUsage.OutputTokens}
+	if run.OwnUsage() != two || child.OwnUsage() != two || run.ChildrenUsage != two {
+		t.Fatalf("own usage: parent %+v (children %+v), child %+v; want %+v each", run.OwnUsage(), run.ChildrenUsage, child.OwnUsage(), two)
+	}
 	for _, r := range []loop.Run{run, child} {
 		if v := loop.CheckEnded(ctxEvents(t, e, r.ID)); len(v) > 0 {
 			t.Fatalf("run %s's log: %v", r.ID, v)

@@ -631,7 +631,8 @@ func storedUsage(ctx context.Context, store RunLister, tenant string) (int64, er
 				if err != nil {
 					return 0, fmt.Errorf("httpapi: seed token usage of tenant %s: run %s: %w", tenant, id, err)
 				}
-				sum += run.Usage.InputTokens + run.Usage.OutputTokens
+				own := run.OwnUsage() // a child's tokens are its own Run's, not its parent's too
+				sum += own.InputTokens + own.OutputTokens
 			}
 			if len(ids) < seedPage {
 				break

@@ -64,8 +64,8 @@ const Version4 byte = 0x04
 // effect's count of rate-limited attempts (loop.Effect.RateLimited), and
 // the RetryAfterMS of every failure the Run holds: each effect outcome's
 // error, the verdict's failure and the Run's failure, in that order, each
-// one that is present. A Run decoded from an older version has none of
-// them (its policies take the Loop's defaults).
+// one that is present; then the Run's ChildrenUsage. A Run decoded from an
+// older version has none of them (its policies take the Loop's defaults).
 const Version5 byte = 0x05
 
 // Current is the version Append writes.
@@ -164,6 +164,7 @@ func (w *Writer) tail5(r *loop.Run) {
 	if r.Failure != nil {
 		w.Int(r.Failure.RetryAfterMS)
 	}
+	w.usage(r.ChildrenUsage)
 }
 
 // tail5 reads what Writer.tail5 wrote into r.
@@ -186,6 +187,7 @@ func (rd *Reader) tail5(r *loop.Run) {
 	if r.Failure != nil {
 		r.Failure.RetryAfterMS = rd.Int()
 	}
+	r.ChildrenUsage = rd.usage()
 }
 
 func (w *Writer) rateLimits(p loop.Policy) {
