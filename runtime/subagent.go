@@ -11,7 +11,7 @@ import (
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
-// Agents as tools of other agents (docs/DESIGN.md §3.6).
+// Agents as tools of other agents (docs/DESIGN.md §5.8).
 //
 // A tool whose pinned spec names an agent (loop.ToolSpec.Agent) is carried
 // out by the runtime itself, through subAgentCall, an Executor like any
