@@ -56,16 +56,21 @@ const (
 
 // Host functions, imported by plugins from module HostModule.
 const (
-	HostModule  = "extism:host/user"
-	ExtismEnv   = "extism:host/env"
-	HostKVGet   = "agenthost_kv_get"
-	HostKVSet   = "agenthost_kv_set"
-	HostKVDel   = "agenthost_kv_delete"
-	HostNowMS   = "agenthost_now_ms"
-	HostEmit    = "agenthost_emit"
-	HostHTTP    = "agenthost_http"
-	wasmI64     = "i64"
-	noParamType = ""
+	HostModule = "extism:host/user"
+	ExtismEnv  = "extism:host/env"
+	HostKVGet  = "agenthost_kv_get"
+	HostKVSet  = "agenthost_kv_set"
+	HostKVDel  = "agenthost_kv_delete"
+	HostNowMS  = "agenthost_now_ms"
+	HostEmit   = "agenthost_emit"
+	HostHTTP   = "agenthost_http"
+	// HostHTTPOpen, HostHTTPRead and HostHTTPClose read an HTTP response
+	// as it arrives (docs/ABI.md, "agenthost_http_open, _read, _close").
+	HostHTTPOpen  = "agenthost_http_open"
+	HostHTTPRead  = "agenthost_http_read"
+	HostHTTPClose = "agenthost_http_close"
+	wasmI64       = "i64"
+	noParamType   = ""
 )
 
 // HostFunc describes the exact wasm signature of one host function.
@@ -374,11 +379,42 @@ type ToolOutcome struct {
 	Usage *Usage `json:"usage,omitempty"`
 }
 
+// The types of event agenthost_emit takes.
+const (
+	// EmitProgress is a plugin's progress, for people watching.
+	EmitProgress = "progress"
+	// EmitModelDelta is a model's partial output (EmitEvent.Delta), sent
+	// by a model executor while the answer streams in.
+	EmitModelDelta = "model_delta"
+)
+
 // EmitEvent is the argument of agenthost_emit.
 type EmitEvent struct {
 	Type    string          `json:"type"`
 	Message string          `json:"message,omitempty"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Delta is the partial output of an event of type EmitModelDelta.
+	Delta *ModelDelta `json:"delta,omitempty"`
+}
+
+// ModelDelta is a piece of a model's answer as it streams in: the next
+// piece of its text, and pieces of its tool calls. The pieces of one
+// attempt, concatenated, are the answer the attempt's reply commits; the
+// reply stays the only truth.
+type ModelDelta struct {
+	Text      string          `json:"text,omitempty"`
+	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
+}
+
+// ToolCallDelta is a piece of one tool call of a streaming answer.
+type ToolCallDelta struct {
+	// Index says which tool call of the answer, from 0.
+	Index int `json:"index"`
+	// ID and Name come with the call's first piece.
+	ID   string `json:"id,omitempty"`
+	Name string `json:"name,omitempty"`
+	// Arguments is the next piece of the arguments' JSON text.
+	Arguments string `json:"arguments,omitempty"`
 }
 
 // HTTPRequest is the argument of agenthost_http.
@@ -413,6 +449,24 @@ type HTTPResponse struct {
 	Body       string            `json:"body,omitempty"`
 	BodyBase64 string            `json:"body_base64,omitempty"`
 	Error      *HTTPError        `json:"error,omitempty"`
+}
+
+// HTTPStreamHead is the result of agenthost_http_open: the response's
+// status and headers and the stream to read its body from, or, for a
+// request refused or failed before a response came, Error with Status 0.
+// A response of any status has a stream.
+type HTTPStreamHead struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Stream  int64             `json:"stream,omitempty"`
+	Error   *HTTPError        `json:"error,omitempty"`
+}
+
+// HTTPStreamEnd is the result of agenthost_http_close: Error says why
+// reading the body failed; none when it was read to its end or the plugin
+// closed it early.
+type HTTPStreamEnd struct {
+	Error *HTTPError `json:"error,omitempty"`
 }
 
 // ApprovalDecision is one approval or denial, addressed by tool call ID.
