@@ -99,7 +99,8 @@ func (e *Executor) invoke(ctx context.Context, export string, c runtime.EffectCa
 	if err != nil {
 		return nil, nil, fmt.Errorf("host: plugin[%s] export[%s]: encoding the input: %w", e.p.name, export, err)
 	}
-	s := &callScope{plugin: e.p, export: export, tenant: c.Tenant, session: c.Session, runID: c.RunID, effectID: in.Effect.ID}
+	s := &callScope{plugin: e.p, export: export, tenant: c.Tenant, session: c.Session, runID: c.RunID, effectID: in.Effect.ID,
+		kind: in.Effect.Kind, attempt: in.Effect.Attempt}
 	out, err := e.p.call(ctx, s, b)
 	return s, out, err
 }

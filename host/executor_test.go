@@ -241,3 +241,74 @@ func TestTheCallTimeoutStartsOnceTheCallHasAnInstance(t *testing.T) {
 		t.Fatal("a call blocked past its timeout returned no error")
 	}
 }
+
+// A model call's model_delta emits reach the sink stamped with the
+// effect's attempt and numbered from 1 within the call; a tool call may
+// not send one.
+func TestModelDeltasAreStampedWithAttemptAndSeq(t *testing.T) {
+	e := newEnv(t, Config{})
+	x := e.executor(t, conformance.PluginExecutor, nil)
+	const text = "please stream  this answer"
+	req, _ := json.Marshal(abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: text}}})
+	c := runtime.EffectCall{Tenant: "acme", Session: "s1", RunID: "run1",
+		Input: abi.EffectInput{Effect: abi.Effect{ID: "r.m1", Attempt: 3, Kind: abi.KindModel, Request: req}}}
+	if r, err := x.Start(context.Background(), c); err != nil || r.State != abi.StateDone {
+		t.Fatalf("%+v %v", r, err)
+	}
+	var got strings.Builder
+	var seqs []int64
+	for _, em := range e.sink.all() {
+		if em.ev.Type != abi.EmitModelDelta {
+			if em.scope.DeltaSeq != 0 {
+				t.Errorf("a %s emit has seq %d", em.ev.Type, em.scope.DeltaSeq)
+			}
+			continue
+		}
+		if em.scope.Attempt != 3 || em.scope.EffectID != "r.m1" || em.scope.RunID != "run1" {
+			t.Errorf("delta scope %+v", em.scope)
+		}
+		got.WriteString(em.ev.Delta.Text)
+		seqs = append(seqs, em.scope.DeltaSeq)
+	}
+	if got.String() != text {
+		t.Errorf("the deltas make %q, want %q", got.String(), text)
+	}
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("delta seqs %v, want 1, 2, …", seqs)
+		}
+	}
+	if len(seqs) != 4 {
+		t.Errorf("%d deltas, want 4 (one a word)", len(seqs))
+	}
+	// From a tool call, the host refuses it.
+	if got := doneIn(t)(x.Start(context.Background(), toolCall("acme", "r.t1.0", 1, "model_delta", nil))); got != strconv.Itoa(int(abi.StatusRefused)) {
+		t.Errorf("a tool's model_delta: status %s, want refused (%d)", got, abi.StatusRefused)
+	}
+}
+
+func TestOnlyAModelDeltaCarriesADelta(t *testing.T) {
+	model := &callScope{kind: abi.KindModel}
+	tool := &callScope{kind: abi.KindTool}
+	d := &abi.ModelDelta{Text: "x"}
+	for _, c := range []struct {
+		name string
+		s    *callScope
+		ev   abi.EmitEvent
+		want bool
+	}{
+		{"progress", tool, abi.EmitEvent{Type: abi.EmitProgress, Message: "m"}, true},
+		{"progress with a delta", model, abi.EmitEvent{Type: abi.EmitProgress, Delta: d}, false},
+		{"delta from a model call", model, abi.EmitEvent{Type: abi.EmitModelDelta, Delta: d}, true},
+		{"delta from a tool call", tool, abi.EmitEvent{Type: abi.EmitModelDelta, Delta: d}, false},
+		{"delta from a build", &callScope{}, abi.EmitEvent{Type: abi.EmitModelDelta, Delta: d}, false},
+		{"delta without one", model, abi.EmitEvent{Type: abi.EmitModelDelta}, false},
+		{"empty delta", model, abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &abi.ModelDelta{}}, false},
+		{"tool call piece", model, abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &abi.ModelDelta{ToolCalls: []abi.ToolCallDelta{{Index: 1, Arguments: "{"}}}}, true},
+		{"negative index", model, abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &abi.ModelDelta{ToolCalls: []abi.ToolCallDelta{{Index: -1}}}}, false},
+	} {
+		if got := c.s.mayEmit(c.ev); got != c.want {
+			t.Errorf("%s: mayEmit %v, want %v", c.name, got, c.want)
+		}
+	}
+}

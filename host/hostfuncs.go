@@ -15,6 +15,10 @@ import (
 // maxEmitBytes bounds one agenthost_emit event.
 const maxEmitBytes = 64 << 10
 
+// maxDeltaToolCalls bounds a model_delta's tool call index: no answer
+// calls more tools at once.
+const maxDeltaToolCalls = 1024
+
 // errHostAbort is the panic value a host function unwinds the guest with
 // after it recorded why in the call scope.
 var errHostAbort = errors.New("host: call aborted by a host function")
@@ -163,16 +167,36 @@ func (h *Host) emit(ctx context.Context, s *callScope, m guestMemory, stack []ui
 		stack[0] = uint64(abi.StatusRefused)
 	case len(b) > maxEmitBytes:
 		stack[0] = uint64(abi.StatusTooLarge)
-	case json.Unmarshal(b, &ev) != nil || ev.Type == "":
+	case json.Unmarshal(b, &ev) != nil || ev.Type == "" || !s.mayEmit(ev):
 		stack[0] = uint64(abi.StatusRefused)
 	case h.cfg.Events == nil:
 		stack[0] = uint64(abi.StatusOK) // no sink: dropped, as documented
 	default:
-		scope := runtime.EmitScope{Tenant: s.tenant, Session: s.session, RunID: s.runID, EffectID: s.effectID, Plugin: s.plugin.name}
+		scope := runtime.EmitScope{Tenant: s.tenant, Session: s.session, RunID: s.runID, EffectID: s.effectID, Plugin: s.plugin.name, Attempt: s.attempt}
+		if ev.Type == abi.EmitModelDelta {
+			scope.DeltaSeq = s.deltas.Add(1)
+		}
 		if err := h.cfg.Events.Emit(ctx, scope, ev); err != nil {
 			stack[0] = uint64(abi.StatusStoreUnavailable)
 			return
 		}
 		stack[0] = uint64(abi.StatusOK)
 	}
+}
+
+// mayEmit reports whether the call may emit ev: a model_delta carries a
+// delta and comes from a model effect's call; no other type carries one.
+func (s *callScope) mayEmit(ev abi.EmitEvent) bool {
+	if ev.Type != abi.EmitModelDelta {
+		return ev.Delta == nil
+	}
+	if s.kind != abi.KindModel || ev.Delta == nil || (ev.Delta.Text == "" && len(ev.Delta.ToolCalls) == 0) {
+		return false
+	}
+	for _, tc := range ev.Delta.ToolCalls {
+		if tc.Index < 0 || tc.Index >= maxDeltaToolCalls {
+			return false
+		}
+	}
+	return true
 }

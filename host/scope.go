@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -18,6 +19,11 @@ type callScope struct {
 	session  string
 	runID    string
 	effectID string
+	kind     abi.EffectKind // the effect's kind; "" outside an effect call
+	attempt  int            // the effect's attempt
+
+	// deltas counts the model_delta emits of the call: each one's seq.
+	deltas atomic.Int64
 
 	mu     sync.Mutex
 	denied string               // the first refusal the sandbox made

@@ -109,6 +109,10 @@ type EmitScope struct {
 	RunID    string
 	EffectID string
 	Plugin   string
+	// Attempt is the effect's attempt, and DeltaSeq numbers the call's
+	// model_delta emits from 1 (0 for other emits).
+	Attempt  int
+	DeltaSeq int64
 }
 
 // EventSink receives the progress events plugins emit with agenthost_emit,

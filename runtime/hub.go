@@ -19,6 +19,8 @@ type Notice struct {
 	Emit     *abi.EmitEvent // a plugin's agenthost_emit, not durable
 	EffectID string         // the effect whose call emitted
 	Plugin   string
+	Attempt  int   // the attempt of that effect
+	DeltaSeq int64 // a model_delta's number within its call, from 1
 }
 
 // Hub fans notices out to the subscribers of each Run. The runtime
@@ -98,18 +100,23 @@ func (h *Hub) Emit(_ context.Context, scope EmitScope, ev abi.EmitEvent) error {
 	if scope.Tenant == "" || scope.RunID == "" {
 		return errors.New("runtime: emit outside a Run")
 	}
-	h.Publish(Notice{Tenant: scope.Tenant, RunID: scope.RunID, Emit: &ev, EffectID: scope.EffectID, Plugin: scope.Plugin})
+	h.Publish(Notice{Tenant: scope.Tenant, RunID: scope.RunID, Emit: &ev, EffectID: scope.EffectID, Plugin: scope.Plugin,
+		Attempt: scope.Attempt, DeltaSeq: scope.DeltaSeq})
 	return nil
 }
 
 // StreamItem is one item of a Run's stream: a committed event, or a
-// plugin's emit. The event and the emit may be shared with the Run's
-// other followers: they must not be modified.
+// plugin's emit: its progress, or a model's partial output (Emit.Type
+// abi.EmitModelDelta), which is not durable either. The event and the
+// emit may be shared with the Run's other followers: they must not be
+// modified.
 type StreamItem struct {
 	Event    *loop.Event
 	Emit     *abi.EmitEvent
-	EffectID string
+	EffectID string // the effect whose call emitted
 	Plugin   string
+	Attempt  int   // the attempt of that effect
+	DeltaSeq int64 // a model_delta's number within its call, from 1
 }
 
 // followFallback is how long a followed Run's tail waits between reads of

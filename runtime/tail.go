@@ -265,7 +265,7 @@ func (t *tail) notice(n Notice) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if n.Emit != nil {
-		it := StreamItem{Emit: n.Emit, EffectID: n.EffectID, Plugin: n.Plugin}
+		it := StreamItem{Emit: n.Emit, EffectID: n.EffectID, Plugin: n.Plugin, Attempt: n.Attempt, DeltaSeq: n.DeltaSeq}
 		for f := range t.followers {
 			if f.live() && len(f.queue) < followQueue {
 				f.queue = append(f.queue, it)

@@ -118,6 +118,16 @@ tenants:
 		}
 	})
 
+	t.Run("a streamed answer prints as it comes", func(t *testing.T) {
+		// The conformance executor streams an answer to a question
+		// with "stream" in it, a word a model_delta.
+		r := runCLI(t, bin, nil, "run", "--config", cfg, "please stream this answer")
+		if r.code != 0 {
+			t.Fatalf("exit %d, want 0", r.code)
+		}
+		mustContain(t, "stdout", r.stdout, "  model › please stream this answer\n", "answer: please stream this answer\nrun completed")
+	})
+
 	t.Run("a run waiting for an approval says so and exits 2", func(t *testing.T) {
 		gated := writeConfig(t, t.TempDir(), strings.Replace(base, "data_dir: data", "data_dir: "+filepath.Join(dir, "data"), 1)+`
     tools:

@@ -550,6 +550,14 @@ func (c *runsClient) follow(ctx context.Context, out io.Writer, runID string, af
 }
 
 func (c *runsClient) printEvent(p *printer, event, payload string) {
+	if event == abi.EmitModelDelta {
+		var d httpapi.ModelDeltaJSON
+		if json.Unmarshal([]byte(payload), &d) == nil {
+			p.item(runtime.StreamItem{Emit: &abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &abi.ModelDelta{Text: d.Text, ToolCalls: d.ToolCalls}},
+				EffectID: d.Effect, Plugin: d.Plugin, Attempt: d.Attempt, DeltaSeq: d.Seq})
+		}
+		return
+	}
 	if event == "progress" {
 		var pj httpapi.ProgressJSON
 		if json.Unmarshal([]byte(payload), &pj) == nil {

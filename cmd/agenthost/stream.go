@@ -19,22 +19,61 @@ type printer struct {
 	mu    sync.Mutex
 	runID string
 	calls map[string]abi.ToolCall // by effect ID and by tool call ID
+	// streaming names the model call (effect and attempt) whose answer
+	// is being printed as it streams in, on a line not yet ended.
+	streaming string
 }
 
 func newPrinter(w io.Writer) *printer { return &printer{w: w, calls: map[string]abi.ToolCall{}} }
 
-func (p *printer) printf(format string, args ...any) { fmt.Fprintf(p.w, format+"\n", args...) }
+// printf prints one line, after ending a streaming answer's line.
+func (p *printer) printf(format string, args ...any) {
+	p.endStream()
+	fmt.Fprintf(p.w, format+"\n", args...)
+}
+
+// endStream ends the line of the answer being streamed, if any.
+func (p *printer) endStream() {
+	if p.streaming != "" {
+		fmt.Fprintln(p.w)
+		p.streaming = ""
+	}
+}
 
 func (p *printer) item(it runtime.StreamItem) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if it.Emit != nil {
+	switch {
+	case it.Emit != nil && it.Emit.Type == abi.EmitModelDelta:
+		p.delta(it)
+		return
+	case it.Emit != nil:
 		p.printf("    · %s: %s", it.Plugin, oneLineText(it.Emit.Message))
 		return
 	}
 	if it.Event != nil {
 		p.event(*it.Event)
 	}
+}
+
+// delta prints a model's answer as it streams in, on a line of its own
+// for each attempt; the committed reply is printed again when it settles
+// (or as the Run's answer), since that is the one that counts.
+func (p *printer) delta(it runtime.StreamItem) {
+	if it.Emit.Delta == nil || it.Emit.Delta.Text == "" {
+		return // tool calls print when they settle
+	}
+	key := fmt.Sprintf("%s#%d", it.EffectID, it.Attempt)
+	if key != p.streaming {
+		p.endStream()
+		if it.Attempt > 1 {
+			fmt.Fprintf(p.w, "  %s (attempt %d) › ", p.effectName(it.EffectID), it.Attempt)
+		} else {
+			fmt.Fprintf(p.w, "  %s › ", p.effectName(it.EffectID))
+		}
+		p.streaming = key
+	}
+	io.WriteString(p.w, strings.ReplaceAll(it.Emit.Delta.Text, "\n", "\n    "))
 }
 
 func (p *printer) event(ev loop.Event) {

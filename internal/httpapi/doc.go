@@ -58,7 +58,11 @@
 // in order, none skipped, flushed one by one; the stream ends after the
 // terminal event (run_completed, run_failed or run_cancelled). A plugin's
 // progress (agenthost_emit) comes as "event: progress" without an id, and
-// is not replayed on resume. A ": heartbeat" comment comes every 15 s.
+// is not replayed on resume; so does a model's answer as it streams in,
+// as "event: model_delta" (ModelDeltaJSON: effect, attempt, seq, text,
+// tool_calls). Deltas are for people watching: the committed reply in
+// effect_settled is the answer, and a reconnected stream gets the deltas
+// from then on only. A ": heartbeat" comment comes every 15 s.
 // Reconnect with Last-Event-ID (or ?after=) set to the last id received to
 // get only the later events.
 //

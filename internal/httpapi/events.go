@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -24,6 +25,21 @@ type ProgressJSON struct {
 	Type    string          `json:"type"`
 	Message string          `json:"message,omitempty"`
 	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// ModelDeltaJSON is the data of a "model_delta" event: a piece of a
+// model's answer as it streams in, from the call of attempt Attempt of
+// effect Effect. It is not durable and has no event ID; Seq numbers the
+// call's deltas from 1, so a gap says one was dropped (for a client that
+// read too slowly). The committed model reply, in effect_settled, is the
+// answer; the text of one attempt's deltas, concatenated, is its text.
+type ModelDeltaJSON struct {
+	Effect    string              `json:"effect"`
+	Plugin    string              `json:"plugin,omitempty"`
+	Attempt   int                 `json:"attempt"`
+	Seq       int64               `json:"seq"`
+	Text      string              `json:"text,omitempty"`
+	ToolCalls []abi.ToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // The event streams' limits. Config will carry them (MaxStreamsPerTenant
@@ -212,6 +228,20 @@ func (s *Server) sendItem(sw *sseWriter, it runtime.StreamItem, runID string) er
 		data = validUTF8(data)
 		return sw.send(func(b *bytes.Buffer) {
 			fmt.Fprintf(b, "id: %d\nevent: %s\n", it.Event.Seq, it.Event.Type)
+			writeData(b, data)
+		})
+	case it.Emit != nil && it.Emit.Type == abi.EmitModelDelta:
+		if it.Emit.Delta == nil {
+			return nil
+		}
+		data, err := json.Marshal(ModelDeltaJSON{Effect: it.EffectID, Plugin: it.Plugin, Attempt: it.Attempt, Seq: it.DeltaSeq,
+			Text: it.Emit.Delta.Text, ToolCalls: it.Emit.Delta.ToolCalls})
+		if err != nil {
+			return fmt.Errorf("httpapi: encode a model delta of run %s: %w", runID, err)
+		}
+		data = validUTF8(data)
+		return sw.send(func(b *bytes.Buffer) {
+			b.WriteString("event: " + abi.EmitModelDelta + "\n")
 			writeData(b, data)
 		})
 	case it.Emit != nil:

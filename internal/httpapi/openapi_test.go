@@ -179,6 +179,15 @@ func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "progress", progress.Event)
 	api.validate(dataSchema, "the progress event", []byte(progress.Data))
+	require.NoError(t, e.rt.Hub().Emit(context.Background(), runtime.EmitScope{Tenant: "acme", RunID: asking.ID,
+		EffectID: asking.ID + ".m1.0", Plugin: "scripted-model", Attempt: 2, DeltaSeq: 7},
+		abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &abi.ModelDelta{Text: "Hel", ToolCalls: []abi.ToolCallDelta{{Index: 0, ID: "c1", Name: "search", Arguments: `{"q":`}}}}))
+	delta, ok := stream.next()
+	require.True(t, ok)
+	require.Equal(t, abi.EmitModelDelta, delta.Event)
+	require.Empty(t, delta.ID, "a delta is not durable: it has no id")
+	require.JSONEq(t, `{"effect":"`+asking.ID+`.m1.0","plugin":"scripted-model","attempt":2,"seq":7,"text":"Hel","tool_calls":[{"index":0,"id":"c1","name":"search","arguments":"{\"q\":"}]}`, delta.Data)
+	api.validate(dataSchema, "the model_delta event", []byte(delta.Data))
 	stream.close()
 	for _, ev := range e.stream(tokenAcme, run.ID).all(t) { // approved, then completed
 		api.validate(dataSchema, "event "+ev.ID+" ("+ev.Event+")", []byte(ev.Data))

@@ -11,7 +11,10 @@
 //
 // The tools: echo{text} returns text; add{a, b} returns a+b; clock returns
 // agenthost_now_ms; abi returns the input's abi field; kv_roundtrip writes, reads back and deletes a key.
-// Every call emits one progress event. The export "empty" does nothing; it
+// A model request whose last message contains "stream" streams its echo
+// first, as model_delta emits of one word each (with the spaces after
+// it); the tool model_delta tries to emit one from a tool call and
+// answers the status. Every call emits one progress event. The export "empty" does nothing; it
 // is the floor of the host's per-call benchmarks.
 package main
 
@@ -45,6 +48,7 @@ func describe() int32 {
 			{Name: "clock", Description: "The host clock in Unix ms", InputSchema: obj, Idempotent: true, Approval: abi.ApprovalNever},
 			{Name: "abi", Description: "The abi field of the input", InputSchema: obj, Idempotent: true, Approval: abi.ApprovalNever},
 			{Name: "kv_roundtrip", Description: "Write, read and delete a KV key", InputSchema: obj, Approval: abi.ApprovalNever},
+			{Name: "model_delta", Description: "Emit a model_delta from a tool call; answers the status", InputSchema: obj, Approval: abi.ApprovalNever},
 		},
 	})
 }
@@ -84,9 +88,28 @@ func model(in abi.EffectInput) int32 {
 		msg.Content = "result: " + last.Content
 	default:
 		msg.Content = last.Content
+		if strings.Contains(last.Content, "stream") {
+			streamText(last.Content)
+		}
 	}
 	out, _ := json.Marshal(abi.ModelOutcome{Message: msg, Usage: abi.Usage{InputTokens: int64(len(req.Messages)), OutputTokens: 1}})
 	return kit.Reply(abi.EffectReply{State: abi.StateDone, Outcome: out})
+}
+
+// streamText emits text as model_delta pieces of one word each, with
+// the spaces after it: concatenated, they are text.
+func streamText(text string) {
+	for len(text) > 0 {
+		end := strings.IndexByte(text, ' ')
+		if end < 0 {
+			end = len(text)
+		}
+		for end < len(text) && text[end] == ' ' {
+			end++
+		}
+		kit.EmitEvent(abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &abi.ModelDelta{Text: text[:end]}})
+		text = text[end:]
+	}
 }
 
 func tool(in abi.EffectInput) int32 {
@@ -107,6 +130,9 @@ func tool(in abi.EffectInput) int32 {
 		return kit.Done(strconv.FormatInt(kit.NowMS(), 10))
 	case "abi":
 		return kit.Done(strconv.Itoa(in.ABI))
+	case "model_delta":
+		st := kit.EmitEvent(abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &abi.ModelDelta{Text: "not a model"}})
+		return kit.Done(strconv.Itoa(int(st)))
 	case "kv_roundtrip":
 		key := "rt/" + in.Effect.ID
 		if st := kit.KVSet(key, []byte(args.Text)); st != abi.StatusOK {

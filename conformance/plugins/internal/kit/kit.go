@@ -67,7 +67,12 @@ func NowMS() int64 { return int64(hostNowMS()) }
 
 // Emit sends a progress event to the Run's stream.
 func Emit(message string) abi.Status {
-	b, _ := json.Marshal(abi.EmitEvent{Type: "progress", Message: message})
+	return EmitEvent(abi.EmitEvent{Type: abi.EmitProgress, Message: message})
+}
+
+// EmitEvent sends ev with agenthost_emit.
+func EmitEvent(ev abi.EmitEvent) abi.Status {
+	b, _ := json.Marshal(ev)
 	m := pdk.AllocateBytes(b)
 	defer m.Free()
 	return abi.Status(hostEmit(m.Offset()))
