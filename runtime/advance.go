@@ -651,7 +651,7 @@ func (rt *Runtime) endpointOf(run *loop.Run, e *loop.Effect) string {
 	if !ok || t == nil {
 		return ""
 	}
-	ex := rt.executorFor(t, run, e.Kind, e.Tool)
+	ex := rt.executorFor(t, run, e)
 	if ex == nil {
 		return ""
 	}

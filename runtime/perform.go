@@ -210,7 +210,7 @@ func (rt *Runtime) effectCall(ctx context.Context, run loop.Run, e loop.Effect, 
 // for an effect attempt the caller holds, and acts on the reply.
 func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request json.RawMessage, export string, slot *callSlot) {
 	key := assignment(run, e.ID, e.Attempt)
-	exec := rt.executorFor(t, &run, e.Kind, e.Tool)
+	exec := rt.executorFor(t, &run, &e)
 	ctx, cancel := rt.callCtx(exec)
 	defer cancel()
 	if exec == nil {
@@ -266,7 +266,7 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 // reply: done settles with its outcome, anything else as cancelled.
 func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect, slot *callSlot) {
 	key := assignment(run, e.ID, e.Attempt)
-	exec := rt.executorFor(t, &run, e.Kind, e.Tool)
+	exec := rt.executorFor(t, &run, &e)
 	ctx, cancel := rt.callCtx(exec)
 	defer cancel()
 	o := loop.Outcome{State: loop.OutcomeCancelled}

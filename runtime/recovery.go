@@ -253,7 +253,7 @@ func (rt *Runtime) takeOver(ctx context.Context, orphans []SessionOwner) (int, e
 // with recovery.Plan and carries the command out. The caller holds the
 // attempt as being called (beginCall or takeWatched).
 func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key string, slot *callSlot) {
-	exec := rt.executorFor(t, &run, e.Kind, e.Tool)
+	exec := rt.executorFor(t, &run, &e)
 	ctx, cancel := rt.callCtx(exec)
 	defer cancel()
 	st := recovery.AttachState{Kind: recovery.AttachUnavailable}

@@ -44,27 +44,29 @@ const DefaultMaxAgentDepth = 5
 // was down, or the child ended on a node that does not share the feed).
 const subAgentPollMax = 5 * time.Second
 
-// subAgentCall is the Executor of one agent tool of one Run: agent is the
-// agent its calls run as, depth the calling Run's depth.
+// subAgentCall is the Executor of one agent tool call of one Run: agent
+// is the agent its attempts run as, depth the calling Run's depth, and
+// toolCallID the model's ID of the call, which each child names.
 type subAgentCall struct {
-	rt    *Runtime
-	agent string
-	depth int
+	rt         *Runtime
+	agent      string
+	depth      int
+	toolCallID string
 }
 
-// executorFor returns the executor of an effect of run: the runtime's own
+// executorFor returns the executor of effect e of run: the runtime's own
 // for an agent tool, else the tenant's (Tenant.executorFor).
-func (rt *Runtime) executorFor(t *Tenant, run *loop.Run, kind abi.EffectKind, tool string) Executor {
-	if kind == abi.KindTool {
-		if spec, ok := run.ToolSpec(tool); ok && spec.Agent != "" {
+func (rt *Runtime) executorFor(t *Tenant, run *loop.Run, e *loop.Effect) Executor {
+	if e.Kind == abi.KindTool {
+		if spec, ok := run.ToolSpec(e.Tool); ok && spec.Agent != "" {
 			depth := 0
 			if run.Parent != nil {
 				depth = run.Parent.Depth
 			}
-			return subAgentCall{rt: rt, agent: spec.Agent, depth: depth}
+			return subAgentCall{rt: rt, agent: spec.Agent, depth: depth, toolCallID: e.ToolCallID}
 		}
 	}
-	return t.executorFor(run, kind, tool)
+	return t.executorFor(run, e.Kind, e.Tool)
 }
 
 // Start starts the attempt's child Run, or finds it started.
@@ -175,14 +177,7 @@ func (x subAgentCall) startChild(ctx context.Context, c EffectCall, id string) (
 			"a call of agent %q needs {\"input\": \"the task\"}", x.agent)}
 	}
 	parent := &loop.ParentRef{Run: c.RunID, Session: c.Session, Effect: c.Input.Effect.ID,
-		Attempt: c.Input.Effect.Attempt, Depth: x.depth + 1}
-	// The call's ID is the parent's, read from its snapshot: one read per
-	// child, so that the child names the very call it answers.
-	if p, err := rt.store.LoadRun(ctx, c.Tenant, c.RunID); err == nil {
-		if e := p.Effect(c.Input.Effect.ID); e != nil {
-			parent.ToolCallID = e.ToolCallID
-		}
-	}
+		Attempt: c.Input.Effect.Attempt, Depth: x.depth + 1, ToolCallID: x.toolCallID}
 	child, _, err := rt.submit(ctx, t, agent, implicit, Request{Tenant: c.Tenant, Session: id, RunID: id, Input: *args.Input}, parent)
 	if errors.Is(err, ErrRunExists) {
 		return rt.store.LoadRun(ctx, c.Tenant, id)

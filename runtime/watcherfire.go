@@ -105,7 +105,7 @@ func (rt *Runtime) runWatchItem(it watcher.Item) {
 		if !ok {
 			return
 		}
-		exec := rt.executorFor(t, &run, e.Kind, e.Tool)
+		exec := rt.executorFor(t, &run, &e)
 		if exec == nil {
 			rt.abandon(key)
 			return
