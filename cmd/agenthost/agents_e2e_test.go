@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/httpapi"
 )
 
@@ -118,36 +117,12 @@ func (m *chatModel) requests(system string) []chatRequest {
 // plugins.
 func agentsConfig(t *testing.T, dir, token string, model *chatModel, agents string) string {
 	t.Helper()
-	paths := map[string]string{}
-	for _, name := range []string{"prompt-builder", "openai", "calculator", "slow-job"} {
-		p, err := conformance.BuildExampleWasm(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		paths[name] = p
-	}
 	host := model.srv.Listener.Addr().String()
-	return writeConfig(t, dir, `
-data_dir: `+filepath.Join(dir, "data")+`
-sync_writes: true
-cache_dir: `+conformance.WazeroCacheDir()+`
-log: {format: text, level: info}
-plugins:
-  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder, config: {system_prompt: "the builder's own prompt"}}
-  openai:
-    path: `+paths["openai"]+`
-    role: executor
-    allowed_hosts: ["`+host+`"]
-    config: {base_url: "http://`+host+`/v1", model: config-model, api_key: not-a-real-key}
-  calculator: {path: `+paths["calculator"]+`, role: executor}
-  slow-job: {path: `+paths["slow-job"]+`, role: executor}
-tenants:
-  demo:
-    tokens_sha256: [`+httpapi.HashToken(token)+`]
-    builder: prompt-builder
-    model_policy: {mode: retry, max_attempts: 3, backoff: 100ms, max_backoff: 1s}
-    agents:
-`+agents)
+	return providerServe{Token: token, Model: "openai", Addr: host, URL: "http://" + host + "/v1",
+		Config: "model: config-model, api_key: not-a-real-key", Builder: `{system_prompt: "the builder's own prompt"}`,
+		Tools:  []string{"calculator", "slow-job"},
+		Tenant: "    model_policy: {mode: retry, max_attempts: 3, backoff: 100ms, max_backoff: 1s}\n    agents:\n" + agents,
+	}.write(t, dir)
 }
 
 // agentsRunView is the part of a Run's JSON these tests read.

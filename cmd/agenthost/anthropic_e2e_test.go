@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/internal/httpapi"
 )
 
 // TestAnthropicPluginRunsARealRun: the anthropic example plugin passes
@@ -19,11 +18,7 @@ import (
 // instructions as the system prompt and its settings.
 func TestAnthropicPluginRunsARealRun(t *testing.T) {
 	bin := buildBinary(t)
-	paths := map[string]string{}
-	for _, name := range []string{"prompt-builder", "anthropic", "calculator"} {
-		paths[name] = conformance.ExampleWasm(t, name)
-	}
-	if r := runCLI(t, bin, nil, "plugin", "verify", "--cache-dir", conformance.WazeroCacheDir(), paths["anthropic"]); r.code != 0 {
+	if r := runCLI(t, bin, nil, "plugin", "verify", "--cache-dir", conformance.WazeroCacheDir(), conformance.ExampleWasm(t, "anthropic")); r.code != 0 {
 		t.Fatalf("plugin verify anthropic.wasm: exit %d, want 0", r.code)
 	}
 
@@ -31,30 +26,17 @@ func TestAnthropicPluginRunsARealRun(t *testing.T) {
 	fake.FailNext(conformance.AnthropicFailure{Status: 529, Message: "Overloaded", RetryAfter: "1"})
 	dir := t.TempDir()
 	const token = "anthropic-token"
-	cfg := writeConfig(t, dir, `
-data_dir: `+filepath.Join(dir, "data")+`
-sync_writes: true
-cache_dir: `+conformance.WazeroCacheDir()+`
-log: {format: text, level: info}
-plugins:
-  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder, config: {system_prompt: "the builder's own prompt"}}
-  anthropic:
-    path: `+paths["anthropic"]+`
-    role: executor
-    allowed_hosts: ["`+fake.Addr+`"]
-    config: {base_url: "`+fake.URL+`", model: config-model, api_key: sk-ant-test}
-  calculator: {path: `+paths["calculator"]+`, role: executor}
-tenants:
-  demo:
-    tokens_sha256: [`+httpapi.HashToken(token)+`]
-    builder: prompt-builder
-    model_policy: {mode: retry, max_attempts: 3, backoff: 100ms, max_backoff: 1s}
+	cfg := providerServe{Token: token, Model: "anthropic", Addr: fake.Addr, URL: fake.URL,
+		Config: "model: config-model, api_key: sk-ant-test", Builder: `{system_prompt: "the builder's own prompt"}`,
+		Tools: []string{"calculator"},
+		Tenant: `    model_policy: {mode: retry, max_attempts: 3, backoff: 100ms, max_backoff: 1s}
     agents:
       support:
         instructions: You are SUPPORT.
         model: {plugin: anthropic, settings: {model: claude-support, temperature: 0.1, max_output_tokens: 77}}
         tools: [{plugin: calculator}]
-`)
+`,
+	}.write(t, dir)
 	logPath := filepath.Join(dir, "serve.log")
 	logTailOnFailure(t, logPath, 60)
 	p := startServe(t, bin, cfg, logPath)

@@ -10,9 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/internal/httpapi"
 )
 
 // TestSlowModelCallsDoNotQueueForInstances: 32 Runs submitted together
@@ -63,38 +60,14 @@ func TestSlowModelCallsDoNotQueueForInstances(t *testing.T) {
 	model.srv = httptest.NewServer(http.HandlerFunc(hold))
 	t.Cleanup(model.srv.Close)
 
-	paths := map[string]string{}
-	for _, name := range []string{"prompt-builder", "openai"} {
-		p, err := conformance.BuildExampleWasm(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		paths[name] = p
-	}
 	addr := model.srv.Listener.Addr().String()
 	// The call and HTTP timeouts are raised so that a slow machine, making
 	// 32 instances while the first requests are held, cannot time those
 	// out; the pool limits (pool_size, max_instances) are the defaults.
-	cfg := writeConfig(t, dir, `
-data_dir: `+filepath.Join(dir, "data")+`
-sync_writes: true
-cache_dir: `+conformance.WazeroCacheDir()+`
-log: {format: text, level: info}
-plugins:
-  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder}
-  openai:
-    path: `+paths["openai"]+`
-    role: executor
-    call_timeout: 5m
-    http_timeout: 5m
-    allowed_hosts: ["`+addr+`"]
-    config: {base_url: "http://`+addr+`/v1", model: slow-model, api_key: not-a-real-key}
-tenants:
-  demo:
-    tokens_sha256: [`+httpapi.HashToken(token)+`]
-    builder: prompt-builder
-    model: openai
-`)
+	cfg := providerServe{Token: token, Model: "openai", Addr: addr, URL: "http://" + addr + "/v1",
+		Config: "model: slow-model, api_key: not-a-real-key", PluginYAML: "    call_timeout: 5m\n    http_timeout: 5m",
+		Tenant: "    model: openai\n",
+	}.write(t, dir)
 	logPath := filepath.Join(dir, "serve.log")
 	logTailOnFailure(t, logPath, 60)
 	p := startServe(t, bin, cfg, logPath)

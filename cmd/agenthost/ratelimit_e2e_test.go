@@ -12,9 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/internal/httpapi"
 )
 
 // throttledChat is an OpenAI-compatible chat-completions server on
@@ -107,34 +104,11 @@ func TestRunsOutlastAProviderThatRateLimitsThem(t *testing.T) {
 	dir := t.TempDir()
 	const token = "throttled-token"
 	model := newThrottledChat(t, limited, retryAfter)
-	paths := map[string]string{}
-	for _, name := range []string{"prompt-builder", "openai"} {
-		p, err := conformance.BuildExampleWasm(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		paths[name] = p
-	}
 	host := model.srv.Listener.Addr().String()
-	cfg := writeConfig(t, dir, `
-data_dir: `+filepath.Join(dir, "data")+`
-sync_writes: true
-cache_dir: `+conformance.WazeroCacheDir()+`
-log: {format: json, level: info}
-plugins:
-  prompt-builder: {path: `+paths["prompt-builder"]+`, role: builder}
-  openai:
-    path: `+paths["openai"]+`
-    role: executor
-    allowed_hosts: ["`+host+`"]
-    config: {base_url: "http://`+host+`/v1", model: throttled-model}
-tenants:
-  demo:
-    tokens_sha256: [`+httpapi.HashToken(token)+`]
-    builder: prompt-builder
-    model: openai
-    model_policy: {mode: retry, max_attempts: 1, backoff: 100ms, max_backoff: 1s}
-`)
+	cfg := providerServe{Token: token, Model: "openai", Addr: host, URL: "http://" + host + "/v1",
+		Config: "model: throttled-model", LogFormat: "json",
+		Tenant: "    model: openai\n    model_policy: {mode: retry, max_attempts: 1, backoff: 100ms, max_backoff: 1s}\n",
+	}.write(t, dir)
 	logPath := filepath.Join(dir, "serve.log")
 	logTailOnFailure(t, logPath, 80)
 	p := startServe(t, bin, cfg, logPath)
