@@ -38,6 +38,7 @@
 //	agenthost_executor_calls_total                counter    plugin, kind, export, state,    executor plugin calls by what they came back with, through Executor: state pending|done|failed|cancelled|unknown, or error
 //	                                                         class                           when no reply; class that of the failed reply or of the error ("" otherwise)
 //	agenthost_model_call_seconds                  histogram  plugin, state, class            model calls, from the attempt's dispatch to the call that settled it (done, failed or a plugin error), through Executor
+//	agenthost_model_time_to_first_token_seconds   histogram  plugin                          streamed model calls, from the start of the executor call to its first model_delta, through Executor and Events
 //	agenthost_executor_unavailable_total          counter    -                               executor calls that found it unavailable
 //	agenthost_recovery_actions_total              counter    decision                        recovery decisions: reattach, settle, retry, fail, fail_run, defer
 //	agenthost_recovery_passes_total               counter    -                               recovery passes run

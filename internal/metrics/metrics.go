@@ -35,6 +35,7 @@ type Metrics struct {
 	limited         *prometheus.CounterVec
 	executorCalls   *prometheus.CounterVec
 	modelCalls      *prometheus.HistogramVec
+	firstToken      *prometheus.HistogramVec
 	runDuration     *prometheus.HistogramVec
 }
 
@@ -105,12 +106,18 @@ func New() *Metrics {
 			Help:    "Model calls, from the attempt's dispatch to the start, poll or attach call that settled it (done, failed, or an error that fails it), by plugin, state (done|failed) and error class.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600},
 		}, []string{"plugin", "state", "class"}),
+		firstToken: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "agenthost_model_time_to_first_token_seconds",
+			Help:    "Streamed model calls, from the start of the executor call to its first model_delta (the answer's first piece), by plugin.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60},
+		}, []string{"plugin"}),
 		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "agenthost_run_duration_seconds",
 			Help:    "Runs that ended, from their creation to their end (waits for people included), by tenant, agent and status (completed, failed, cancelled).",
 			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600},
 		}, []string{"tenant", "agent", "status"}),
 	}
+	reg.MustRegister(m.firstToken)
 	reg.MustRegister(m.runTransitions, m.effectsSettled, m.pluginCalls, m.pluginErrors, m.commitDuration,
 		m.commitErrors, m.recoveryActions, m.watchdogReports, m.tokens, m.pruned, m.prunes, m.limited,
 		m.executorCalls, m.modelCalls, m.runDuration,

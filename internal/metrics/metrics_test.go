@@ -290,3 +290,57 @@ func TestRunDurationIsObservedByAgentAndStatus(t *testing.T) {
 	require.Equal(t, uint64(1), count)
 	require.InDelta(t, 90.0, sum, 1e-9)
 }
+
+// emittingExecutor emits through sink from inside its calls, as the
+// plugin host does with the call's context.
+type emittingExecutor struct {
+	replyingExecutor
+	sink runtime.EventSink
+	evs  []runtime.EmitScope
+}
+
+func (x emittingExecutor) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	for _, s := range x.evs {
+		typ := abi.EmitProgress
+		var d *abi.ModelDelta
+		if s.DeltaSeq > 0 {
+			typ, d = abi.EmitModelDelta, &abi.ModelDelta{Text: "x"}
+		}
+		if err := x.sink.Emit(ctx, s, abi.EmitEvent{Type: typ, Delta: d}); err != nil {
+			return abi.EffectReply{}, err
+		}
+	}
+	return x.replyingExecutor.Start(ctx, c)
+}
+
+type countingSink struct{ n *int }
+
+func (s countingSink) Emit(context.Context, runtime.EmitScope, abi.EmitEvent) error {
+	*s.n++
+	return nil
+}
+
+// A streamed model call's first delta is timed from the call's start, by
+// plugin; later deltas, progress and a tool call's emits are not; every
+// emit reaches the sink behind.
+func TestTheFirstDeltaOfAModelCallIsTimed(t *testing.T) {
+	m := metrics.New()
+	passed := 0
+	sink := m.Events(countingSink{&passed})
+	deltas := []runtime.EmitScope{{RunID: "r1"}, {RunID: "r1", DeltaSeq: 1}, {RunID: "r1", DeltaSeq: 2}}
+	done := abi.EffectReply{State: abi.StateDone}
+	model := runtime.EffectCall{Tenant: "acme", RunID: "r1", Input: abi.EffectInput{Effect: abi.Effect{Kind: abi.KindModel}}}
+	tool := runtime.EffectCall{Tenant: "acme", RunID: "r1", Input: abi.EffectInput{Effect: abi.Effect{Kind: abi.KindTool}}}
+	ctx := context.Background()
+	_, _ = m.Executor("openai", emittingExecutor{replyingExecutor{reply: done}, sink, deltas}).Start(ctx, model)
+	_, _ = m.Executor("anthropic", emittingExecutor{replyingExecutor{reply: done}, sink, deltas}).Start(ctx, model)
+	_, _ = m.Executor("calc", emittingExecutor{replyingExecutor{reply: done}, sink, deltas}).Start(ctx, tool)
+	require.NoError(t, sink.Emit(ctx, runtime.EmitScope{DeltaSeq: 1}, abi.EmitEvent{Type: abi.EmitModelDelta}), "an emit outside a timed call")
+	require.Equal(t, 10, passed, "every emit reaches the sink behind")
+	require.Equal(t, 2, testutil.CollectAndCount(m.Registry(), "agenthost_model_time_to_first_token_seconds"))
+	for _, plugin := range []string{"openai", "anthropic"} {
+		count, _, ok := histogram(t, m, "agenthost_model_time_to_first_token_seconds", map[string]string{"plugin": plugin})
+		require.True(t, ok, plugin)
+		require.Equal(t, uint64(1), count, "%s: one first delta", plugin)
+	}
+}

@@ -59,7 +59,7 @@ var _ runtime.Executor = (*timedExecutor)(nil)
 
 func (t *timedExecutor) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
 	began := time.Now()
-	r, err := t.next.Start(ctx, c)
+	r, err := t.next.Start(t.streamTimed(ctx, c, began), c)
 	t.m.observeCall(t.plugin, abi.ExportStart, began, err)
 	t.m.observeEffectCall(t.plugin, abi.ExportStart, c, r, err)
 	return r, err
@@ -67,7 +67,7 @@ func (t *timedExecutor) Start(ctx context.Context, c runtime.EffectCall) (abi.Ef
 
 func (t *timedExecutor) Poll(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
 	began := time.Now()
-	r, err := t.next.Poll(ctx, c)
+	r, err := t.next.Poll(t.streamTimed(ctx, c, began), c)
 	t.m.observeCall(t.plugin, abi.ExportPoll, began, err)
 	t.m.observeEffectCall(t.plugin, abi.ExportPoll, c, r, err)
 	return r, err
@@ -91,6 +91,46 @@ func (t *timedExecutor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.C
 	}
 	t.m.executorCalls.WithLabelValues(t.plugin, string(c.Input.Effect.Kind), abi.ExportCancel, state, class).Inc()
 	return r, err
+}
+
+// streamTimed marks a model call's context with the plugin and the
+// call's start, for the time to its first model_delta (Events).
+func (t *timedExecutor) streamTimed(ctx context.Context, c runtime.EffectCall, began time.Time) context.Context {
+	if c.Input.Effect.Kind != abi.KindModel {
+		return ctx
+	}
+	return context.WithValue(ctx, modelCallKey{}, modelCallStart{plugin: t.plugin, began: began})
+}
+
+// modelCallKey is the context key of a model call's modelCallStart.
+type modelCallKey struct{}
+
+// modelCallStart is which model executor a call went to, and when.
+type modelCallStart struct {
+	plugin string
+	began  time.Time
+}
+
+// Events wraps the plugins' event sink so that a model call's first
+// model_delta (its answer's first piece) is timed from the start of the
+// call in agenthost_model_time_to_first_token_seconds{plugin}. A call
+// that did not pass through Executor's wrapper is not timed.
+func (m *Metrics) Events(next runtime.EventSink) runtime.EventSink {
+	return timedEvents{m: m, next: next}
+}
+
+type timedEvents struct {
+	m    *Metrics
+	next runtime.EventSink
+}
+
+func (e timedEvents) Emit(ctx context.Context, scope runtime.EmitScope, ev abi.EmitEvent) error {
+	if ev.Type == abi.EmitModelDelta && scope.DeltaSeq == 1 {
+		if c, ok := ctx.Value(modelCallKey{}).(modelCallStart); ok {
+			e.m.firstToken.WithLabelValues(c.plugin).Observe(time.Since(c.began).Seconds())
+		}
+	}
+	return e.next.Emit(ctx, scope, ev)
 }
 
 // Endpoint implements runtime.EndpointNamer: the plugin's ID.

@@ -66,6 +66,8 @@ type Wiring struct {
 	// given the plugin's ID.
 	Executor func(plugin string, ex runtime.Executor) runtime.Executor
 	Builder  func(plugin string, b runtime.Builder) runtime.Builder
+	// Events wraps the plugins' event sink, the Hub (metrics timing).
+	Events func(runtime.EventSink) runtime.EventSink
 	// BeforeStart runs once the runtime exists and before it starts.
 	BeforeStart func(*System) error
 }
@@ -105,8 +107,12 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 		return nil, err
 	}
 	hub := runtime.NewHub()
+	var events runtime.EventSink = hub
+	if w.Events != nil {
+		events = w.Events(hub)
+	}
 	s.host, err = host.New(host.Config{
-		CacheDir: cfg.CacheDir, KV: s.store, Events: hub, Logger: log,
+		CacheDir: cfg.CacheDir, KV: s.store, Events: events, Logger: log,
 		MaxInstanceMemory: cfg.MaxInstanceMemory, CallPath: host.CallPath(cfg.PluginCallPath),
 	})
 	if err != nil {

@@ -121,6 +121,7 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		Observer: metrics.Tee{m, ledger},
 		Executor: m.Executor,
 		Builder:  m.Builder,
+		Events:   m.Events,
 		BeforeStart: func(s *System) error {
 			if err := m.RegisterRuntime(s.runtime); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
