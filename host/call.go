@@ -64,6 +64,9 @@ func (p *Plugin) run(ctx context.Context, in *instance, s *callScope, input []by
 	export := s.export
 	in.scope.Store(s)
 	defer in.scope.Store(nil)
+	// The call's end, on either call path, closes the HTTP streams it
+	// left open (httpstream.go): no connection outlives its call.
+	defer s.closeStreams()
 	in.mem.refused.Store(false)
 	in.stderr.take()
 

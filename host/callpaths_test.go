@@ -648,6 +648,14 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 		}
 		hostileCalls = append(hostileCalls, c)
 	}
+	for i, args := range []map[string]any{
+		{"url": srv.url("/hello")}, {"url": srv.url("/hello"), "chunk": 5},
+		{"url": srv.url("/big"), "count": true}, // over the limit: too_large
+		{"url": "http://localhost:" + srv.port + "/hello"},
+		{"stream": 1},
+	} {
+		hostileCalls = append(hostileCalls, start("mode http_stream", tc(fmt.Sprintf("run1.t2.%d", i), 1, "http_stream", args)))
+	}
 
 	scriptedCalls := []cpCall{
 		start("model: call echo", cpModelCall("run1.m1", 1, user(`call:echo({"text":"hi"}),wire({"n":1})|answer:got $results`))),

@@ -139,9 +139,11 @@ type Sandbox struct {
 	// the URL names that address.
 	AllowedHosts []string
 	// HTTPTimeout bounds one agenthost_http request, redirects included
-	// (a request's own timeout_ms may only lower it).
+	// (a request's own timeout_ms may only lower it); for a body read as
+	// it arrives (agenthost_http_open), the wait for the response's head
+	// and each read's wait for more of the body.
 	HTTPTimeout time.Duration
-	// MaxHTTPResponseBytes bounds a response body and
+	// MaxHTTPResponseBytes bounds a response body, streamed or not, and
 	// MaxHTTPResponseHeaderBytes its status line and headers (those of
 	// any 1xx response before it included); a response over either fails
 	// with too_large.

@@ -52,10 +52,12 @@
 //   - clock: the WASI wall clock is Config.Clock; the monotonic clock is
 //     Config.Clock too, but never repeats a reading (while a fake clock
 //     stands still it moves 1 ms a reading, so guest runtimes never hang).
-//   - network: only agenthost_http, to Sandbox.AllowedHosts (none by
-//     default), checked on the request, on every redirect and on the
+//   - network: only agenthost_http (and agenthost_http_open, _read and
+//     _close, its body read as it arrives), to Sandbox.AllowedHosts (none
+//     by default), checked on the request, on every redirect and on the
 //     dialled address, with a 10 s timeout, 1 MiB responses and at most 5
-//     redirects; never through a proxy. Extism's own http_request is linked
+//     redirects; never through a proxy; at most 4 streams a call, closed
+//     when the call ends. Extism's own http_request is linked
 //     but the manifest's AllowedHosts is never set, so it refuses every
 //     host. Extism vars are capped at 64 KiB.
 //   - instances: never shared across tenants; up to 64 at once per

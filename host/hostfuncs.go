@@ -53,6 +53,9 @@ func (h *Host) abiFunctions() []abiFunc {
 		{abi.HostNowMS, h.nowMS, nil, []api.ValueType{i64}, false},
 		{abi.HostEmit, h.emit, []api.ValueType{i64}, []api.ValueType{i64}, true},
 		{abi.HostHTTP, h.httpCall, []api.ValueType{i64}, []api.ValueType{i64}, true},
+		{abi.HostHTTPOpen, h.httpOpen, []api.ValueType{i64}, []api.ValueType{i64}, true},
+		{abi.HostHTTPRead, h.httpRead, []api.ValueType{i64, i64}, []api.ValueType{i64}, true},
+		{abi.HostHTTPClose, h.httpClose, []api.ValueType{i64}, []api.ValueType{i64}, false},
 	}
 }
 

@@ -362,38 +362,75 @@ func (h *hop) state() (dest string, connected bool) {
 	return h.dest, h.connected
 }
 
-func httpFailure(code, msg string) abi.HTTPResponse {
-	return abi.HTTPResponse{Error: &abi.HTTPError{Code: code, Message: msg}}
+// httpFailure is the error of a request the gate refused or that failed.
+func httpFailure(code, msg string) *abi.HTTPError {
+	return &abi.HTTPError{Code: code, Message: msg}
 }
 
-// do performs one request; a refusal or failure comes back in the
-// response's error, never as a trap.
+// requestTimeout is the bound of req: its timeout_ms, capped by the
+// gate's timeout; 0 takes the gate's.
+func (g *httpGate) requestTimeout(req abi.HTTPRequest) time.Duration {
+	if req.TimeoutMS > 0 && time.Duration(req.TimeoutMS)*time.Millisecond < g.timeout {
+		return time.Duration(req.TimeoutMS) * time.Millisecond
+	}
+	return g.timeout
+}
+
+// do performs one request and buffers its body (agenthost_http); a
+// refusal or failure comes back in the response's error, never as a trap.
 func (g *httpGate) do(ctx context.Context, s *callScope, req abi.HTTPRequest) abi.HTTPResponse {
+	timeout := g.requestTimeout(req)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, dest, failure := g.send(ctx, s, req, timeout)
+	if failure != nil {
+		return abi.HTTPResponse{Error: failure}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, g.maxBytes+1))
+	if err != nil {
+		return abi.HTTPResponse{Error: g.bodyFailure(ctx, s, dest, err, fmt.Sprintf("response body not read within %s", timeout))}
+	}
+	if int64(len(b)) > g.maxBytes {
+		return abi.HTTPResponse{Error: g.bodyTooLarge()}
+	}
+	out := abi.HTTPResponse{Status: resp.StatusCode, Headers: responseHeaders(resp)}
+	if utf8.Valid(b) {
+		out.Body = string(b)
+	} else {
+		out.BodyBase64 = base64.StdEncoding.EncodeToString(b)
+	}
+	return out
+}
+
+// send sends req under ctx, which bounds it, and returns the response
+// once its head has come, with the destination of its last hop; the
+// caller reads and closes the body. Both agenthost_http and
+// agenthost_http_open go through it: the allow-list on the URL, the
+// redirects (CheckRedirect) and the dial (dial), the header limit and
+// the answers of a refused or failed request are the same for both.
+// timeout is the request's bound, for the message of a timeout; a
+// context that ends with the cause context.DeadlineExceeded is one.
+func (g *httpGate) send(ctx context.Context, s *callScope, req abi.HTTPRequest, timeout time.Duration) (*http.Response, string, *abi.HTTPError) {
 	u, err := parseURL(req.URL)
 	if err != nil {
-		return httpFailure(abi.HTTPFailed, err.Error())
+		return nil, "", httpFailure(abi.HTTPFailed, err.Error())
 	}
 	port := u.Port()
 	if port == "" {
 		port = defaultPort(u.Scheme)
 	}
 	if !g.allows(u.Hostname(), port) {
-		return g.deniedResponse(s, &errDenied{host: u.Hostname()})
+		return nil, "", g.deniedResponse(s, &errDenied{host: u.Hostname()})
 	}
-	timeout := g.timeout
-	if req.TimeoutMS > 0 && time.Duration(req.TimeoutMS)*time.Millisecond < timeout {
-		timeout = time.Duration(req.TimeoutMS) * time.Millisecond
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	h := &hop{dest: net.JoinHostPort(u.Hostname(), port)}
-	ctx = httptrace.WithClientTrace(ctx, h.trace())
+	traced := httptrace.WithClientTrace(ctx, h.trace())
 	var body io.Reader
 	switch {
 	case req.BodyBase64 != "":
 		b, err := base64.StdEncoding.DecodeString(req.BodyBase64)
 		if err != nil {
-			return httpFailure(abi.HTTPFailed, "body_base64: "+err.Error())
+			return nil, "", httpFailure(abi.HTTPFailed, "body_base64: "+err.Error())
 		}
 		body = bytes.NewReader(b)
 	case req.Body != "":
@@ -403,61 +440,65 @@ func (g *httpGate) do(ctx context.Context, s *callScope, req abi.HTTPRequest) ab
 	if method == "" {
 		method = http.MethodGet
 	}
-	hr, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	hr, err := http.NewRequestWithContext(traced, method, u.String(), body)
 	if err != nil {
-		return httpFailure(abi.HTTPFailed, err.Error())
+		return nil, "", httpFailure(abi.HTTPFailed, err.Error())
 	}
 	for k, v := range req.Headers {
 		hr.Header.Set(k, v)
 	}
 	resp, err := g.client.Do(hr)
-	if err != nil {
-		var denied *errDenied
-		var redirects *errTooManyRedirects
-		dest, connected := h.state()
-		switch {
-		case errors.As(err, &denied):
-			return g.deniedResponse(s, denied)
-		case errors.As(err, &redirects):
-			return httpFailure(abi.HTTPFailed, redirects.Error())
-		case !connected:
-			return g.notConnected(s, dest, err)
-		case isHeaderTooLarge(err):
-			return httpFailure(abi.HTTPTooLarge, fmt.Sprintf("response headers from %s are over the limit of %d bytes", dest, g.maxHeaderBytes))
-		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-			return httpFailure(abi.HTTPTimeout, fmt.Sprintf("no response within %s", timeout))
-		}
-		return g.brokenResponse(s, dest, err)
+	dest, connected := h.state()
+	if err == nil {
+		return resp, dest, nil
 	}
-	defer resp.Body.Close()
-	dest, _ := h.state()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, g.maxBytes+1))
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			return httpFailure(abi.HTTPTimeout, fmt.Sprintf("response body not read within %s", timeout))
-		}
-		return g.brokenResponse(s, dest, err)
+	var denied *errDenied
+	var redirects *errTooManyRedirects
+	switch {
+	case errors.As(err, &denied):
+		return nil, dest, g.deniedResponse(s, denied)
+	case errors.As(err, &redirects):
+		return nil, dest, httpFailure(abi.HTTPFailed, redirects.Error())
+	case !connected:
+		return nil, dest, g.notConnected(s, dest, err)
+	case isHeaderTooLarge(err):
+		return nil, dest, httpFailure(abi.HTTPTooLarge, fmt.Sprintf("response headers from %s are over the limit of %d bytes", dest, g.maxHeaderBytes))
+	case timedOut(ctx, err):
+		return nil, dest, httpFailure(abi.HTTPTimeout, fmt.Sprintf("no response within %s", timeout))
 	}
-	if int64(len(b)) > g.maxBytes {
-		return httpFailure(abi.HTTPTooLarge, fmt.Sprintf("response body is over the limit of %d bytes", g.maxBytes))
-	}
-	out := abi.HTTPResponse{Status: resp.StatusCode, Headers: map[string]string{}}
+	return nil, dest, g.brokenResponse(s, dest, err)
+}
+
+// responseHeaders are a response's headers as the ABI gives them: one
+// value a name, the first.
+func responseHeaders(resp *http.Response) map[string]string {
+	out := make(map[string]string, len(resp.Header))
 	for k := range resp.Header {
-		out.Headers[k] = resp.Header.Get(k)
-	}
-	if utf8.Valid(b) {
-		out.Body = string(b)
-	} else {
-		out.BodyBase64 = base64.StdEncoding.EncodeToString(b)
+		out[k] = resp.Header.Get(k)
 	}
 	return out
+}
+
+// bodyFailure answers a response body that broke off before its end,
+// read under ctx: timeout, with timeoutMsg, when the time ran out
+// (timedOut), else as brokenResponse.
+func (g *httpGate) bodyFailure(ctx context.Context, s *callScope, dest string, err error, timeoutMsg string) *abi.HTTPError {
+	if timedOut(ctx, err) {
+		return httpFailure(abi.HTTPTimeout, timeoutMsg)
+	}
+	return g.brokenResponse(s, dest, err)
+}
+
+// bodyTooLarge answers a response body over the limit.
+func (g *httpGate) bodyTooLarge() *abi.HTTPError {
+	return httpFailure(abi.HTTPTooLarge, fmt.Sprintf("response body is over the limit of %d bytes", g.maxBytes))
 }
 
 // deniedResponse answers a request to a host or port off the list. The
 // list is the operator's, so saying so tells the plugin nothing about the
 // network; the call records the refusal, and a plugin that then fails is
 // classified plugin_denied.
-func (g *httpGate) deniedResponse(s *callScope, denied *errDenied) abi.HTTPResponse {
+func (g *httpGate) deniedResponse(s *callScope, denied *errDenied) *abi.HTTPError {
 	g.denied.Add(1)
 	s.deny("agenthost_http: " + denied.Error())
 	return httpFailure(abi.HTTPDenied, denied.Error())
@@ -468,7 +509,7 @@ func (g *httpGate) deniedResponse(s *callScope, denied *errDenied) abi.HTTPRespo
 // or TLS failed. The plugin gets one message for all of them, which names
 // neither an address nor the resolver, so that it cannot map the network
 // behind an allowed name; the server's log keeps the reason.
-func (g *httpGate) notConnected(s *callScope, dest string, err error) abi.HTTPResponse {
+func (g *httpGate) notConnected(s *callScope, dest string, err error) *abi.HTTPError {
 	var df *dialFailure
 	if errors.As(err, &df) && df.refused {
 		g.log(s, slog.LevelWarn, "agenthost_http refused the address a host name resolved to", dest, err)
@@ -481,7 +522,7 @@ func (g *httpGate) notConnected(s *callScope, dest string, err error) abi.HTTPRe
 // brokenResponse answers a request that failed after it connected: the
 // server closed the connection or sent something that is not HTTP. Those
 // errors name local addresses, so the reason goes to the log.
-func (g *httpGate) brokenResponse(s *callScope, dest string, err error) abi.HTTPResponse {
+func (g *httpGate) brokenResponse(s *callScope, dest string, err error) *abi.HTTPError {
 	g.log(s, slog.LevelInfo, "agenthost_http response failed", dest, err)
 	return httpFailure(abi.HTTPFailed, fmt.Sprintf("the response from %s broke off or was not HTTP (the server's log says why)", dest))
 }
@@ -507,26 +548,48 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// timedOut reports whether err, a request's failure under ctx, is its
+// time running out: ctx's deadline, a cause of context.DeadlineExceeded
+// (a stream's bounds, httpstream.go), or a network timeout.
+func timedOut(ctx context.Context, err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(context.Cause(ctx), context.DeadlineExceeded) || isTimeout(err)
+}
+
 func (h *Host) httpCall(ctx context.Context, s *callScope, m guestMemory, stack []uint64) {
-	b, ok := readArg(m, stack[0])
-	var resp abi.HTTPResponse
+	req, failure := readHTTPRequest(s, m, stack[0])
+	resp := abi.HTTPResponse{Error: failure}
+	if failure == nil {
+		resp = s.plugin.http.do(ctx, s, req)
+	}
+	stack[0] = writeJSON(m, resp)
+}
+
+// readHTTPRequest reads the request of agenthost_http or
+// agenthost_http_open from the block at off, and frees it; the error
+// answers a request that cannot be sent.
+func readHTTPRequest(s *callScope, m guestMemory, off uint64) (abi.HTTPRequest, *abi.HTTPError) {
+	b, ok := readArg(m, off)
 	var req abi.HTTPRequest
 	switch {
 	case s == nil:
-		resp = abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "no call scope"}}
+		return req, httpFailure(abi.HTTPFailed, "no call scope")
 	case !ok:
-		resp = abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "request not readable from the plugin's memory"}}
+		return req, httpFailure(abi.HTTPFailed, "request not readable from the plugin's memory")
 	case json.Unmarshal(b, &req) != nil:
-		resp = abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "request is not the JSON of docs/ABI.md"}}
-	default:
-		resp = s.plugin.http.do(ctx, s, req)
+		return req, httpFailure(abi.HTTPFailed, "request is not the JSON of docs/ABI.md")
 	}
-	out, _ := json.Marshal(resp)
+	return req, nil
+}
+
+// writeJSON writes v's JSON to the guest's memory and returns its
+// offset, or 0 when there is no room.
+func writeJSON(m guestMemory, v any) uint64 {
+	out, _ := json.Marshal(v)
 	off, ok := writeResult(m, out)
 	if !ok {
-		off = 0
+		return 0
 	}
-	stack[0] = off
+	return off
 }
 
 func parseURL(raw string) (*url.URL, error) {

@@ -28,6 +28,13 @@ type callScope struct {
 	mu     sync.Mutex
 	denied string               // the first refusal the sandbox made
 	abort  *runtime.PluginError // set by a host function that had to end the call
+
+	// streams are the HTTP response bodies the call holds open
+	// (httpstream.go), by number; lastStream is the last number given,
+	// and streamsClosed says the call has ended and closed them.
+	streams       map[int64]*httpStream
+	lastStream    int64
+	streamsClosed bool
 }
 
 type scopeKey struct{}

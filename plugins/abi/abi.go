@@ -107,6 +107,9 @@ var HostFuncs = []HostFunc{
 	{Name: HostNowMS, Params: nil, Results: []string{wasmI64}},
 	{Name: HostEmit, Params: []string{wasmI64}, Results: []string{wasmI64}},
 	{Name: HostHTTP, Params: []string{wasmI64}, Results: []string{wasmI64}},
+	{Name: HostHTTPOpen, Params: []string{wasmI64}, Results: []string{wasmI64}},
+	{Name: HostHTTPRead, Params: []string{wasmI64, wasmI64}, Results: []string{wasmI64}},
+	{Name: HostHTTPClose, Params: []string{wasmI64}, Results: []string{wasmI64}},
 }
 
 // Status is the i64 status a host function returns.

@@ -132,6 +132,18 @@ func checkDocExample(ex docExample) error {
 	case "http-response":
 		var r HTTPResponse
 		return strict(data, &r)
+	case "http-stream-head":
+		var h HTTPStreamHead
+		if err := strict(data, &h); err != nil {
+			return err
+		}
+		if (h.Error == nil) == (h.Stream == 0) {
+			return fmt.Errorf("a head has a stream (status %d) or an error (status 0), not both or neither", h.Status)
+		}
+		return nil
+	case "http-stream-end":
+		var e HTTPStreamEnd
+		return strict(data, &e)
 	default:
 		return fmt.Errorf("unknown check %q", arg(0))
 	}

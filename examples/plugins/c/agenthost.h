@@ -6,8 +6,9 @@
  *
  * Every argument and result is an Extism memory offset (i64), except
  * agenthost_now_ms, whose result is a number: Unix milliseconds on the
- * host clock. Status results: 0 ok, 1 too large, 2 store unavailable,
- * 3 refused.
+ * host clock, and the stream and max arguments of agenthost_http_read and
+ * agenthost_http_close, which are numbers. Status results: 0 ok, 1 too
+ * large, 2 store unavailable, 3 refused.
  */
 #ifndef AGENTHOST_AGENTHOST_H
 #define AGENTHOST_AGENTHOST_H
@@ -22,6 +23,10 @@ AGENTHOST_IMPORT(agenthost_kv_delete) uint64_t agenthost_kv_delete(uint64_t key)
 AGENTHOST_IMPORT(agenthost_now_ms) int64_t agenthost_now_ms(void);                       /* a number, not an offset */
 AGENTHOST_IMPORT(agenthost_emit) uint64_t agenthost_emit(uint64_t event_json);           /* status */
 AGENTHOST_IMPORT(agenthost_http) uint64_t agenthost_http(uint64_t request_json);         /* response JSON offset */
+/* A response body read as it arrives (docs/ABI.md, "agenthost_http_open, _read, _close"). */
+AGENTHOST_IMPORT(agenthost_http_open) uint64_t agenthost_http_open(uint64_t request_json);            /* head JSON offset, with the stream */
+AGENTHOST_IMPORT(agenthost_http_read) uint64_t agenthost_http_read(uint64_t stream, uint64_t max); /* next bytes' offset; 0 at the end */
+AGENTHOST_IMPORT(agenthost_http_close) uint64_t agenthost_http_close(uint64_t stream);             /* end JSON offset */
 
 /* AGENTHOST_ABI_V1 defines the marker export agenthost_abi_v1: a function
  * with no parameters and no results, which the host finds among the

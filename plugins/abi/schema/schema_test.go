@@ -199,6 +199,10 @@ func docSchema(what []string) string {
 		return "http-request.json"
 	case "http-response":
 		return "http-response.json"
+	case "http-stream-head":
+		return "http-stream-head.json"
+	case "http-stream-end":
+		return "http-stream-end.json"
 	case "describe-input":
 		return "describe-input.json"
 	}
