@@ -47,7 +47,19 @@ import (
 // Usage is 10 input tokens per message of the request and 5 output
 // tokens. Every answer depends on the request alone (a call's ID is
 // toolu_ and the number of messages), so two hosts sent the same
-// requests get the same answers. For tests; not a stable API.
+// requests get the same answers.
+//
+// A request with "stream": true is answered with the same message as a
+// stream of events (text/event-stream), as the reference shows them:
+// message_start (with the input tokens), then for each content block
+// content_block_start, its pieces (text_delta of at most 4 runes of
+// text, input_json_delta of at most 4 of the tool's input as JSON text)
+// and content_block_stop, a ping after the first block's start, then
+// message_delta (stop_reason, output tokens) and message_stop; each
+// event is flushed as it is written. A failure is answered as an error
+// status before the stream, unless it is InStream. Hold and CutNext
+// stop the next streamed answers after some of their deltas. For tests;
+// not a stable API.
 type FakeAnthropic struct {
 	// URL is the base URL for the plugin's config (http://127.0.0.1:PORT),
 	// Addr its host:port for allowed_hosts.
@@ -60,6 +72,7 @@ type FakeAnthropic struct {
 	mu       sync.Mutex
 	requests []AnthropicRequest
 	failures []AnthropicFailure
+	streams  fakeStreams
 }
 
 // AnthropicRequest is a request FakeAnthropic found valid, decoded.
@@ -70,6 +83,7 @@ type AnthropicRequest struct {
 	Temperature   *float64           `json:"temperature"`
 	StopSequences []string           `json:"stop_sequences"`
 	ToolChoice    map[string]any     `json:"tool_choice"`
+	Stream        bool               `json:"stream"`
 	Messages      []AnthropicMessage `json:"messages"`
 	Tools         []struct {
 		Name        string          `json:"name"`
@@ -124,12 +138,19 @@ func (r AnthropicRequest) ToolNames() []string {
 }
 
 // AnthropicFailure is an error answer: its status, error type and
-// message, and a retry-after header when RetryAfter is set.
+// message, and a retry-after header when RetryAfter is set. With
+// InStream, a request that streams is answered 200 and the message's
+// stream, which after AfterDeltas of its deltas sends the error as an
+// error event ({"type": "error", "error": {"type", "message"}}) and ends;
+// Status then only picks the error type when Type is empty, and a
+// request that does not stream is answered the error status.
 type AnthropicFailure struct {
-	Status     int
-	Type       string
-	Message    string
-	RetryAfter string
+	Status      int
+	Type        string
+	Message     string
+	RetryAfter  string
+	InStream    bool
+	AfterDeltas int
 }
 
 // anthropicErrorTypes are the error types of the reference, by status.
@@ -151,9 +172,23 @@ func NewFakeAnthropic(tb testing.TB, apiKey string) *FakeAnthropic {
 	f.URL = "http://" + f.Addr
 	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve)}
 	go func() { _ = f.srv.Serve(ln) }()
-	tb.Cleanup(func() { _ = f.srv.Shutdown(context.Background()) })
+	tb.Cleanup(func() {
+		f.streams.releaseAll()
+		_ = f.srv.Shutdown(context.Background())
+	})
 	return f
 }
+
+// Hold holds the next streamed answer open after n of its deltas (or
+// before its end, when it has fewer), until the hold's Release: a test
+// sees the deltas so far arrive while the answer is not complete. Holds
+// queue: each is taken by the next streamed answer.
+func (f *FakeAnthropic) Hold(n int) *StreamHold { return f.streams.hold(n) }
+
+// CutNext cuts the next streamed answer short after n of its deltas (or
+// before its end, when it has fewer), the way how says; cuts queue, as
+// holds do.
+func (f *FakeAnthropic) CutNext(n int, how StreamCut) { f.streams.cut(n, how) }
 
 // FailNext queues failures: the next valid requests are answered with
 // them, in order, before the script resumes.
@@ -185,10 +220,6 @@ func (f *FakeAnthropic) serve(w http.ResponseWriter, r *http.Request) {
 		f.failures = f.failures[1:]
 	}
 	f.mu.Unlock()
-	if failure != nil {
-		f.answerError(w, *failure)
-		return
-	}
 	last := req.Messages[len(req.Messages)-1]
 	var results, texts []string
 	for _, b := range last.Content {
@@ -202,12 +233,28 @@ func (f *FakeAnthropic) serve(w http.ResponseWriter, r *http.Request) {
 	text := strings.TrimSpace(strings.Join(texts, " "))
 	usage := map[string]any{"input_tokens": 10 * len(req.Messages), "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 	answer := func(stop string, content ...map[string]any) {
-		w.Header().Set("content-type", "application/json")
-		w.Header().Set("request-id", "req_fake")
-		_ = json.NewEncoder(w).Encode(map[string]any{
+		msg := map[string]any{
 			"id": fmt.Sprintf("msg_%d", len(req.Messages)), "type": "message", "role": "assistant", "model": req.Model,
 			"content": content, "stop_reason": stop, "stop_sequence": nil, "usage": usage,
-		})
+		}
+		if req.Stream {
+			f.stream(r.Context(), w, msg, nil)
+			return
+		}
+		w.Header().Set("content-type", "application/json")
+		w.Header().Set("request-id", "req_fake")
+		_ = json.NewEncoder(w).Encode(msg)
+	}
+	if failure != nil && failure.InStream && req.Stream {
+		msg := map[string]any{"id": "msg_failing", "type": "message", "role": "assistant", "model": req.Model,
+			"content":     []map[string]any{{"type": "text", "text": "This answer will not be finished, whatever it was going to say."}},
+			"stop_reason": "end_turn", "stop_sequence": nil, "usage": usage}
+		f.stream(r.Context(), w, msg, failure)
+		return
+	}
+	if failure != nil {
+		f.answerError(w, *failure)
+		return
 	}
 	switch {
 	case strings.HasPrefix(text, "answer "):
@@ -232,6 +279,78 @@ func (f *FakeAnthropic) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// stream answers msg as the reference's stream of events. With failure,
+// it sends the failure's error event after failure.AfterDeltas deltas
+// instead of the rest.
+func (f *FakeAnthropic) stream(ctx context.Context, w http.ResponseWriter, msg map[string]any, failure *AnthropicFailure) {
+	w.Header().Set("request-id", "req_fake")
+	s := f.streams.start(ctx, w)
+	usage := msg["usage"].(map[string]any)
+	start := map[string]any{}
+	for k, v := range msg {
+		start[k] = v
+	}
+	start["content"], start["stop_reason"] = []any{}, nil
+	start["usage"] = map[string]any{"input_tokens": usage["input_tokens"], "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+	s.event("message_start", map[string]any{"type": "message_start", "message": start})
+	sendError := func() {
+		typ := failure.Type
+		if typ == "" {
+			if typ = anthropicErrorTypes[failure.Status]; typ == "" {
+				typ = "api_error"
+			}
+		}
+		s.event("error", map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": failure.Message}})
+	}
+	failed := func() bool {
+		if failure == nil || s.deltas < failure.AfterDeltas {
+			return false
+		}
+		sendError()
+		return true
+	}
+	if !s.begun() || failed() {
+		return
+	}
+	for i, block := range msg["content"].([]map[string]any) {
+		switch block["type"] {
+		case "text":
+			s.event("content_block_start", map[string]any{"type": "content_block_start", "index": i, "content_block": map[string]any{"type": "text", "text": ""}})
+			if i == 0 {
+				s.event("ping", map[string]any{"type": "ping"})
+			}
+			for _, p := range pieces(block["text"].(string), fakeDeltaRunes) {
+				if !s.delta("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": map[string]any{"type": "text_delta", "text": p}}) || failed() {
+					return
+				}
+			}
+		case "tool_use":
+			s.event("content_block_start", map[string]any{"type": "content_block_start", "index": i,
+				"content_block": map[string]any{"type": "tool_use", "id": block["id"], "name": block["name"], "input": map[string]any{}}})
+			if i == 0 {
+				s.event("ping", map[string]any{"type": "ping"})
+			}
+			input, _ := json.Marshal(block["input"])
+			for _, p := range pieces(string(input), fakeDeltaRunes) {
+				if !s.delta("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": map[string]any{"type": "input_json_delta", "partial_json": p}}) || failed() {
+					return
+				}
+			}
+		}
+		s.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": i})
+	}
+	if failure != nil { // fewer deltas than AfterDeltas
+		sendError()
+		return
+	}
+	if !s.end() {
+		return
+	}
+	s.event("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": msg["stop_reason"], "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": usage["output_tokens"]}})
+	s.event("message_stop", map[string]any{"type": "message_stop"})
+}
+
 // toolResultText is a tool_result's content as text: a string, or the
 // text of its text blocks.
 func toolResultText(raw json.RawMessage) string {
@@ -251,6 +370,9 @@ func toolResultText(raw json.RawMessage) string {
 // answerError writes the reference's error shape: {"type": "error",
 // "error": {"type", "message"}, "request_id"}.
 func (f *FakeAnthropic) answerError(w http.ResponseWriter, a AnthropicFailure) {
+	if a.Status == 0 {
+		a.Status = http.StatusInternalServerError
+	}
 	typ := a.Type
 	if typ == "" {
 		if typ = anthropicErrorTypes[a.Status]; typ == "" {

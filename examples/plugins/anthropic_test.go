@@ -10,23 +10,36 @@ import (
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
+// loadAnthropic loads the anthropic plugin as name, pointed at f, allowed
+// to reach the hosts given, with the config's stream set to stream ("":
+// not set, which streams).
+func loadAnthropic(t *testing.T, e *env, f *conformance.FakeAnthropic, name, stream string, allowed ...string) *host.Executor {
+	return e.executor(t, "anthropic", func(s *host.PluginSpec) {
+		s.Name = name
+		s.Sandbox.AllowedHosts = allowed
+		s.Sandbox.Config = map[string]string{"base_url": f.URL, "model": "claude-test", "api_key": "sk-ant-test", "temperature": "0"}
+		if stream != "" {
+			s.Sandbox.Config["stream"] = stream
+		}
+	})
+}
+
 // TestAnthropic runs the anthropic plugin in the real host against a fake
 // Messages API that checks every request as the API reference describes
-// it: a tool call and its result, the agent's settings, the server's
-// errors (retriable or not, with retry-after), a host not allowed, and a
-// config without a model.
+// it, streamed (the default) and not (stream: false): a tool call and its
+// result, the agent's settings, the server's errors (retriable or not,
+// with retry-after), a host not allowed, and a config without a model.
 func TestAnthropic(t *testing.T) {
+	for _, stream := range []string{"", "false"} {
+		t.Run("stream="+stream, func(t *testing.T) { testAnthropic(t, stream) })
+	}
+}
+
+func testAnthropic(t *testing.T, stream string) {
 	f := conformance.NewFakeAnthropic(t, "sk-ant-test")
 	e := newEnv(t)
 	ctx := context.Background()
-	load := func(name string, allowed ...string) *host.Executor {
-		return e.executor(t, "anthropic", func(s *host.PluginSpec) {
-			s.Name = name
-			s.Sandbox.AllowedHosts = allowed
-			s.Sandbox.Config = map[string]string{"base_url": f.URL, "model": "claude-test", "api_key": "sk-ant-test", "temperature": "0"}
-		})
-	}
-	x := load("anthropic", f.Addr) // a port-less entry allows 80 and 443 only
+	x := loadAnthropic(t, e, f, "anthropic", stream, f.Addr) // a port-less entry allows 80 and 443 only
 
 	req := abi.ModelRequest{Messages: []abi.Message{
 		{Role: "system", Content: "Use the tools."},
@@ -54,7 +67,7 @@ func TestAnthropic(t *testing.T) {
 	}
 	r := reqs[1]
 	if r.Model != "claude-test" || r.MaxTokens != 300 || r.SystemText() != "Use the tools." || r.Temperature == nil || *r.Temperature != 0 ||
-		strings.Join(r.StopSequences, ",") != "END" || strings.Join(r.ToolNames(), ",") != "calculate" || len(r.Messages) != 3 {
+		strings.Join(r.StopSequences, ",") != "END" || strings.Join(r.ToolNames(), ",") != "calculate" || len(r.Messages) != 3 || r.Stream != (stream != "false") {
 		t.Fatalf("second request: %s", r.Body)
 	}
 	if b := r.Messages[1].Content; r.Messages[1].Role != "assistant" || len(b) != 2 || b[0].Type != "text" || b[1].Type != "tool_use" || b[1].ID != "toolu_1" || string(b[1].Input) != `{"expression":"6*7"}` {
@@ -91,7 +104,7 @@ func TestAnthropic(t *testing.T) {
 	// A host that is not allowed never hears from the plugin; the host
 	// turns the plugin's failed reply after the refusal into plugin_denied.
 	before := len(f.Requests())
-	_, err = load("anthropic-denied").Start(ctx, modelCall("run_1.m1", req))
+	_, err = loadAnthropic(t, e, f, "anthropic-denied", stream).Start(ctx, modelCall("run_1.m1", req))
 	if classOf(t, err) != abi.ClassPluginDenied || !strings.Contains(err.Error(), "allowed_hosts") {
 		t.Errorf("denied: %v", err)
 	}
@@ -103,5 +116,75 @@ func TestAnthropic(t *testing.T) {
 	rep, err = bare.Start(ctx, modelCall("run_1.m1", req))
 	if err != nil || rep.State != abi.StateFailed || rep.Error.Retriable || !strings.Contains(rep.Error.Message, "model is missing") {
 		t.Errorf("no config: %+v %v", rep, err)
+	}
+}
+
+// TestAnthropicStreams: streaming, the plugin emits the answer's pieces
+// as model_delta events while the server is still sending it (the fake
+// holds the message after two pieces until the host has seen them), and
+// they add up to the reply: text, and a tool call numbered among the
+// calls (0), though it is the message's second block. A stream the
+// server breaks off, ends early or fails in (overloaded_error: rate
+// limited) fails the attempt, retriable, after the pieces that came.
+func TestAnthropicStreams(t *testing.T) {
+	f := conformance.NewFakeAnthropic(t, "sk-ant-test")
+	e := newEnv(t)
+	ctx := context.Background()
+	x := loadAnthropic(t, e, f, "anthropic", "", f.Addr)
+	ask := func(text string) abi.ModelRequest {
+		return abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: text}}, Tools: []abi.Tool{calculateTool}}
+	}
+
+	// The deltas of the first two pieces reach the host while the server
+	// holds the rest of the message.
+	from := e.events.count()
+	out := model(t)(e.events.startWhileHeld(t, x, modelCall("run_1.m1", ask("hi")), f.Hold(2), "the held message's first pieces",
+		func(ds []abi.ModelDelta) bool { return joined(ds).Text == "hello fr" }))
+	deltas := e.events.deltas(from)
+	if out.Message.Content != "hello from claude-test" || joined(deltas).Text != out.Message.Content || len(deltas) < 2 {
+		t.Fatalf("reply %+v, deltas %+v", out.Message, deltas)
+	}
+
+	from = e.events.count()
+	out = model(t)(x.Start(ctx, modelCall("run_1.m2", ask("use calculate"))))
+	got := joined(e.events.deltas(from))
+	if len(out.Message.ToolCalls) != 1 || len(got.ToolCalls) != 1 || got.Text != out.Message.Content {
+		t.Fatalf("reply %+v, deltas %+v", out.Message, got)
+	}
+	call := out.Message.ToolCalls[0]
+	if d := got.ToolCalls[0]; d.Index != 0 || d.ID != call.ID || d.Name != call.Name || !jsonEqual(d.Arguments, string(call.Arguments)) {
+		t.Errorf("the call's pieces add up to %+v; the reply's call is %+v", d, call)
+	}
+
+	for _, c := range []struct {
+		name  string
+		setup func()
+		class abi.ErrorClass
+		want  string
+	}{
+		{"connection dropped", func() { f.CutNext(2, conformance.CutConnection) }, "", "the answer's stream broke after"},
+		{"body ended early", func() { f.CutNext(2, conformance.CutBody) }, "", "the answer's stream ended after"},
+		{"overloaded in the stream", func() {
+			f.FailNext(conformance.AnthropicFailure{Status: 529, Message: "Overloaded", InStream: true, AfterDeltas: 2})
+		}, abi.ClassRateLimited, "the server reported an error in the answer's stream: overloaded_error: Overloaded"},
+		{"api_error in the stream", func() {
+			f.FailNext(conformance.AnthropicFailure{Status: 500, Message: "Internal", InStream: true, AfterDeltas: 2})
+		}, "", "api_error: Internal"},
+	} {
+		c.setup()
+		from := e.events.count()
+		r, err := x.Start(ctx, modelCall("run_1.m3", ask("hi")))
+		if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || r.Error.Class != c.class || !strings.Contains(r.Error.Message, c.want) {
+			t.Errorf("%s: %+v %+v %v, want failed, retriable, class %q, saying %q", c.name, r, r.Error, err, c.class, c.want)
+		}
+		if got := joined(e.events.deltas(from)).Text; len(got) < 8 {
+			t.Errorf("%s: the pieces before the failure were not emitted: %q", c.name, got)
+		}
+	}
+	// stream: false emits nothing and answers the same.
+	from = e.events.count()
+	whole := loadAnthropic(t, e, f, "anthropic-whole", "false", f.Addr)
+	if out := model(t)(whole.Start(ctx, modelCall("run_1.m4", ask("hi")))); out.Message.Content != "hello from claude-test" || len(e.events.deltas(from)) != 0 {
+		t.Errorf("stream: false: %+v, deltas %+v", out, e.events.deltas(from))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +31,13 @@ var goExamples = []struct {
 
 const calculatorC = "calculator-c"
 
-// env is one test's host with a fake clock and an in-memory KV.
+// env is one test's host with a fake clock, an in-memory KV and a
+// recorder of the events plugins emit.
 type env struct {
-	h     *host.Host
-	kv    *conformance.MemStore
-	clock *conformance.FakeClock
+	h      *host.Host
+	kv     *conformance.MemStore
+	clock  *conformance.FakeClock
+	events *emitted
 }
 
 func newEnv(t testing.TB) *env {
@@ -47,8 +50,8 @@ func newEnv(t testing.TB) *env {
 // restarts on the same store sees.
 func restart(t testing.TB, clock *conformance.FakeClock, kv *conformance.MemStore) *env {
 	t.Helper()
-	e := &env{clock: clock, kv: kv}
-	h, err := host.New(host.Config{CacheDir: conformance.WazeroCacheDir(), KV: e.kv, Clock: e.clock})
+	e := &env{clock: clock, kv: kv, events: newEmitted()}
+	h, err := host.New(host.Config{CacheDir: conformance.WazeroCacheDir(), KV: e.kv, Clock: e.clock, Events: e.events})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +89,115 @@ func (e *env) executor(t testing.TB, dir string, mod func(*host.PluginSpec)) *ho
 		t.Fatal(err)
 	}
 	return x
+}
+
+// emitted records the events plugins emit (a runtime.EventSink), and lets
+// a test wait for them.
+type emitted struct {
+	mu      sync.Mutex
+	events  []abi.EmitEvent
+	changed chan struct{} // closed at the next event
+}
+
+func newEmitted() *emitted { return &emitted{changed: make(chan struct{})} }
+
+func (e *emitted) Emit(_ context.Context, _ runtime.EmitScope, ev abi.EmitEvent) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, ev)
+	close(e.changed)
+	e.changed = make(chan struct{})
+	return nil
+}
+
+// deltas are the model_delta events' deltas so far, from the n-th event
+// on.
+func (e *emitted) deltas(from int) []abi.ModelDelta {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []abi.ModelDelta
+	for _, ev := range e.events[min(from, len(e.events)):] {
+		if ev.Type == abi.EmitModelDelta && ev.Delta != nil {
+			out = append(out, *ev.Delta)
+		}
+	}
+	return out
+}
+
+// count is the number of events so far.
+func (e *emitted) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.events)
+}
+
+// waitFor waits, for at most a minute and until stop is closed, for the
+// deltas of the events from the n-th on to satisfy ok; it says what it
+// waited for when they do not.
+func (e *emitted) waitFor(from int, what string, stop <-chan struct{}, ok func([]abi.ModelDelta) bool) error {
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		e.mu.Lock()
+		changed := e.changed
+		e.mu.Unlock()
+		if ok(e.deltas(from)) {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-stop:
+			if ok(e.deltas(from)) {
+				return nil
+			}
+			return fmt.Errorf("the call ended before %s; deltas: %+v", what, e.deltas(from))
+		case <-deadline.C:
+			return fmt.Errorf("waited a minute for %s; deltas: %+v", what, e.deltas(from))
+		}
+	}
+}
+
+// startWhileHeld starts c on x while the fake holds the answer (hold):
+// it waits for the deltas so far to satisfy ok, which they must before
+// the answer can end, then releases the hold and returns the reply.
+func (e *emitted) startWhileHeld(t *testing.T, x *host.Executor, c runtime.EffectCall, hold *conformance.StreamHold, what string, ok func([]abi.ModelDelta) bool) (abi.EffectReply, error) {
+	t.Helper()
+	type result struct {
+		r   abi.EffectReply
+		err error
+	}
+	done, ended := make(chan result, 1), make(chan struct{})
+	from := e.count()
+	go func() {
+		defer close(ended)
+		r, err := x.Start(context.Background(), c)
+		done <- result{r, err}
+	}()
+	err := e.waitFor(from, what, ended, ok)
+	hold.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	return res.r, res.err
+}
+
+// joined is deltas put together: the text, and each call's pieces.
+func joined(deltas []abi.ModelDelta) abi.ModelDelta {
+	var all abi.ModelDelta
+	for _, d := range deltas {
+		all.Text += d.Text
+		for _, tc := range d.ToolCalls {
+			for len(all.ToolCalls) <= tc.Index {
+				all.ToolCalls = append(all.ToolCalls, abi.ToolCallDelta{Index: len(all.ToolCalls)})
+			}
+			c := &all.ToolCalls[tc.Index]
+			c.ID += tc.ID
+			c.Name += tc.Name
+			c.Arguments += tc.Arguments
+		}
+	}
+	return all
 }
 
 func withConfig(kv map[string]string) func(*host.PluginSpec) {

@@ -3,121 +3,55 @@ package examples_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
-// fakeOpenAI is a chat-completions server on 127.0.0.1 that checks the
-// request's shape. At /v1/chat/completions it answers a tool call while
-// the conversation has no tool result, then a final answer; to a last
-// message "answer N" it answers status N with an OpenAI-style error (a
-// 429 with a Retry-After in seconds, or as a date for "answer 429 by
-// date").
-type fakeOpenAI struct {
-	t    *testing.T
-	srv  *httptest.Server
-	mu   sync.Mutex
-	reqs []map[string]any
+// loadOpenAI loads the openai plugin as name, pointed at f, allowed to
+// reach the hosts given, with the config's stream set to stream ("": not
+// set, which streams).
+func loadOpenAI(t *testing.T, e *env, f *conformance.FakeOpenAI, name, stream string, allowed ...string) *host.Executor {
+	return e.executor(t, "openai", func(s *host.PluginSpec) {
+		s.Name = name
+		s.Sandbox.AllowedHosts = allowed
+		s.Sandbox.Config = map[string]string{"base_url": f.URL, "model": "gpt-test", "api_key": "sk-test", "temperature": "0"}
+		if stream != "" {
+			s.Sandbox.Config["stream"] = stream
+		}
+	})
 }
 
-func newFakeOpenAI(t *testing.T) *fakeOpenAI {
-	f := &fakeOpenAI{t: t}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeOpenAI) requests() []map[string]any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]map[string]any(nil), f.reqs...)
-}
-
-func (f *fakeOpenAI) fail(w http.ResponseWriter, format string, args ...any) {
-	f.t.Errorf("fake server: "+format, args...)
-	w.WriteHeader(http.StatusBadRequest)
-	io.WriteString(w, `{"error":{"message":"the fake server refused the request"}}`)
-}
-
-func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("content-type", "application/json")
-	if r.URL.Path != "/v1/chat/completions" {
-		f.fail(w, "path %q, want /v1/chat/completions", r.URL.Path)
-		return
-	}
-	if r.Method != http.MethodPost || r.Header.Get("Authorization") != "Bearer sk-test" || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
-		f.fail(w, "%s with authorization %q and content-type %q", r.Method, r.Header.Get("Authorization"), r.Header.Get("Content-Type"))
-		return
-	}
-	var body map[string]any
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		f.fail(w, "body: %v", err)
-		return
-	}
-	f.mu.Lock()
-	f.reqs = append(f.reqs, body)
-	f.mu.Unlock()
-	if body["model"] != "gpt-test" {
-		f.fail(w, "model %v", body["model"])
-		return
-	}
-	msgs, _ := body["messages"].([]any)
-	if len(msgs) == 0 {
-		f.fail(w, "no messages")
-		return
-	}
-	last, _ := msgs[len(msgs)-1].(map[string]any)
-	switch last["content"] {
-	case "answer 500":
-		w.WriteHeader(500)
-		io.WriteString(w, `{"error":{"message":"the server is on fire","type":"server_error"}}`)
-		return
-	case "answer 429":
-		w.Header().Set("Retry-After", "20")
-		w.Header().Set("X-Ratelimit-Reset-Requests", "1s")
-		w.WriteHeader(429)
-		io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)
-		return
-	case "answer 429 by date":
-		w.Header().Set("Date", "Sat, 01 Mar 2025 12:00:00 GMT")
-		w.Header().Set("Retry-After", "Sat, 01 Mar 2025 12:00:42 GMT")
-		w.WriteHeader(429)
-		io.WriteString(w, `{"error":{"message":"Rate limit reached for tokens","type":"tokens","code":"rate_limit_exceeded"}}`)
-		return
-	case "answer 401":
-		w.WriteHeader(401)
-		io.WriteString(w, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)
-		return
-	}
-	if last["role"] == "tool" {
-		io.WriteString(w, `{"id":"chatcmpl-2","object":"chat.completion","choices":[{"index":0,"finish_reason":"stop",
-			"message":{"role":"assistant","content":"(2+3)*4 = 20"}}],"usage":{"prompt_tokens":80,"completion_tokens":9,"total_tokens":89}}`)
-		return
-	}
-	io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"finish_reason":"tool_calls",
-		"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_abc","type":"function","function":{"name":"calculate","arguments":"{\"expression\":\"(2+3)*4\"}"}}]}}],
-		"usage":{"prompt_tokens":61,"completion_tokens":17,"total_tokens":78}}`)
-}
-
+// TestOpenAI runs the openai plugin in the real host against a fake
+// chat-completions API that checks every request as the API reference
+// describes it, streamed (the default) and not (stream: false): a tool
+// call and its result, the request's shape, the server's errors
+// (retriable or not, with the wait a 429 asks for), a host not allowed,
+// and a config without base_url and model.
 func TestOpenAI(t *testing.T) {
-	f := newFakeOpenAI(t)
+	for _, stream := range []string{"", "false"} {
+		t.Run("stream="+stream, func(t *testing.T) { testOpenAI(t, stream) })
+	}
+}
+
+func testOpenAI(t *testing.T, stream string) {
+	f := conformance.NewFakeOpenAI(t, "sk-test")
+	f.Script(func(r conformance.OpenAIRequest) (conformance.OpenAIAnswer, bool) {
+		if r.LastUser() != "What is (2+3)*4?" {
+			return conformance.OpenAIAnswer{}, false
+		}
+		if r.Messages[len(r.Messages)-1].Role == "tool" {
+			return conformance.OpenAIAnswer{Content: "(2+3)*4 = 20", PromptTokens: 80, CompletionTokens: 9}, true
+		}
+		return conformance.OpenAIAnswer{ToolCalls: []conformance.OpenAIToolCall{conformance.OpenAICall("call_abc", "calculate", `{"expression":"(2+3)*4"}`)},
+			PromptTokens: 61, CompletionTokens: 17}, true
+	})
 	e := newEnv(t)
 	ctx := context.Background()
-	load := func(name, baseURL string, allowed ...string) *host.Executor {
-		return e.executor(t, "openai", func(s *host.PluginSpec) {
-			s.Name = name
-			s.Sandbox.AllowedHosts = allowed
-			s.Sandbox.Config = map[string]string{"base_url": baseURL, "model": "gpt-test", "api_key": "sk-test", "temperature": "0"}
-		})
-	}
-	x := load("openai", f.srv.URL+"/v1", f.srv.Listener.Addr().String()) // a port-less entry allows 80 and 443 only
+	x := loadOpenAI(t, e, f, "openai", stream, f.Addr) // a port-less entry allows 80 and 443 only
 
 	req := abi.ModelRequest{Messages: []abi.Message{
 		{Role: "system", Content: "Use the tools."},
@@ -137,62 +71,79 @@ func TestOpenAI(t *testing.T) {
 		t.Fatalf("final: %+v", final)
 	}
 
-	// The requests had the shape the API documents.
-	reqs := f.requests()
+	// The requests had the shape the API documents (the fake refuses any
+	// other); what the plugin made of the config.
+	reqs := f.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d requests", len(reqs))
 	}
-	tools, _ := reqs[0]["tools"].([]any)
-	fn, _ := tools[0].(map[string]any)["function"].(map[string]any)
-	if len(tools) != 1 || tools[0].(map[string]any)["type"] != "function" || fn["name"] != "calculate" || fn["parameters"].(map[string]any)["type"] != "object" {
-		t.Errorf("tools: %v", reqs[0]["tools"])
+	streams := stream != "false"
+	for i, r := range reqs {
+		if r.Stream != streams || (r.StreamOptions != nil && r.StreamOptions.IncludeUsage) != streams {
+			t.Errorf("request %d: stream %v, stream_options %+v; want streaming %v", i, r.Stream, r.StreamOptions, streams)
+		}
 	}
-	if reqs[0]["temperature"] != 0.0 {
-		t.Errorf("temperature: %v", reqs[0]["temperature"])
+	if r := reqs[0]; len(r.Tools) != 1 || r.Tools[0].Type != "function" || r.Tools[0].Function.Name != "calculate" || !strings.Contains(string(r.Tools[0].Function.Parameters), `"type":"object"`) {
+		t.Errorf("tools: %s", r.Body)
 	}
-	msgs, _ := reqs[1]["messages"].([]any)
+	if r := reqs[0]; r.Temperature == nil || *r.Temperature != 0 || r.System() != "Use the tools." {
+		t.Errorf("temperature, system: %s", r.Body)
+	}
+	msgs := reqs[1].Messages
 	if len(msgs) != 4 {
-		t.Fatalf("messages of the second request: %v", msgs)
+		t.Fatalf("messages of the second request: %s", reqs[1].Body)
 	}
-	asst := msgs[2].(map[string]any)
-	tc := asst["tool_calls"].([]any)[0].(map[string]any)
-	if asst["role"] != "assistant" || asst["content"] != nil || tc["id"] != "call_abc" || tc["type"] != "function" ||
-		tc["function"].(map[string]any)["arguments"] != `{"expression":"(2+3)*4"}` {
-		t.Errorf("assistant message: %v", asst)
+	if asst := msgs[2]; asst.Role != "assistant" || asst.Content != nil || len(asst.ToolCalls) != 1 || asst.ToolCalls[0].ID != "call_abc" ||
+		asst.ToolCalls[0].Type != "function" || asst.ToolCalls[0].Function.Arguments != `{"expression":"(2+3)*4"}` {
+		t.Errorf("assistant message: %+v", asst)
 	}
-	if tm := msgs[3].(map[string]any); tm["role"] != "tool" || tm["tool_call_id"] != "call_abc" || tm["content"] != "20" {
-		t.Errorf("tool message: %v", tm)
+	if tm := msgs[3]; tm.Role != "tool" || tm.ToolCallID != "call_abc" || tm.Text() != "20" {
+		t.Errorf("tool message: %+v", tm)
 	}
 
-	// Server errors: 5xx may be retried, 4xx not; both carry the server's message.
+	// Server errors: 5xx may be retried, 4xx not; both carry the server's
+	// message.
 	ask := func(text string) abi.ModelRequest {
 		return abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: text}}}
 	}
-	r, err := x.Start(ctx, modelCall("run_1.m1", ask("answer 500")))
-	if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || !strings.Contains(r.Error.Message, "the server is on fire") {
+	f.FailNext(conformance.OpenAIFailure{Status: 500, Message: "the server is on fire"})
+	r, err := x.Start(ctx, modelCall("run_1.m1", ask("hi")))
+	if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || !strings.Contains(r.Error.Message, "500: the server is on fire") {
 		t.Errorf("500: %+v %v", r, err)
 	}
 	// A 429 is rate_limited, with the wait the server asked for: in
 	// seconds, or as a date, by the response's own Date.
-	for text, wait := range map[string]int64{"answer 429": 20_000, "answer 429 by date": 42_000} {
-		r, err = x.Start(ctx, modelCall("run_1.m1", ask(text)))
+	for name, c := range map[string]struct {
+		failure conformance.OpenAIFailure
+		wait    int64
+	}{
+		"in seconds": {conformance.OpenAIFailure{Status: 429, RetryAfter: "20", Headers: map[string]string{"X-Ratelimit-Reset-Requests": "1s"}}, 20_000},
+		"by date": {conformance.OpenAIFailure{Status: 429, Message: "Rate limit reached for tokens", Type: "tokens",
+			RetryAfter: "Sat, 01 Mar 2025 12:00:42 GMT", Headers: map[string]string{"Date": "Sat, 01 Mar 2025 12:00:00 GMT"}}, 42_000},
+	} {
+		f.FailNext(c.failure)
+		r, err = x.Start(ctx, modelCall("run_1.m1", ask("hi")))
 		if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || r.Error.Class != abi.ClassRateLimited ||
-			r.Error.RetryAfterMS != wait || !strings.Contains(r.Error.Message, "Rate limit reached") {
-			t.Errorf("%s: %+v %+v %v", text, r, r.Error, err)
+			r.Error.RetryAfterMS != c.wait || !strings.Contains(r.Error.Message, "Rate limit reached") {
+			t.Errorf("429 %s: %+v %+v %v", name, r, r.Error, err)
 		}
 	}
 	r, err = x.Start(ctx, modelCall("run_1.m1", ask("answer 401")))
 	if err != nil || r.State != abi.StateFailed || r.Error.Retriable || !strings.Contains(r.Error.Message, "Incorrect API key") {
 		t.Errorf("401: %+v %v", r, err)
 	}
+	// After the errors, the default answers.
+	if got := model(t)(x.Start(ctx, modelCall("run_1.m1", ask("hi")))); got.Message.Content != "hello from gpt-test" {
+		t.Errorf("after the errors: %+v", got)
+	}
 	// A host that is not allowed never hears from the plugin; the host
 	// turns the plugin's failed reply after the refusal into plugin_denied.
-	before := len(f.requests())
-	_, err = load("openai-denied", f.srv.URL+"/v1").Start(ctx, modelCall("run_1.m1", req))
+	before := f.Count()
+	_, err = loadOpenAI(t, e, f, "openai-denied", stream).Start(ctx, modelCall("run_1.m1", req))
 	if classOf(t, err) != abi.ClassPluginDenied || !strings.Contains(err.Error(), "allowed_hosts") {
 		t.Errorf("denied: %v", err)
 	}
-	if len(f.requests()) != before {
+	if f.Count() != before {
 		t.Errorf("a denied request reached the server")
 	}
 	// A config without base_url or model fails, naming the keys.
@@ -201,4 +152,82 @@ func TestOpenAI(t *testing.T) {
 	if err != nil || r.State != abi.StateFailed || r.Error.Retriable || !strings.Contains(r.Error.Message, "base_url") || !strings.Contains(r.Error.Message, "model") {
 		t.Errorf("no config: %+v %v", r, err)
 	}
+}
+
+// TestOpenAIStreams: streaming, the plugin emits the answer's pieces as
+// model_delta events while the server is still sending it (the fake
+// holds the answer after two pieces until the host has seen them), and
+// they add up to the reply; a call's arguments come in pieces, numbered
+// by the call. A stream the server breaks off, ends early or fails in
+// fails the attempt, retriable, after the pieces that came.
+func TestOpenAIStreams(t *testing.T) {
+	f := conformance.NewFakeOpenAI(t, "sk-test")
+	e := newEnv(t)
+	ctx := context.Background()
+	x := loadOpenAI(t, e, f, "openai", "", f.Addr)
+	ask := func(text string) abi.ModelRequest {
+		return abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: text}}, Tools: []abi.Tool{calculateTool}}
+	}
+
+	// The deltas of the first two pieces reach the host while the server
+	// holds the rest of the answer.
+	from := e.events.count()
+	out := model(t)(e.events.startWhileHeld(t, x, modelCall("run_1.m1", ask("hi")), f.Hold(2), "the held answer's first pieces",
+		func(ds []abi.ModelDelta) bool { return joined(ds).Text == "hello fr" }))
+	deltas := e.events.deltas(from)
+	if out.Message.Content != "hello from gpt-test" || joined(deltas).Text != out.Message.Content || len(deltas) < 2 {
+		t.Fatalf("reply %+v, deltas %+v", out.Message, deltas)
+	}
+
+	from = e.events.count()
+	out = model(t)(x.Start(ctx, modelCall("run_1.m2", ask("use calculate"))))
+	got := joined(e.events.deltas(from))
+	if len(out.Message.ToolCalls) != 1 || len(got.ToolCalls) != 1 {
+		t.Fatalf("reply %+v, deltas %+v", out.Message, got)
+	}
+	call := out.Message.ToolCalls[0]
+	if d := got.ToolCalls[0]; d.Index != 0 || d.ID != call.ID || d.Name != call.Name || !jsonEqual(d.Arguments, string(call.Arguments)) {
+		t.Errorf("the call's pieces add up to %+v; the reply's call is %+v", d, call)
+	}
+
+	for _, c := range []struct {
+		name  string
+		setup func()
+		class abi.ErrorClass
+		want  string
+	}{
+		{"connection dropped", func() { f.CutNext(2, conformance.CutConnection) }, "", "the answer's stream broke after"},
+		{"body ended early", func() { f.CutNext(2, conformance.CutBody) }, "", "the answer's stream ended after"},
+		{"error in the stream", func() {
+			f.FailNext(conformance.OpenAIFailure{Status: 500, Message: "mid-stream trouble", InStream: true, AfterDeltas: 2})
+		}, "", "mid-stream trouble"},
+		{"rate limit in the stream", func() { f.FailNext(conformance.OpenAIFailure{Status: 429, InStream: true, AfterDeltas: 2}) }, abi.ClassRateLimited, "Rate limit reached"},
+	} {
+		c.setup()
+		from := e.events.count()
+		r, err := x.Start(ctx, modelCall("run_1.m3", ask("hi")))
+		if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || r.Error.Class != c.class || !strings.Contains(r.Error.Message, c.want) {
+			t.Errorf("%s: %+v %+v %v, want failed, retriable, class %q, saying %q", c.name, r, r.Error, err, c.class, c.want)
+		}
+		if got := joined(e.events.deltas(from)).Text; len(got) < 8 {
+			t.Errorf("%s: the pieces before the failure were not emitted: %q", c.name, got)
+		}
+	}
+	// stream: false emits nothing and answers the same.
+	from = e.events.count()
+	whole := loadOpenAI(t, e, f, "openai-whole", "false", f.Addr)
+	if out := model(t)(whole.Start(ctx, modelCall("run_1.m4", ask("hi")))); out.Message.Content != "hello from gpt-test" || len(e.events.deltas(from)) != 0 {
+		t.Errorf("stream: false: %+v, deltas %+v", out, e.events.deltas(from))
+	}
+}
+
+// jsonEqual reports whether a and b are the same JSON document.
+func jsonEqual(a, b string) bool {
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	xb, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return string(xb) == string(yb)
 }

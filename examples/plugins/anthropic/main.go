@@ -2,9 +2,12 @@
 
 // Command anthropic is an example model executor for Anthropic's Messages
 // API. It sends the builder's request to {base_url}/v1/messages through
-// agenthost_http (so only the operator's allowed hosts are reachable),
-// maps the messages, tools and tool calls both ways, and reports the
-// usage the server counted. Package messages has the mapping.
+// the host (so only the operator's allowed hosts are reachable), streamed
+// unless the config says stream: false, emits the answer's pieces as they
+// arrive, maps the messages, tools and tool calls both ways, and reports
+// the usage the server counted. Package messages has the mapping, package
+// modelcall the call, package guest the exports every example model
+// executor answers alike.
 //
 // It answers in one call: start answers done or failed; poll and attach
 // answer unknown (nothing is ever pending), cancel answers cancelled.
@@ -13,12 +16,21 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/agenthost/agenthost/examples/plugins/anthropic/messages"
 	"github.com/agenthost/agenthost/examples/plugins/internal/guest"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
+
+var executor = guest.ModelExecutor{Name: "anthropic", Version: "1.1.0", Call: call}
+
+// call reads the config and carries out the request.
+func call(req abi.ModelRequest) abi.EffectReply {
+	cfg, err := messages.ParseConfig(guest.Config)
+	if err != nil {
+		return abi.Failed(err.Error(), false)
+	}
+	return messages.Call(guest.Host{}, cfg, req)
+}
 
 func main() {}
 
@@ -26,59 +38,16 @@ func main() {}
 func marker() {}
 
 //go:wasmexport describe
-func describe() int32 {
-	return guest.Describe(abi.Describe{
-		Name:    "anthropic",
-		Version: "1.0.0",
-		Role:    abi.RoleExecutor,
-		Effects: []abi.EffectKind{abi.KindModel},
-		Attach:  false,
-	})
-}
+func describe() int32 { return executor.Describe() }
 
 //go:wasmexport start
-func start() int32 {
-	in, rc, ok := guest.EffectInput()
-	if !ok {
-		return rc
-	}
-	if in.Effect.Kind != abi.KindModel {
-		return guest.Reply(abi.Failed(fmt.Sprintf("anthropic: effect %s is of kind %q; this plugin carries out model effects only", in.Effect.ID, in.Effect.Kind), false))
-	}
-	cfg, err := messages.ParseConfig(guest.Config)
-	if err != nil {
-		return guest.Reply(abi.Failed(err.Error(), false))
-	}
-	req, err := guest.ModelRequest(in.Effect)
-	if err != nil {
-		return guest.Reply(abi.Failed("anthropic: "+err.Error(), false))
-	}
-	httpReq, err := messages.HTTPRequest(cfg, req)
-	if err != nil {
-		return guest.Reply(abi.Failed("anthropic: cannot encode the request: "+err.Error(), false))
-	}
-	return guest.Reply(messages.Decode(guest.HTTP(httpReq)))
-}
+func start() int32 { return executor.Start() }
 
 //go:wasmexport poll
-func poll() int32 { return noRecord() }
+func poll() int32 { return executor.NoRecord() }
 
 //go:wasmexport attach
-func attach() int32 { return noRecord() }
-
-// noRecord answers poll and attach: nothing is ever left pending, so the
-// plugin holds no record of any attempt.
-func noRecord() int32 {
-	if _, rc, ok := guest.EffectInput(); !ok {
-		return rc
-	}
-	return guest.Reply(abi.Unknown())
-}
+func attach() int32 { return executor.NoRecord() }
 
 //go:wasmexport cancel
-func cancel() int32 {
-	if _, rc, ok := guest.EffectInput(); !ok {
-		return rc
-	}
-	return guest.Reply(abi.Cancelled())
-}
+func cancel() int32 { return executor.Cancel() }

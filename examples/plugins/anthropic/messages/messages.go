@@ -1,8 +1,8 @@
 // Package messages maps agenthost's model requests to Anthropic Messages
 // API requests (POST {base_url}/v1/messages) and their responses back to
-// model outcomes. It is plain Go, so its tests run on the host; the plugin
-// (package main, built for wasip1) reads the config and sends the request
-// through agenthost_http.
+// model outcomes, whole or streamed (stream.go). It is plain Go, so its
+// tests run on the host; the plugin (package main, built for wasip1) reads
+// the config and calls Call with the host's functions.
 package messages
 
 import (
@@ -12,18 +12,21 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agenthost/agenthost/examples/plugins/internal/modelcall"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
 // Config keys, in lower case: the operator's YAML loader (viper)
-// lowercases every key.
+// lowercases every key. All but structured_outputs are the ones every
+// example model executor reads (package modelcall).
 const (
-	KeyBaseURL           = "base_url"
-	KeyModel             = "model"
-	KeyAPIKey            = "api_key"
-	KeyTemperature       = "temperature"
-	KeyMaxTokens         = "max_tokens"
-	KeyTimeoutMS         = "timeout_ms"
+	KeyBaseURL           = modelcall.KeyBaseURL
+	KeyModel             = modelcall.KeyModel
+	KeyAPIKey            = modelcall.KeyAPIKey
+	KeyTemperature       = modelcall.KeyTemperature
+	KeyMaxTokens         = modelcall.KeyMaxTokens
+	KeyTimeoutMS         = modelcall.KeyTimeoutMS
+	KeyStream            = modelcall.KeyStream
 	KeyStructuredOutputs = "structured_outputs"
 )
 
@@ -38,73 +41,48 @@ const DefaultMaxTokens = 4096
 // APIVersion is the anthropic-version header every request carries.
 const APIVersion = "2023-06-01"
 
-// Config is the plugin's configuration.
+// Config is the plugin's configuration: the shared keys (BaseURL such as
+// https://api.anthropic.com, to which the plugin appends /v1/messages;
+// Model such as claude-sonnet-4-5; APIKey, sent as "x-api-key" when set;
+// MaxTokens, DefaultMaxTokens unless set), and its own.
 type Config struct {
-	BaseURL     string   // e.g. https://api.anthropic.com; the plugin appends /v1/messages
-	Model       string   // e.g. claude-sonnet-4-5
-	APIKey      string   // sent as "x-api-key" when set
-	Temperature *float64 // sent when set
-	MaxTokens   int      // DefaultMaxTokens unless set
-	TimeoutMS   int64    // 0: the host's limit
+	modelcall.Config
 	// StructuredOutputs sends the agent's output schema as output_config;
 	// off by default, since only recent models take it.
 	StructuredOutputs bool
 }
 
+// configSpec is how this plugin reads the shared keys: base_url defaults
+// to Anthropic's API.
+var configSpec = modelcall.ConfigSpec{
+	Plugin:         "anthropic",
+	DefaultBaseURL: DefaultBaseURL,
+	ModelExample:   "claude-sonnet-4-5",
+}
+
 // ParseConfig reads the config through get (the plugin passes Extism's
-// config_get). model is required; base_url defaults to DefaultBaseURL; a
-// value of the wrong type is an error that names the key.
+// config_get). model is required; base_url defaults to DefaultBaseURL
+// and max_tokens to DefaultMaxTokens; stream is true unless set to false;
+// a value of the wrong type is an error that names the key.
 func ParseConfig(get func(string) (string, bool)) (Config, error) {
-	c := Config{MaxTokens: DefaultMaxTokens}
-	var problems []string
-	val := func(k string) string { s, _ := get(k); return strings.TrimSpace(s) }
-	c.BaseURL = strings.TrimRight(val(KeyBaseURL), "/")
-	switch {
-	case c.BaseURL == "":
-		c.BaseURL = DefaultBaseURL
-	case !strings.HasPrefix(c.BaseURL, "http://") && !strings.HasPrefix(c.BaseURL, "https://"):
-		problems = append(problems, fmt.Sprintf("base_url %q is not an http:// or https:// URL", c.BaseURL))
-	case strings.HasSuffix(c.BaseURL, "/v1"):
+	shared, problems := modelcall.ParseConfig(get, configSpec)
+	c := Config{Config: shared}
+	if c.MaxTokens == 0 {
+		c.MaxTokens = DefaultMaxTokens
+	}
+	if strings.HasPrefix(c.BaseURL, "http") && strings.HasSuffix(c.BaseURL, "/v1") {
 		problems = append(problems, fmt.Sprintf("base_url %q ends with /v1, and the plugin appends /v1/messages: drop the /v1 (%s)", c.BaseURL, DefaultBaseURL))
 	}
-	if c.Model = val(KeyModel); c.Model == "" {
-		problems = append(problems, "model is missing: set it to the model's name, such as claude-sonnet-4-5")
-	}
-	c.APIKey = val(KeyAPIKey)
-	if s := val(KeyTemperature); s != "" {
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || f < 0 {
-			problems = append(problems, fmt.Sprintf("temperature %q is not a number of 0 or more", s))
-		} else {
-			c.Temperature = &f
-		}
-	}
-	if s := val(KeyMaxTokens); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			problems = append(problems, fmt.Sprintf("max_tokens %q is not a whole number above 0", s))
-		} else {
-			c.MaxTokens = n
-		}
-	}
-	if s := val(KeyTimeoutMS); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			problems = append(problems, fmt.Sprintf("timeout_ms %q is not a whole number above 0", s))
-		} else {
-			c.TimeoutMS = n
-		}
-	}
-	if s := val(KeyStructuredOutputs); s != "" {
-		b, err := strconv.ParseBool(s)
+	if s, _ := get(KeyStructuredOutputs); strings.TrimSpace(s) != "" {
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("structured_outputs %q is not true or false", s))
+			problems = append(problems, fmt.Sprintf("structured_outputs %q is not true or false", strings.TrimSpace(s)))
 		} else {
 			c.StructuredOutputs = b
 		}
 	}
-	if len(problems) > 0 {
-		return Config{}, fmt.Errorf("anthropic: config: %s", strings.Join(problems, "; "))
+	if err := modelcall.Err(configSpec.Plugin, problems); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }
@@ -125,6 +103,8 @@ type (
 		// agent's output schema, when the config turns structured outputs
 		// on.
 		OutputConfig *OutputConfig `json:"output_config,omitempty"`
+		// Stream asks for the answer as a stream of events.
+		Stream bool `json:"stream,omitempty"`
 	}
 	// OutputConfig is {"format": {"type": "json_schema", "schema": …}}.
 	OutputConfig struct {
@@ -163,12 +143,14 @@ type (
 		Role       string          `json:"role"`
 		Content    []ResponseBlock `json:"content"`
 		StopReason string          `json:"stop_reason"`
-		Usage      struct {
-			InputTokens              int64 `json:"input_tokens"`
-			OutputTokens             int64 `json:"output_tokens"`
-			CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-			CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-		} `json:"usage"`
+		Usage      Usage           `json:"usage"`
+	}
+	// Usage is the tokens the server counted.
+	Usage struct {
+		InputTokens              int64 `json:"input_tokens"`
+		OutputTokens             int64 `json:"output_tokens"`
+		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 	}
 	// ResponseBlock is a content block of a response; blocks of other
 	// types (thinking, server tools) are skipped.
@@ -217,7 +199,8 @@ const (
 // emptySchema is what a tool with no input schema takes: no arguments.
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
-// Encode makes the Messages API request body for a model request.
+// Encode makes the Messages API request body for a model request, which
+// asks for a stream of events when the config's Stream is on.
 //
 // System messages become the top-level system prompt, joined by a blank
 // line. The others become turns that alternate user and assistant:
@@ -240,7 +223,7 @@ var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 // "output_schema" (an object, sent as output_config). Other params are
 // not sent: they may be meant for another executor.
 func Encode(c Config, req abi.ModelRequest) ([]byte, error) {
-	out := Request{Model: c.Model, MaxTokens: c.MaxTokens, Temperature: c.Temperature}
+	out := Request{Model: c.Model, MaxTokens: c.MaxTokens, Temperature: c.Temperature, Stream: c.Stream}
 	if out.MaxTokens <= 0 {
 		out.MaxTokens = DefaultMaxTokens
 	}
@@ -459,13 +442,17 @@ func toolChoice(v any) map[string]any {
 	return nil
 }
 
-// HTTPRequest is the agenthost_http request for a model request.
+// HTTPRequest is the agenthost_http (or agenthost_http_open, with the
+// config's Stream) request for a model request.
 func HTTPRequest(c Config, req abi.ModelRequest) (abi.HTTPRequest, error) {
 	body, err := Encode(c, req)
 	if err != nil {
 		return abi.HTTPRequest{}, err
 	}
 	h := map[string]string{"content-type": "application/json", "accept": "application/json", "anthropic-version": APIVersion}
+	if c.Stream {
+		h["accept"] = "text/event-stream"
+	}
 	if c.APIKey != "" {
 		h["x-api-key"] = c.APIKey
 	}
@@ -522,6 +509,13 @@ func Decode(resp abi.HTTPResponse) abi.EffectReply {
 	if r.Type != "message" {
 		return abi.Failed(fmt.Sprintf("anthropic: the response is of type %q, not a message: %s", r.Type, clip(resp.Body)), false)
 	}
+	return reply(r)
+}
+
+// reply is the reply for a message, whole or assembled from a stream:
+// done with its text, its calls and the usage, or failed, by its stop
+// reason and its calls' inputs.
+func reply(r Response) abi.EffectReply {
 	msg := abi.Message{Role: abi.MessageAssistant}
 	var text strings.Builder
 	seen := map[string]bool{}
@@ -575,19 +569,12 @@ func serverError(resp abi.HTTPResponse) abi.EffectReply {
 	var e ErrorBody
 	var what string
 	if json.Unmarshal([]byte(resp.Body), &e) == nil && (e.Error.Type != "" || e.Error.Message != "") {
-		what = e.Error.Type
-		if e.Error.Message != "" {
-			what = strings.TrimPrefix(what+": "+e.Error.Message, ": ")
-		}
-		if e.RequestID != "" {
-			what += " (request " + e.RequestID + ")"
-		}
+		what = e.describe()
 	} else if strings.TrimSpace(resp.Body) == "" {
 		what = "(no body)"
 	} else {
 		what = clip(resp.Body)
 	}
-	retriable := resp.Status == 429 || resp.Status >= 500 || retriableErrors[e.Error.Type]
 	msg := fmt.Sprintf("anthropic: the server answered %d %s", resp.Status, what)
 	var waitMS int64
 	if wait := header(resp.Headers, "retry-after"); wait != "" {
@@ -597,13 +584,34 @@ func serverError(resp abi.HTTPResponse) abi.EffectReply {
 		}
 		msg += "; it asks to retry after " + wait
 	}
-	// A rate limit (429) and an overloaded API (529) say "come back
-	// later": the host waits as asked, on a budget of attempts of their
-	// own (docs/ABI.md, rate_limited).
-	if resp.Status == 429 || resp.Status == 529 || e.Error.Type == "rate_limit_error" || e.Error.Type == "overloaded_error" {
+	return errorReply(msg, resp.Status, e.Error.Type, waitMS)
+}
+
+// describe is the error's type and message, and its request ID: "TYPE:
+// MESSAGE (request ID)".
+func (e ErrorBody) describe() string {
+	what := e.Error.Type
+	if e.Error.Message != "" {
+		what = strings.TrimPrefix(what+": "+e.Error.Message, ": ")
+	}
+	if e.RequestID != "" {
+		what += " (request " + e.RequestID + ")"
+	}
+	return what
+}
+
+// errorReply is the failed reply with msg for an error of status (0 for
+// an error event in a stream) and type errType: rate_limited (waiting
+// waitMS) for a rate limit (429 rate_limit_error) or an overloaded API
+// (529 overloaded_error), which say "come back later": the host waits as
+// asked, on a budget of attempts of their own (docs/ABI.md,
+// rate_limited). Other 5xx and the retriable error types are retriable;
+// the rest are not.
+func errorReply(msg string, status int, errType string, waitMS int64) abi.EffectReply {
+	if status == 429 || status == 529 || errType == "rate_limit_error" || errType == "overloaded_error" {
 		return abi.RateLimited(msg, waitMS)
 	}
-	return abi.Failed(msg, retriable)
+	return abi.Failed(msg, status >= 500 || retriableErrors[errType])
 }
 
 // maxRetryAfterSeconds bounds the wait a retry-after header can ask for:

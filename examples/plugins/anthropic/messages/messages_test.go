@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agenthost/agenthost/examples/plugins/internal/modelcall"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -48,7 +49,7 @@ func encode(t *testing.T, c Config, req abi.ModelRequest) string {
 // tools carry their input schemas (none: an empty object schema).
 func TestEncode(t *testing.T) {
 	temp := 0.5
-	c := Config{Model: "m", MaxTokens: 100, Temperature: &temp}
+	c := Config{Config: modelcall.Config{Model: "m", MaxTokens: 100, Temperature: &temp}}
 	req := abi.ModelRequest{
 		Messages: []abi.Message{
 			{Role: "system", Content: "S"},
@@ -91,7 +92,7 @@ func TestEncodeMergesConsecutiveTurns(t *testing.T) {
 		`{"role":"user","content":[{"type":"text","text":"first"},{"type":"text","text":"second"}]},` +
 		`{"role":"assistant","content":[{"type":"text","text":"thinking"},{"type":"tool_use","id":"c1","name":"f","input":{}}]},` +
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"r"},{"type":"text","text":"[agenthost] a note"}]}]}`
-	if got := encode(t, Config{Model: "m"}, req); got != want {
+	if got := encode(t, Config{Config: modelcall.Config{Model: "m"}}, req); got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }
@@ -118,11 +119,11 @@ func TestEncodePairsToolBlocks(t *testing.T) {
 		`{"role":"user","content":[{"type":"text","text":"go on"},{"type":"text","text":"next Run"}]},` +
 		`{"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"run_a_t1_0","name":"f","input":{}}]},` +
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"run_a_t1_0","content":"r1"}]}]}`
-	if got := encode(t, Config{Model: "m"}, req); got != want {
+	if got := encode(t, Config{Config: modelcall.Config{Model: "m"}}, req); got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 	// Nothing left to answer is an error, not an empty conversation.
-	if _, err := Encode(Config{Model: "m"}, abi.ModelRequest{Messages: []abi.Message{{Role: "system", Content: "S"}}}); err == nil || !strings.Contains(err.Error(), "no user message") {
+	if _, err := Encode(Config{Config: modelcall.Config{Model: "m"}}, abi.ModelRequest{Messages: []abi.Message{{Role: "system", Content: "S"}}}); err == nil || !strings.Contains(err.Error(), "no user message") {
 		t.Fatalf("a request of a system message only: %v", err)
 	}
 }
@@ -132,7 +133,7 @@ func TestEncodePairsToolBlocks(t *testing.T) {
 // are read; a setting the plugin does not know is not sent.
 func TestEncodeTakesTheAgentsSettingsFromParams(t *testing.T) {
 	temp := 0.5
-	c := Config{Model: "config-model", Temperature: &temp, MaxTokens: 64}
+	c := Config{Config: modelcall.Config{Model: "config-model", Temperature: &temp, MaxTokens: 64}}
 	msgs := []abi.Message{{Role: "user", Content: "hi"}}
 	tools := []abi.Tool{{Name: "calculate", InputSchema: json.RawMessage(`{"type":"object"}`)}}
 	got := encode(t, c, abi.ModelRequest{Messages: msgs, Tools: tools, Params: map[string]any{
@@ -171,17 +172,17 @@ func TestEncodeTakesTheAgentsSettingsFromParams(t *testing.T) {
 func TestEncodeSendsTheOutputSchemaWhenTold(t *testing.T) {
 	msgs := []abi.Message{{Role: "user", Content: "hi"}}
 	params := map[string]any{"output_schema": map[string]any{"type": "object", "required": []any{"city"}}}
-	if got := encode(t, Config{Model: "m"}, abi.ModelRequest{Messages: msgs, Params: params}); strings.Contains(got, "output_config") {
+	if got := encode(t, Config{Config: modelcall.Config{Model: "m"}}, abi.ModelRequest{Messages: msgs, Params: params}); strings.Contains(got, "output_config") {
 		t.Fatalf("sent without structured_outputs: %s", got)
 	}
-	got := encode(t, Config{Model: "m", StructuredOutputs: true}, abi.ModelRequest{Messages: msgs, Params: params})
+	got := encode(t, Config{Config: modelcall.Config{Model: "m"}, StructuredOutputs: true}, abi.ModelRequest{Messages: msgs, Params: params})
 	if want := `"output_config":{"format":{"type":"json_schema","schema":{"required":["city"],"type":"object"}}}`; !strings.Contains(got, want) {
 		t.Fatalf("got\n%s\nwant it to contain\n%s", got, want)
 	}
 }
 
 func TestHTTPRequest(t *testing.T) {
-	r, err := HTTPRequest(Config{BaseURL: "http://127.0.0.1:9", Model: "m", APIKey: "sk-ant-test", TimeoutMS: 5000}, abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: "hi"}}})
+	r, err := HTTPRequest(Config{Config: modelcall.Config{BaseURL: "http://127.0.0.1:9", Model: "m", APIKey: "sk-ant-test", TimeoutMS: 5000}}, abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: "hi"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

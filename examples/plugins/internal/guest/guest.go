@@ -1,10 +1,12 @@
 //go:build wasip1
 
 // Package guest is the plugin side of ABI v1 that the example plugins
-// share: the Extism input and output, the plugin's config, and typed
-// wrappers over the agenthost host functions (module extism:host/user).
-// Each wrapper is a few lines over go-pdk; copy them into your own plugin
-// freely (docs/ABI.md, "Writing a plugin", shows them in full).
+// share: the Extism input and output, the plugin's config, typed
+// wrappers over the agenthost host functions (module extism:host/user),
+// and the exports every example model executor answers alike
+// (ModelExecutor). Each wrapper is a few lines over go-pdk; copy them
+// into your own plugin freely (docs/ABI.md, "Writing a plugin", shows
+// them in full).
 //
 // The JSON codec is github.com/segmentio/encoding/json, a drop-in for
 // encoding/json (the same API, struct tags and decoding rules; a few error
@@ -38,6 +40,15 @@ func hostEmit(event uint64) uint64
 
 //go:wasmimport extism:host/user agenthost_http
 func hostHTTP(request uint64) uint64
+
+//go:wasmimport extism:host/user agenthost_http_open
+func hostHTTPOpen(request uint64) uint64
+
+//go:wasmimport extism:host/user agenthost_http_read
+func hostHTTPRead(stream, max uint64) uint64
+
+//go:wasmimport extism:host/user agenthost_http_close
+func hostHTTPClose(stream uint64) uint64
 
 // Input decodes the call's JSON input into v.
 func Input(v any) error { return json.Unmarshal(pdk.Input(), v) }
@@ -131,7 +142,20 @@ func NowMS() int64 { return int64(hostNowMS()) }
 // Progress puts a progress event on the Run's event stream. It is for
 // people watching; a failure to emit changes nothing.
 func Progress(message string) abi.Status {
-	b, err := json.Marshal(abi.EmitEvent{Type: "progress", Message: message})
+	return emit(abi.EmitEvent{Type: abi.EmitProgress, Message: message})
+}
+
+// EmitDelta puts a model_delta event on the Run's event stream: the next
+// pieces of the model's answer, while it streams in. The host takes it
+// only during a model effect's call; the status is ignored, since the
+// reply, not the pieces, is the answer.
+func EmitDelta(d abi.ModelDelta) {
+	_ = emit(abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &d})
+}
+
+// emit calls agenthost_emit with ev.
+func emit(ev abi.EmitEvent) abi.Status {
+	b, err := json.Marshal(ev)
 	if err != nil {
 		return abi.StatusRefused
 	}
@@ -160,4 +184,60 @@ func HTTP(req abi.HTTPRequest) abi.HTTPResponse {
 		return abi.HTTPResponse{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "agenthost_http response is not JSON: " + err.Error()}}
 	}
 	return resp
+}
+
+// HTTPOpen sends req through agenthost_http_open, to the plugin's allowed
+// hosts only, and returns the response's head: its status, its headers
+// and the stream to read its body from with HTTPRead, to release with
+// HTTPClose. A refused or failed request comes back with Error set and
+// no stream.
+func HTTPOpen(req abi.HTTPRequest) abi.HTTPStreamHead {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return abi.HTTPStreamHead{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "cannot encode the request: " + err.Error()}}
+	}
+	m := pdk.AllocateBytes(b)
+	defer m.Free()
+	off := hostHTTPOpen(m.Offset())
+	if off == 0 {
+		return abi.HTTPStreamHead{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "agenthost_http_open returned no head"}}
+	}
+	r := pdk.FindMemory(off)
+	defer r.Free()
+	var head abi.HTTPStreamHead
+	if err := json.Unmarshal(r.ReadBytes(), &head); err != nil {
+		return abi.HTTPStreamHead{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "agenthost_http_open head is not JSON: " + err.Error()}}
+	}
+	return head
+}
+
+// HTTPRead waits for the next bytes of a stream's body and returns 1 to
+// max of them (max <= 0: as many as the host gives at once, at most its
+// chunk cap). It returns nil at the end of the body, and when reading it
+// failed: HTTPClose then says which.
+func HTTPRead(stream int64, max int) []byte {
+	off := hostHTTPRead(uint64(stream), uint64(int64(max)))
+	if off == 0 {
+		return nil
+	}
+	r := pdk.FindMemory(off)
+	defer r.Free()
+	return r.ReadBytes()
+}
+
+// HTTPClose releases a stream, read to its end or not, and says how
+// reading it ended: Error is set when it failed (timeout, too_large,
+// failed), not when it was read to its end or closed early by choice.
+func HTTPClose(stream int64) abi.HTTPStreamEnd {
+	off := hostHTTPClose(uint64(stream))
+	if off == 0 {
+		return abi.HTTPStreamEnd{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "agenthost_http_close returned no result"}}
+	}
+	r := pdk.FindMemory(off)
+	defer r.Free()
+	var end abi.HTTPStreamEnd
+	if err := json.Unmarshal(r.ReadBytes(), &end); err != nil {
+		return abi.HTTPStreamEnd{Error: &abi.HTTPError{Code: abi.HTTPFailed, Message: "agenthost_http_close result is not JSON: " + err.Error()}}
+	}
+	return end
 }

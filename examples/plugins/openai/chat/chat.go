@@ -1,8 +1,8 @@
 // Package chat maps agenthost's model requests to OpenAI-compatible
 // chat-completions requests (OpenAI, Ollama, vLLM …) and their responses
-// back to model outcomes. It is plain Go, so its tests run on the host;
-// the plugin (package main, built for wasip1) reads the config and sends
-// the request through agenthost_http.
+// back to model outcomes, whole or streamed (stream.go). It is plain Go,
+// so its tests run on the host; the plugin (package main, built for
+// wasip1) reads the config and calls Call with the host's functions.
 package chat
 
 import (
@@ -12,73 +12,45 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agenthost/agenthost/examples/plugins/internal/modelcall"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
 // Config keys, in lower case: the operator's YAML loader (viper)
-// lowercases every key.
+// lowercases every key. They are the ones every example model executor
+// reads (package modelcall).
 const (
-	KeyBaseURL     = "base_url"
-	KeyModel       = "model"
-	KeyAPIKey      = "api_key"
-	KeyTemperature = "temperature"
-	KeyMaxTokens   = "max_tokens"
-	KeyTimeoutMS   = "timeout_ms"
+	KeyBaseURL     = modelcall.KeyBaseURL
+	KeyModel       = modelcall.KeyModel
+	KeyAPIKey      = modelcall.KeyAPIKey
+	KeyTemperature = modelcall.KeyTemperature
+	KeyMaxTokens   = modelcall.KeyMaxTokens
+	KeyTimeoutMS   = modelcall.KeyTimeoutMS
+	KeyStream      = modelcall.KeyStream
 )
 
-// Config is the plugin's configuration.
-type Config struct {
-	BaseURL     string   // e.g. https://api.openai.com/v1 or http://localhost:11434/v1
-	Model       string   // e.g. gpt-4o-mini, llama3.1
-	APIKey      string   // sent as "Authorization: Bearer …" when set
-	Temperature *float64 // sent when set
-	MaxTokens   *int     // sent when set
-	TimeoutMS   int64    // 0: the host's limit
+// Config is the plugin's configuration: BaseURL such as
+// https://api.openai.com/v1 or http://localhost:11434/v1, Model such as
+// gpt-4o-mini; APIKey is sent as "Authorization: Bearer …" when set;
+// MaxTokens (0: not sent) and Temperature are sent when set.
+type Config = modelcall.Config
+
+// configSpec is how this plugin reads the shared keys: base_url is
+// required.
+var configSpec = modelcall.ConfigSpec{
+	Plugin:         "openai",
+	BaseURLExample: "https://api.openai.com/v1 or http://localhost:11434/v1 for Ollama",
+	ModelExample:   "gpt-4o-mini",
 }
 
 // ParseConfig reads the config through get (the plugin passes Extism's
-// config_get). base_url and model are required; a value of the wrong type
-// is an error that names the key.
+// config_get). base_url and model are required; stream is true unless
+// set to false; a value of the wrong type is an error that names the
+// key.
 func ParseConfig(get func(string) (string, bool)) (Config, error) {
-	var c Config
-	var problems []string
-	val := func(k string) string { s, _ := get(k); return strings.TrimSpace(s) }
-	c.BaseURL = strings.TrimRight(val(KeyBaseURL), "/")
-	if c.BaseURL == "" {
-		problems = append(problems, "base_url is missing: set it to the API's base URL, such as https://api.openai.com/v1 or http://localhost:11434/v1 for Ollama")
-	} else if !strings.HasPrefix(c.BaseURL, "http://") && !strings.HasPrefix(c.BaseURL, "https://") {
-		problems = append(problems, fmt.Sprintf("base_url %q is not an http:// or https:// URL", c.BaseURL))
-	}
-	if c.Model = val(KeyModel); c.Model == "" {
-		problems = append(problems, "model is missing: set it to the model's name, such as gpt-4o-mini")
-	}
-	c.APIKey = val(KeyAPIKey)
-	if s := val(KeyTemperature); s != "" {
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || f < 0 {
-			problems = append(problems, fmt.Sprintf("temperature %q is not a number of 0 or more", s))
-		} else {
-			c.Temperature = &f
-		}
-	}
-	if s := val(KeyMaxTokens); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			problems = append(problems, fmt.Sprintf("max_tokens %q is not a whole number above 0", s))
-		} else {
-			c.MaxTokens = &n
-		}
-	}
-	if s := val(KeyTimeoutMS); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			problems = append(problems, fmt.Sprintf("timeout_ms %q is not a whole number above 0", s))
-		} else {
-			c.TimeoutMS = n
-		}
-	}
-	if len(problems) > 0 {
-		return Config{}, fmt.Errorf("openai: config: %s", strings.Join(problems, "; "))
+	c, problems := modelcall.ParseConfig(get, configSpec)
+	if err := modelcall.Err(configSpec.Plugin, problems); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }
@@ -92,9 +64,18 @@ type (
 		Tools       []Tool    `json:"tools,omitempty"`
 		Temperature *float64  `json:"temperature,omitempty"`
 		MaxTokens   *int      `json:"max_tokens,omitempty"`
+		// Stream asks for the answer as a stream of chunks, and
+		// StreamOptions for its usage in a last chunk.
+		Stream        bool           `json:"stream,omitempty"`
+		StreamOptions *StreamOptions `json:"stream_options,omitempty"`
 		// ResponseFormat asks for an answer that matches a JSON Schema:
 		// the agent's output schema, when it has one.
 		ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
+	}
+	// StreamOptions is {"include_usage": true}: the stream's last chunk
+	// before [DONE] has the usage, and no choices.
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
 	}
 	// ResponseFormat is {"type": "json_schema", "json_schema": …}.
 	ResponseFormat struct {
@@ -141,14 +122,18 @@ type (
 	}
 	// Response is the body of a successful response.
 	Response struct {
-		Choices []struct {
-			Message      Message `json:"message"`
-			FinishReason string  `json:"finish_reason"`
-		} `json:"choices"`
-		Usage struct {
-			PromptTokens     int64 `json:"prompt_tokens"`
-			CompletionTokens int64 `json:"completion_tokens"`
-		} `json:"usage"`
+		Choices []Choice `json:"choices"`
+		Usage   Usage    `json:"usage"`
+	}
+	// Choice is one of a response's answers; the plugin reads the first.
+	Choice struct {
+		Message      Message `json:"message"`
+		FinishReason string  `json:"finish_reason"`
+	}
+	// Usage is the tokens the server counted.
+	Usage struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
 	}
 )
 
@@ -160,7 +145,8 @@ const OutputSchemaName = "output"
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 // Encode makes the chat-completions request body for a model request.
-// The request's params (most often the Run's agent's settings) override
+// With the config's Stream it asks for a stream, with the usage at its
+// end (stream_options.include_usage). The request's params (most often the Run's agent's settings) override
 // the config: "model" (string), "temperature" (number), and
 // "max_output_tokens" or "max_tokens" (integer, sent as max_tokens); and
 // "output_schema" (an object: the agent's output schema) is sent as
@@ -168,7 +154,14 @@ var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 // OutputSchemaName, "schema": …, "strict": false}}. Other params are not
 // sent: they may be meant for another executor.
 func Encode(c Config, req abi.ModelRequest) ([]byte, error) {
-	out := Request{Model: c.Model, Temperature: c.Temperature, MaxTokens: c.MaxTokens}
+	out := Request{Model: c.Model, Temperature: c.Temperature}
+	if c.MaxTokens > 0 {
+		n := c.MaxTokens
+		out.MaxTokens = &n
+	}
+	if c.Stream {
+		out.Stream, out.StreamOptions = true, &StreamOptions{IncludeUsage: true}
+	}
 	if v, ok := req.Params[abi.ParamModel].(string); ok && strings.TrimSpace(v) != "" {
 		out.Model = strings.TrimSpace(v)
 	}
@@ -210,13 +203,17 @@ func Encode(c Config, req abi.ModelRequest) ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// HTTPRequest is the agenthost_http request for a model request.
+// HTTPRequest is the agenthost_http (or agenthost_http_open, with the
+// config's Stream) request for a model request.
 func HTTPRequest(c Config, req abi.ModelRequest) (abi.HTTPRequest, error) {
 	body, err := Encode(c, req)
 	if err != nil {
 		return abi.HTTPRequest{}, err
 	}
 	h := map[string]string{"content-type": "application/json", "accept": "application/json"}
+	if c.Stream {
+		h["accept"] = "text/event-stream"
+	}
 	if c.APIKey != "" {
 		h["authorization"] = "Bearer " + c.APIKey
 	}
@@ -267,6 +264,13 @@ func Decode(resp abi.HTTPResponse, now time.Time) abi.EffectReply {
 	if len(r.Choices) == 0 {
 		return abi.Failed("openai: the response has no choices: "+clip(resp.Body), false)
 	}
+	return reply(r)
+}
+
+// reply is the reply for a response with at least one choice, whole or
+// assembled from a stream: done with its first choice's message and the
+// usage, or failed when a call's arguments are not a JSON object.
+func reply(r Response) abi.EffectReply {
 	cm := r.Choices[0].Message
 	msg := abi.Message{Role: abi.MessageAssistant}
 	if cm.Content != nil {

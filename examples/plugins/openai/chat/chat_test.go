@@ -15,7 +15,7 @@ func get(kv map[string]string) func(string) (string, bool) {
 
 func TestParseConfig(t *testing.T) {
 	c, err := ParseConfig(get(map[string]string{"base_url": "http://localhost:11434/v1/", "model": "llama3.1", "temperature": "0.2", "max_tokens": "256"}))
-	if err != nil || c.BaseURL != "http://localhost:11434/v1" || c.Model != "llama3.1" || c.APIKey != "" || *c.Temperature != 0.2 || *c.MaxTokens != 256 {
+	if err != nil || c.BaseURL != "http://localhost:11434/v1" || c.Model != "llama3.1" || c.APIKey != "" || *c.Temperature != 0.2 || c.MaxTokens != 256 || !c.Stream {
 		t.Fatalf("%+v %v", c, err)
 	}
 	_, err = ParseConfig(get(map[string]string{"temperature": "warm", "max_tokens": "-1"}))
@@ -101,7 +101,7 @@ func TestDecode(t *testing.T) {
 // does not know is not sent.
 func TestEncodeTakesTheAgentsSettingsFromParams(t *testing.T) {
 	temp, maxTokens := 0.5, 64
-	c := Config{Model: "config-model", Temperature: &temp, MaxTokens: &maxTokens}
+	c := Config{Model: "config-model", Temperature: &temp, MaxTokens: maxTokens}
 	req := abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: "hi"}},
 		Params: map[string]any{"model": "agent-model", "temperature": 0.25, "max_output_tokens": float64(300), "seed_of_another_executor": "x"}}
 	b, err := Encode(c, req)
