@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/tetratelabs/wazero"
 
@@ -252,11 +251,11 @@ const instanceReserve = 4 << 20
 // waitForRoom makes room for a new instance under the host-wide memory
 // cap: it evicts idle instances and, when that is not enough while other
 // instances serve calls, waits for one of them to come back, within ctx.
-// It sets *waitedSince to when it began to wait, unless that is set, and
+// It begins the call's wait (callWait.begin) when it has to wait, and
 // counts itself in waiting while it waits. With no instance busy anywhere
 // nothing would free memory, and it fails at once, as
 // ErrExecutorUnavailable.
-func (h *Host) waitForRoom(ctx context.Context, waitedSince *time.Time, waiting *atomic.Int64) error {
+func (h *Host) waitForRoom(ctx context.Context, wait *callWait, waiting *atomic.Int64) error {
 	for {
 		busy, freed := h.budget.watch()
 		if h.evictIdleFor(ctx, instanceReserve) {
@@ -266,9 +265,7 @@ func (h *Host) waitForRoom(ctx context.Context, waitedSince *time.Time, waiting 
 			return fmt.Errorf("the host-wide instance memory cap (%d B) is reached, with %d B in use, nothing idle to evict and no instance busy to wait for: raise max_instance_memory, or lower memory_pages or max_instances: %w",
 				h.budget.limit, h.budget.used.Load(), runtime.ErrExecutorUnavailable)
 		}
-		if waitedSince.IsZero() {
-			*waitedSince = time.Now()
-		}
+		wait.begin(ctx)
 		waiting.Add(1)
 		select {
 		case <-freed:

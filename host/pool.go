@@ -44,12 +44,12 @@ func newPool(p *Plugin, tenant string) *pool {
 // acquire returns an instance for the caller's exclusive use, for a call
 // of export.
 func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
-	var waitedSince time.Time // set once the call has to wait
-	defer func() { pl.noteWait(waitedSince) }()
+	wait := callWait{plugin: pl.p.name} // begun once the call has to wait
+	defer pl.noteWait(&wait)
 	select {
 	case pl.slots <- struct{}{}:
 	default:
-		waitedSince = time.Now()
+		wait.begin(ctx)
 		pl.waiting.Add(1)
 		select {
 		case pl.slots <- struct{}{}:
@@ -75,7 +75,7 @@ func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
 	}
 	pl.inUse++
 	pl.mu.Unlock()
-	in, err := pl.create(ctx, export, &waitedSince)
+	in, err := pl.create(ctx, export, &wait)
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if err != nil {
@@ -91,21 +91,41 @@ func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
 // create makes a new instance once there is room for it under the
 // host-wide memory cap, waiting for room while other instances serve
 // calls (counted as the caller's wait for an instance).
-func (pl *pool) create(ctx context.Context, export string, waitedSince *time.Time) (*instance, error) {
-	if err := pl.p.h.waitForRoom(ctx, waitedSince, &pl.waiting); err != nil {
+func (pl *pool) create(ctx context.Context, export string, wait *callWait) (*instance, error) {
+	if err := pl.p.h.waitForRoom(ctx, wait, &pl.waiting); err != nil {
 		return nil, err
 	}
 	return pl.p.newInstance(ctx, export)
 }
 
-// noteWait counts a call's wait for an instance, begun at since (zero:
-// the call did not wait), in the pool's and the plugin's counters, and
-// logs a long one.
-func (pl *pool) noteWait(since time.Time) {
-	if since.IsZero() {
+// callWait is one call's wait for an instance: when it began (zero while
+// the call has not waited), and the function that tells the runtime it
+// ended (runtime.CapacityWaitBegan).
+type callWait struct {
+	plugin string
+	since  time.Time
+	ended  func()
+}
+
+// begin marks the call as waiting from now, unless it waits already, and
+// tells the runtime which plugin it waits for, through ctx.
+func (w *callWait) begin(ctx context.Context) {
+	if !w.since.IsZero() {
 		return
 	}
-	d := time.Since(since)
+	w.since = time.Now()
+	w.ended = runtime.CapacityWaitBegan(ctx, w.plugin)
+}
+
+// noteWait ends a call's wait for an instance (none when it did not
+// wait): it tells the runtime, counts the wait in the pool's and the
+// plugin's counters, and logs a long one.
+func (pl *pool) noteWait(w *callWait) {
+	if w.since.IsZero() {
+		return
+	}
+	w.ended()
+	d := time.Since(w.since)
 	pl.mu.Lock()
 	pl.st.Waited++
 	pl.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
 )
 
 // holdingServer answers every request only once the test lets it go, as
@@ -177,5 +178,66 @@ func TestMaxInstancesUnderPoolSizeRefused(t *testing.T) {
 		if got.PoolSize != c.want.PoolSize || got.MaxInstances != c.want.MaxInstances {
 			t.Errorf("%+v with defaults: pool_size %d, max_instances %d; want %d, %d", c.in, got.PoolSize, got.MaxInstances, c.want.PoolSize, c.want.MaxInstances)
 		}
+	}
+}
+
+// TestAWaitForAnInstanceIsReportedToTheCaller: with max_instances 1 and
+// a call held on the network, a second call waits for the instance and
+// says so through its context (runtime.CapacityWaitBegan), naming the
+// plugin, and says the wait ended once it has the instance; the first
+// call, which never waited, says nothing.
+func TestAWaitForAnInstanceIsReportedToTheCaller(t *testing.T) {
+	s := newHoldingServer(t)
+	e := newEnv(t, Config{})
+	x := slowHTTPPlugin(t, e, s, func(l *Limits) { l.PoolSize, l.MaxInstances = 1, 1 })
+	type report struct {
+		call, plugin string
+		ended        bool
+	}
+	reports := make(chan report, 4)
+	ctxOf := func(call string) context.Context {
+		return runtime.WithCapacityWaitReport(context.Background(), func(plugin string) func() {
+			reports <- report{call: call, plugin: plugin}
+			return func() { reports <- report{call: call, plugin: plugin, ended: true} }
+		})
+	}
+	done := make(chan error, 2)
+	for _, call := range []string{"first", "second"} {
+		if call == "second" {
+			waitFor(t, "the first call at the server", time.Minute, func() bool { return s.arrived.Load() == 1 })
+		}
+		go func() {
+			r, err := x.Start(ctxOf(call), toolCall("acme", "r.t1."+call, 1, "http", map[string]string{"url": s.url}))
+			if err == nil && r.State != abi.StateDone {
+				err = fmt.Errorf("%s: reply %+v", call, r)
+			}
+			done <- err
+		}()
+	}
+	select {
+	case r := <-reports:
+		if r != (report{call: "second", plugin: x.Plugin().Name()}) {
+			t.Fatalf("first report %+v; want the second call's wait for %q", r, x.Plugin().Name())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the second call never said it waits for an instance")
+	}
+	select {
+	case r := <-reports:
+		t.Fatalf("%+v reported while the first call still holds the only instance", r)
+	default:
+	}
+	s.let()
+	collect(t, done, 2)
+	select {
+	case r := <-reports:
+		if r != (report{call: "second", plugin: x.Plugin().Name(), ended: true}) {
+			t.Fatalf("report %+v; want the end of the second call's wait", r)
+		}
+	default:
+		t.Fatal("the second call's wait never ended")
+	}
+	if len(reports) != 0 {
+		t.Fatalf("%d more reports", len(reports))
 	}
 }

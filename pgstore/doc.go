@@ -1,8 +1,10 @@
 // Package pgstore implements runtime.Store on PostgreSQL (pgx v5 and
 // pgxpool): Run snapshots, their event logs, the indexes recovery and the
 // API read, node leases and session ownership, the plugins' key/value
-// space, and a change feed (runtime.ChangeFeed) over LISTEN/NOTIFY. Unlike
-// badgerstore, any number of agenthost processes may share one database.
+// space, a change feed (runtime.ChangeFeed) over LISTEN/NOTIFY, the live
+// node count (runtime.NodeCounter) and the closures of rate-limited model
+// endpoints (runtime.EndpointGate). Unlike badgerstore, any number of
+// agenthost processes may share one database.
 //
 // # Use
 //
@@ -36,7 +38,7 @@
 // holds json.Marshal's, which reads the same), as the other stores keep
 // them: jsonb would rewrite them, and the tenant's stored bytes would no
 // longer be the same in every store. The tables are logged.
-// Schema version 2:
+// Schema version 5:
 //
 //	sessions (tenant, session) PK          last_ordinal, owner ('' when none), epoch, live_count (non-terminal Runs)
 //	  sessions_live (tenant, session) WHERE live_count > 0     OrphanedSessions, ActiveSessions
@@ -53,6 +55,7 @@
 //	nodes (node_id) PK                     expires_ms (database clock), dead
 //	kv (tenant, plugin, key) PK            value
 //	kv_usage (tenant, plugin) PK           bytes: keys plus values the plugin holds, for its quota
+//	endpoint_closures (endpoint) PK        closed_until_ms (database clock): a model endpoint a rate-limited answer closed (runtime.EndpointGate)
 //	agenthost_schema (version) PK          applied_at
 //
 // A runs row holds what the indexes derive from: live is

@@ -32,16 +32,19 @@ func modelBudgetOf(t *Tenant, run *loop.Run) *budget.Budget {
 
 // admitModelCall asks the budget of run's model endpoint, if it has one,
 // for the start of a model call on an attempt the caller holds as being
-// called. Admitted, it returns the budget (nil when there is none), which
+// called, first closing the budget as long as another node's
+// rate-limited answer closed the endpoint (readEndpointClosure).
+// Admitted, it returns the budget (nil when there is none), which
 // the caller gives back with modelCallDone once the executor answered.
 // Refused, it gives the call's slot back and hands the attempt to the
 // Watcher, to ask again at the time the budget expects to admit it, and
 // reports false: the caller has nothing more to do.
-func (rt *Runtime) admitModelCall(t *Tenant, run loop.Run, e loop.Effect, key string, slot *callSlot) (*budget.Budget, bool) {
+func (rt *Runtime) admitModelCall(ctx context.Context, t *Tenant, run loop.Run, e loop.Effect, key string, slot *callSlot) (*budget.Budget, bool) {
 	b := modelBudgetOf(t, &run)
 	if b == nil {
 		return nil, true
 	}
+	rt.readEndpointClosure(ctx, b)
 	now := rt.clock.Now()
 	ok, at := b.Admit(key, now)
 	if ok {
@@ -70,8 +73,11 @@ func (rt *Runtime) admitModelCall(t *Tenant, run loop.Run, e loop.Effect, key st
 
 // modelCallDone gives an admitted model call's share of budget b back,
 // charging it the reply's tokens; a rate-limited reply that names a wait
-// closes the endpoint to every Run until then. The call that has waited
-// longest for a place is then asked for again at once.
+// closes the endpoint to every Run until then, on this node and, through
+// a Store that is an EndpointGate, on every node that shares it
+// (shareEndpointClosure: written before the caller commits the reply).
+// The call that has waited longest for a place is then asked for again at
+// once.
 func (rt *Runtime) modelCallDone(b *budget.Budget, reply abi.EffectReply, err error) {
 	if b == nil {
 		return
@@ -89,14 +95,55 @@ func (rt *Runtime) modelCallDone(b *budget.Budget, reply abi.EffectReply, err er
 			}
 		case abi.StateFailed:
 			if re := reply.Error; re != nil && re.HostClass() == abi.ClassRateLimited && re.RetryAfterMS > 0 {
-				until := now.Add(time.Duration(min(re.RetryAfterMS, loop.DefaultMaxRetryAfterMS)) * time.Millisecond)
+				wait := time.Duration(min(re.RetryAfterMS, loop.DefaultMaxRetryAfterMS)) * time.Millisecond
+				until := now.Add(wait)
 				b.CloseUntil(until)
+				rt.shareEndpointClosure(b, wait)
 				rt.log.Info("model endpoint rate-limited; its budget admits no call until then", "endpoint", b.Endpoint, "until", until)
 			}
 		}
 	}
 	b.Done(now, tokens)
 	rt.wakeBudgetWaiter(b, now)
+}
+
+// shareEndpointClosure closes b's endpoint for wait on every node that
+// shares a Store that is an EndpointGate, bounded by the commit timeout.
+// A write that fails leaves the closure to this node, and the other nodes
+// learn of the provider's limit from their own calls.
+func (rt *Runtime) shareEndpointClosure(b *budget.Budget, wait time.Duration) {
+	g, ok := rt.store.(EndpointGate)
+	if !ok {
+		return
+	}
+	ctx, cancel := rt.commitCtx()
+	defer cancel()
+	if err := g.CloseEndpoint(ctx, b.Endpoint, wait); err != nil && rt.life.Err() == nil {
+		rt.log.Warn("closing the rate-limited model endpoint for the other nodes failed; it is closed on this node only", "endpoint", b.Endpoint, "wait", wait, "err", err)
+	}
+}
+
+// readEndpointClosure closes b until the end of the closure that a
+// Store that is an EndpointGate records for its endpoint, if any: another
+// node's rate-limited answer closes the endpoint here too, from the
+// moment that node wrote it. The time is read after the store answered,
+// so the closure ends no earlier than the store's. A read that fails
+// leaves b as it is: the call goes by what this node knows.
+func (rt *Runtime) readEndpointClosure(ctx context.Context, b *budget.Budget) {
+	g, ok := rt.store.(EndpointGate)
+	if !ok {
+		return
+	}
+	d, err := g.EndpointClosedFor(ctx, b.Endpoint)
+	if err != nil {
+		if rt.life.Err() == nil {
+			rt.log.Warn("reading whether another node closed the model endpoint failed; the call goes by this node's budget", "endpoint", b.Endpoint, "err", err)
+		}
+		return
+	}
+	if d > 0 {
+		b.CloseUntil(rt.clock.Now().Add(d))
+	}
 }
 
 // wakeBudgetWaiter asks the Watcher to try the longest waiter for a place

@@ -253,3 +253,107 @@ func TestAModelBudgetsCallsInFlightAreBoundedAndTheEndOfOneLetsTheNextIn(t *test
 		t.Errorf("the model had %d calls in flight at once, want at most 1", model.mostSeen)
 	}
 }
+
+// gatedStore is a Store that carries endpoint closures among the nodes
+// that share it (runtime.EndpointGate), in memory, on a clock.
+type gatedStore struct {
+	runtime.Store
+	clock runtime.Clock
+
+	mu          sync.Mutex
+	closedUntil map[string]time.Time
+}
+
+func (s *gatedStore) CloseEndpoint(_ context.Context, endpoint string, wait time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if until := s.clock.Now().Add(wait); until.After(s.closedUntil[endpoint]) {
+		s.closedUntil[endpoint] = until
+	}
+	return nil
+}
+
+func (s *gatedStore) EndpointClosedFor(_ context.Context, endpoint string) (time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(s.closedUntil[endpoint].Sub(s.clock.Now()), 0), nil
+}
+
+// gatedEnv is budgetEnv with a runtime of its own on a gatedStore over
+// the env's store: one node of several that share the endpoint's
+// closures.
+func gatedEnv(t *testing.T, limited int, retryAfter time.Duration) (*conformance.RuntimeEnv, *runtime.Runtime, *countingModel, *gatedStore) {
+	e, model, b := budgetEnv(t, budget.Limits{MaxConcurrentCalls: 100}, limited, retryAfter)
+	store := &gatedStore{Store: e.Store, clock: e.Clock, closedUntil: map[string]time.Time{}}
+	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
+		NodeID: "node-gated", LeaseTTL: time.Minute, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour,
+		ModelBudgets: []*budget.Budget{b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Stop(ctx)
+	})
+	return e, rt, model, store
+}
+
+// TestAnEndpointAnotherNodeClosedIsClosedHere: another node that shares
+// the store got a 429 asking for 20 s and closed the endpoint there; a
+// Run submitted here then does not reach the model before the 20 s are
+// up, waits for the endpoint's budget meanwhile, and completes.
+func TestAnEndpointAnotherNodeClosedIsClosedHere(t *testing.T) {
+	const retryAfter = 20 * time.Second
+	e, rt, model, store := gatedEnv(t, 0, 0)
+	ctx := context.Background()
+	t0 := e.Clock.Now()
+	if err := store.CloseEndpoint(ctx, "model", retryAfter); err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := rt.Submit(ctx, runtime.Request{Tenant: "acme", Session: "s1", Input: "answer:one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conformance.Eventually(t, "the model step to wait for the endpoint's budget", func() bool {
+		r, err := rt.LoadRun(ctx, "acme", run.ID)
+		if err != nil || len(r.Effects) == 0 {
+			return false
+		}
+		w, ok := rt.BudgetWait(r, r.Effects[0].ID)
+		return ok && w.Until.Equal(t0.Add(retryAfter))
+	})
+	if done := e.UntilTerminal(rt, run.ID, 5*time.Second); done.Status != loop.StatusCompleted {
+		t.Fatalf("run %s ended %s: %+v", run.ID, done.Status, done.Failure)
+	}
+	if _, byRun := model.snapshot(); byRun[run.ID].Sub(t0) < retryAfter {
+		t.Errorf("the Run reached the model %s after another node closed the endpoint for %s", byRun[run.ID].Sub(t0), retryAfter)
+	}
+}
+
+// TestARateLimitedReplyClosesTheEndpointForTheOtherNodes: the provider
+// answers a call with a 429 asking for 20 s; by the time the attempt has
+// settled, the store says the endpoint is closed for those 20 s, to every
+// node that asks it.
+func TestARateLimitedReplyClosesTheEndpointForTheOtherNodes(t *testing.T) {
+	const retryAfter = 20 * time.Second
+	e, rt, _, store := gatedEnv(t, 1, retryAfter)
+	ctx := context.Background()
+	run, _, err := rt.Submit(ctx, runtime.Request{Tenant: "acme", Session: "s1", Input: "answer:one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conformance.Eventually(t, "the 429 settled", func() bool {
+		r, err := rt.LoadRun(ctx, "acme", run.ID)
+		return err == nil && len(r.Effects) > 0 && r.Effects[0].RateLimited > 0
+	})
+	if d, _ := store.EndpointClosedFor(ctx, "model"); d != retryAfter {
+		t.Fatalf("the store has the endpoint closed for %s, want the %s the provider asked", d, retryAfter)
+	}
+	if done := e.UntilTerminal(rt, run.ID, 5*time.Second); done.Status != loop.StatusCompleted {
+		t.Fatalf("run %s ended %s: %+v", run.ID, done.Status, done.Failure)
+	}
+}

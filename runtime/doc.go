@@ -166,9 +166,13 @@
 //     stopped. Under it only the Clock; fire is called without it.
 //   - watchdog.mu: the watchdog's suspects. A leaf.
 //   - budget.Budget.mu (internal/budget): a model budget's calls in
-//     flight, its minute's window, token allowance and waiting calls. A
-//     leaf; the runtime takes it holding no lock (callExecutor,
-//     modelCallDone, shareModelBudgets, BudgetWait).
+//     flight, the calls that ended within its window, its token
+//     allowance and its waiting calls. A leaf; the runtime takes it
+//     holding no lock (callExecutor, modelCallDone, shareModelBudgets,
+//     BudgetWait).
+//   - instanceWaits.mu: the executor calls waiting for a plugin instance.
+//     A leaf; the plugin host takes it through the call's context
+//     (CapacityWaitBegan), holding no lock of the runtime.
 //   - Hub.mu: the subscriptions, the tails and the follower counts. Under
 //     it, a tail.mu (Publish, follow, leave). Publish takes it from an
 //     advance, from onChange, and from the plugin host's Emit.

@@ -237,7 +237,7 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 	if export == abi.ExportStart && e.Kind == abi.KindModel {
 		// A model call waits for its endpoint's budget in the Watcher,
 		// giving its slot back; its timeout runs from its start.
-		b, ok := rt.admitModelCall(t, run, e, key, slot)
+		b, ok := rt.admitModelCall(ctx, t, run, e, key, slot)
 		if !ok {
 			return
 		}
@@ -248,6 +248,7 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 		}
 	}
 	rt.stats.ExecutorCalls.Add(1)
+	ctx = WithCapacityWaitReport(ctx, rt.instanceWaits.report(key, rt.clock))
 	var reply abi.EffectReply
 	switch export {
 	case abi.ExportPoll:

@@ -135,6 +135,9 @@ type Runtime struct {
 	drivers *driverslots.Slots
 	// dog holds the watchdog's suspects.
 	dog *watchdog
+	// instanceWaits holds the executor calls waiting for a plugin
+	// instance (InstanceWait).
+	instanceWaits instanceWaits
 	// calls holds a token for each launched executor call in flight
 	// (Options.MaxCallsInFlight; launch). A channel, not a lock: a
 	// launch waits for a token holding its Run's advance lock.

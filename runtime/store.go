@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"time"
 
 	"github.com/agenthost/agenthost/loop"
 )
@@ -127,6 +128,23 @@ type Store interface {
 // serves one node, which takes the whole budget.
 type NodeCounter interface {
 	LiveNodes(ctx context.Context) (int, error)
+}
+
+// EndpointGate is a Store that several nodes share and that carries among
+// them the closing of a model endpoint the provider answered as
+// rate-limited: the node that got the answer closes the endpoint for the
+// wait the provider asked for, and every node asks before it lets a model
+// call to the endpoint start (docs/DESIGN.md §5, "Model budgets"). The
+// store keeps the time in its own clock, so the nodes' clocks need not
+// agree. A Store that is not one serves one node, whose budget closes
+// the endpoint by itself.
+type EndpointGate interface {
+	// CloseEndpoint closes endpoint (a model executor's plugin ID) for
+	// wait from now; a closure that ends later stays as it is.
+	CloseEndpoint(ctx context.Context, endpoint string, wait time.Duration) error
+	// EndpointClosedFor returns how long endpoint stays closed from now:
+	// 0 when it is open.
+	EndpointClosedFor(ctx context.Context, endpoint string) (time.Duration, error)
 }
 
 // Ownership is the part of the Store that holds node incarnations and

@@ -108,3 +108,78 @@ func TestSlowModelCallsDoNotQueueForInstances(t *testing.T) {
 		}
 	}
 }
+
+// TestARunShowsItsWaitForAnInstance: with the openai plugin's
+// max_instances at 1 and one model call held by the model, a second
+// Run's model call waits for the instance, and GET /v1/runs/{id} shows
+// it in the step's pending entry, naming the plugin and since when; the
+// metrics count the wait, and both Runs complete once the model answers.
+func TestARunShowsItsWaitForAnInstance(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	const token = "instance-wait-token"
+	model := &chatModel{}
+	var (
+		arrived    = make(chan struct{}, 2)
+		answer     = make(chan struct{})
+		answerOnce sync.Once
+	)
+	letAnswer := func() { answerOnce.Do(func() { close(answer) }) }
+	model.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		arrived <- struct{}{}
+		select {
+		case <-answer:
+		case <-r.Context().Done():
+			return
+		}
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		model.serve(w, r)
+	}))
+	t.Cleanup(model.srv.Close)
+	t.Cleanup(letAnswer) // before the server closes, which waits for its handlers
+	addr := model.srv.Listener.Addr().String()
+	cfg := providerServe{Token: token, Model: "openai", Addr: addr, URL: "http://" + addr + "/v1",
+		Config:     "model: held-model, api_key: not-a-real-key",
+		PluginYAML: "    pool_size: 1\n    max_instances: 1\n    call_timeout: 5m\n    http_timeout: 5m",
+		Tenant:     "    model: openai\n",
+	}.write(t, dir)
+	logPath := filepath.Join(dir, "serve.log")
+	logTailOnFailure(t, logPath, 60)
+	p := startServe(t, bin, cfg, logPath)
+	mustReady(t, p, 90*time.Second)
+	c := newClient(p.Addr(), token)
+
+	first := c.submit(t, "s1", "question 1")
+	select {
+	case <-arrived:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the first Run's model call never reached the model")
+	}
+	submitted := time.Now()
+	second := c.submit(t, "s2", "question 2")
+	run := c.waitRun(t, second.ID, time.Minute, "to wait for an instance", func(r runView) bool {
+		return r.Waiting != nil && len(r.Waiting.Pending) == 1 && r.Waiting.Pending[0].Instance != nil
+	})
+	w := run.Waiting.Pending[0]
+	since, err := time.Parse(time.RFC3339Nano, w.Instance.Since)
+	if w.Kind != "model" || w.Instance.Plugin != "openai" || err != nil || since.Before(submitted.Add(-time.Second)) || since.After(time.Now()) {
+		t.Fatalf("the second Run's pending step %+v, instance %+v; want a model step waiting for an instance of openai since its submission (%s)",
+			w, *w.Instance, submitted.Format(time.RFC3339Nano))
+	}
+	select {
+	case <-arrived:
+		t.Fatal("the second Run's model call reached the model while the only instance was busy")
+	default:
+	}
+	letAnswer()
+	for _, id := range []string{first.ID, second.ID} {
+		if done := c.waitRun(t, id, time.Minute, "to end", runView.terminal); done.Status != "completed" {
+			t.Fatalf("run %s: %s %+v", id, done.Status, done.Failure)
+		}
+	}
+	code, raw, err := newClient(p.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
+	if err != nil || code != http.StatusOK || !strings.Contains(string(raw), `agenthost_plugin_instance_waits_total{plugin="openai"} 1`) {
+		t.Fatalf("/metrics (%d %v) lacks one instance wait of openai", code, err)
+	}
+}

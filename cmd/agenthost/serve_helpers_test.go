@@ -57,6 +57,14 @@ type runView struct {
 			Effect string `json:"effect"`
 			Kind   string `json:"kind"`
 			Tool   string `json:"tool"`
+			Budget *struct {
+				Endpoint string `json:"endpoint"`
+				Until    string `json:"until"`
+			} `json:"budget"`
+			Instance *struct {
+				Plugin string `json:"plugin"`
+				Since  string `json:"since"`
+			} `json:"instance"`
 		} `json:"pending"`
 	} `json:"waiting"`
 }

@@ -56,7 +56,7 @@ var (
 		"path", "sha256", "role", "memory_pages", "call_timeout", "init_timeout",
 		"max_input_bytes", "max_output_bytes", "pool_size", "max_instances", "idle_timeout",
 		"allowed_hosts", "http_timeout", "max_http_response_bytes", "max_http_response_header_bytes",
-		"budget.max_concurrent_calls", "budget.requests_per_minute", "budget.tokens_per_minute",
+		"budget.max_concurrent_calls", "budget.requests_per_minute", "budget.tokens_per_minute", "budget.window",
 	}
 	policyKeys = []string{"mode", "max_attempts", "backoff", "max_backoff", "max_rate_limited_attempts", "max_retry_after"}
 	tenantKeys = []string{
@@ -444,6 +444,15 @@ func (d *decoder) plugin(id string, raw any) Plugin {
 		MaxConcurrentCalls: d.integerAt(m, k, "budget.max_concurrent_calls", 0, 1<<20),
 		RequestsPerMinute:  d.integerAt(m, k, "budget.requests_per_minute", 0, 1<<20),
 		TokensPerMinute:    d.integerAt(m, k, "budget.tokens_per_minute", 0, 1<<40),
+		Window:             d.durationAt(m, k, "budget.window", 0),
+	}
+	if w := p.Budget.Window; w != 0 {
+		switch {
+		case w < time.Second || w > time.Minute || time.Minute%w != 0:
+			d.problem(k+"budget.window", "%s does not divide a minute into whole windows of at least 1s: use a window such as 1s, 5s, 10s, 15s, 30s or 1m", w)
+		case p.Budget.RequestsPerMinute == 0 && p.Budget.TokensPerMinute == 0:
+			d.problem(k+"budget.window", "is set, and neither requests_per_minute nor tokens_per_minute is: the window holds those limits to shorter periods; set one of them, or remove the window")
+		}
 	}
 	if !p.Budget.IsZero() && p.Role == abi.RoleBuilder {
 		d.problem(k+"budget", "a budget bounds the calls of a model executor, and this plugin is a builder: move the budget to the plugin the tenants name as their model")

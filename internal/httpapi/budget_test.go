@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/agenthost/agenthost/internal/budget"
 	"github.com/agenthost/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -47,4 +49,46 @@ func TestARunShowsItsModelStepWaitingForTheBudget(t *testing.T) {
 	m := e.scrape()
 	require.Equal(t, 1.0, m[`agenthost_model_budget_waits_total{plugin=openai}`])
 	require.Equal(t, 60.0, m[`agenthost_model_budget_wait_seconds_total{plugin=openai}`])
+}
+
+// instanceWaitingModel is a model executor whose every start first waits
+// for an instance of its plugin, as the plugin host's does when
+// max_instances are busy: it says so through the call's context
+// (runtime.CapacityWaitBegan) and waits until the test lets it go.
+type instanceWaitingModel struct {
+	runtime.Executor
+	free chan struct{}
+}
+
+func (m *instanceWaitingModel) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
+	ended := runtime.CapacityWaitBegan(ctx, "openai")
+	<-m.free
+	ended()
+	return m.Executor.Start(ctx, c)
+}
+
+// TestARunShowsItsCallWaitingForAnInstance: while a model step's call
+// waits for an instance of its plugin, GET /v1/runs/{id} names the
+// plugin and since when, as the OpenAPI document says; once the call has
+// its instance the Run's JSON no longer shows it, and the Run completes.
+func TestARunShowsItsCallWaitingForAnInstance(t *testing.T) {
+	model := &instanceWaitingModel{free: make(chan struct{})}
+	e := newEnv(t, func(_ *httpapi.Config, o *runtime.Options) {
+		acme := o.Tenants.(runtime.TenantMap)["acme"]
+		model.Executor = acme.Model
+		acme.Model = model
+	})
+	api := loadOpenAPI(t, e)
+	since := e.clock.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	run := e.submit(tokenAcme, "s1", "answer:one")
+	got := e.waitRun(tokenAcme, run.ID, "to wait for an instance", func(r httpapi.RunJSON) bool {
+		return r.Waiting != nil && len(r.Waiting.Pending) == 1 && r.Waiting.Pending[0].Instance != nil
+	})
+	require.Equal(t, &httpapi.InstanceWaitJSON{Plugin: "openai", Since: since}, got.Waiting.Pending[0].Instance)
+	require.Nil(t, got.Waiting.Pending[0].Budget)
+	api.check("GET", "/v1/runs/{id}", http.StatusOK, e.do("GET", "/v1/runs/"+run.ID, tokenAcme, ""))
+	close(model.free)
+	done := e.waitStatus(tokenAcme, run.ID, loop.StatusCompleted)
+	require.Equal(t, "one", done.Result.Content)
+	require.Nil(t, done.Waiting)
 }

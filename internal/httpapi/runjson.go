@@ -117,6 +117,18 @@ type PendingJSON struct {
 	// Budget is set while the model step waits, on the node that
 	// answers, for its endpoint's shared budget before its call starts.
 	Budget *BudgetWaitJSON `json:"budget,omitempty"`
+	// Instance is set while the effect's call waits, on the node that
+	// answers, for an instance of its executor's plugin: all of the
+	// plugin's max_instances are busy (or the host's instance memory
+	// is).
+	Instance *InstanceWaitJSON `json:"instance,omitempty"`
+}
+
+// InstanceWaitJSON is an executor call waiting for an instance of its
+// plugin: the plugin's ID, and since when it waits (RFC 3339).
+type InstanceWaitJSON struct {
+	Plugin string `json:"plugin"`
+	Since  string `json:"since"`
 }
 
 // BudgetWaitJSON is a model call waiting for its endpoint's budget: the

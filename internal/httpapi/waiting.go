@@ -119,6 +119,14 @@ type budgetWaits interface {
 
 var _ budgetWaits = (*runtime.Runtime)(nil)
 
+// instanceWaits is a Runtime that knows which executor calls wait for a
+// plugin instance; *runtime.Runtime is one.
+type instanceWaits interface {
+	InstanceWait(run loop.Run, effectID string) (runtime.InstanceWait, bool)
+}
+
+var _ instanceWaits = (*runtime.Runtime)(nil)
+
 // runJSON is run as the API shows it, with the children of its agent
 // tools that wait for a person read from the store.
 func (s *Server) runJSON(ctx context.Context, tenant string, run loop.Run) RunJSON {
@@ -130,6 +138,13 @@ func (s *Server) runJSON(ctx context.Context, tenant string, run loop.Run) RunJS
 				if !w.Until.IsZero() {
 					j.Waiting.Pending[i].Budget.Until = rfc3339(w.Until.UnixMilli())
 				}
+			}
+		}
+	}
+	if iw, ok := s.cfg.Runtime.(instanceWaits); ok && j.Waiting != nil {
+		for i, p := range j.Waiting.Pending {
+			if w, ok := iw.InstanceWait(run, p.Effect); ok {
+				j.Waiting.Pending[i].Instance = &InstanceWaitJSON{Plugin: w.Plugin, Since: rfc3339(w.Since.UnixMilli())}
 			}
 		}
 	}
