@@ -44,8 +44,11 @@ const (
 // answered, a cancel with a slow job in flight, a tool result of HTML
 // shown as text, another tenant's Run not found, and a SIGKILL of the
 // server mid-Run that the live view resumes from without losing or
-// repeating an event. The browser's screenshots of each step are kept,
-// and their directory printed, when it fails.
+// repeating an event, and a model's answer (the openai example against
+// conformance.FakeOpenAI, held after its first pieces) that the Run's
+// page shows growing while the Run runs, then replaced by the committed
+// answer. The browser's screenshots of each step are kept, and their
+// directory printed, when it fails.
 func TestConsoleInABrowser(t *testing.T) {
 	conformance.SkipInShort(t, "the console in a browser")
 	for _, need := range []struct{ file, what string }{
@@ -63,9 +66,25 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	conformance.NPMCI(t, e2eDir, "playwright-core")
 
+	// Agent "streamer"'s model: its one answer streams in pieces of 4
+	// runes. It waits to begin until the browser watches the Run's page
+	// (STREAM: the deltas are not replayed to a stream that opens
+	// later), and stops after the first two pieces until the browser has
+	// seen them there (RELEASE).
+	fake := conformance.NewFakeOpenAI(t, "")
+	watching := make(chan struct{})
+	var watchOnce sync.Once
+	startStreaming := func() { watchOnce.Do(func() { close(watching) }) }
+	t.Cleanup(startStreaming) // before the fake closes: a request it holds lets go
+	fake.Script(func(conformance.OpenAIRequest) (conformance.OpenAIAnswer, bool) {
+		<-watching
+		return conformance.OpenAIAnswer{Content: consoleStreamedAnswer}, true
+	})
+	hold := fake.Hold(2)
+
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	cfgPath := consoleConfig(t, dir)
+	cfgPath := consoleConfig(t, dir, fake)
 	logPath := filepath.Join(dir, "serve.log")
 	logTailOnFailure(t, logPath, 60)
 	addr := freeAddr(t)
@@ -88,7 +107,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	node := exec.CommandContext(ctx, "node", "console.test.mjs")
 	node.Dir = e2eDir
 	node.Env = append(os.Environ(), "CONSOLE_URL=http://"+addr, "DEMO_TOKEN="+consoleDemoToken,
-		"ACME_TOKEN="+consoleAcmeToken, "SHOTS="+shots, "CHROMIUM="+chromiumPath,
+		"ACME_TOKEN="+consoleAcmeToken, "STREAMED_ANSWER="+consoleStreamedAnswer, "SHOTS="+shots, "CHROMIUM="+chromiumPath,
 		"CONSOLE_SCREENSHOT="+os.Getenv("AGENTHOST_CONSOLE_SCREENSHOT"))
 	var stderr bytes.Buffer
 	node.Stderr = &stderr
@@ -119,6 +138,25 @@ func TestConsoleInABrowser(t *testing.T) {
 			if _, err := io.WriteString(stdin, "RESTARTED\n"); err != nil {
 				t.Errorf("telling the browser script the server is back: %v", err)
 			}
+		case line == "STREAM":
+			// The browser watches the Run of agent streamer: its model
+			// may begin to answer.
+			startStreaming()
+			if _, err := io.WriteString(stdin, "STREAMING\n"); err != nil {
+				t.Errorf("telling the browser script the model answers: %v", err)
+			}
+		case line == "RELEASE":
+			// The browser has seen the first pieces of the held answer:
+			// let the rest come.
+			select {
+			case <-hold.Reached():
+			case <-time.After(30 * time.Second):
+				t.Errorf("the browser saw the answer's first pieces, but the fake OpenAI did not hold it after them")
+			}
+			hold.Release()
+			if _, err := io.WriteString(stdin, "RELEASED\n"); err != nil {
+				t.Errorf("telling the browser script the answer goes on: %v", err)
+			}
 		case line == "PASS":
 			passed = true
 		}
@@ -130,6 +168,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if err != nil || !passed {
 		t.Fatalf("the console's browser test failed (%v); its screenshots are in %s", err, shots)
+	}
+	if reqs := fake.Requests(); len(reqs) != 1 || !reqs[0].Stream {
+		t.Errorf("the fake OpenAI had %d requests, want 1 asking for a stream", len(reqs))
 	}
 	logs, err := os.ReadFile(logPath)
 	if err != nil {
@@ -149,18 +190,23 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 }
 
+// consoleStreamedAnswer is what agent "streamer"'s model answers, in
+// pieces of 4 runes.
+const consoleStreamedAnswer = "The water boils at 93 degrees up there, since the air is thinner."
+
 // consoleConfig writes the config of the console test: tenant demo on the
-// example plugins (its calculate calls wait for approval), with four
+// example plugins (its calculate calls wait for approval), with five
 // agents: "default" (the top-level form), "research" (its own instructions
 // and model settings, the slow job only), "lead", whose one tool is the
-// agent "helper", and "helper" (the calculator, whose calls wait for
-// approval), tenant acme on
-// the conformance builder and scripted model and tools (its input is the
-// model's script), both with the slow-job example.
-func consoleConfig(t *testing.T, dir string) string {
+// agent "helper", "helper" (the calculator, whose calls wait for
+// approval), and "streamer", whose model is the openai example (which
+// streams its answers) against the fake openai; tenant acme on the
+// conformance builder and scripted model and tools (its input is the
+// model's script); both with the slow-job example.
+func consoleConfig(t *testing.T, dir string, openai *conformance.FakeOpenAI) string {
 	t.Helper()
 	ex := map[string]string{}
-	for _, name := range []string{"prompt-builder", "scripted-model", "calculator", "slow-job"} {
+	for _, name := range []string{"prompt-builder", "scripted-model", "calculator", "slow-job", "openai"} {
 		p := conformance.ExampleWasm(t, name)
 		ex[name] = p
 	}
@@ -178,6 +224,11 @@ plugins:
   scripted-model: {path: `+ex["scripted-model"]+`, role: executor}
   calculator: {path: `+ex["calculator"]+`, role: executor}
   slow-job: {path: `+ex["slow-job"]+`, role: executor}
+  openai:
+    path: `+ex["openai"]+`
+    role: executor
+    allowed_hosts: ["`+openai.Addr+`"]
+    config: {base_url: "`+openai.URL+`", model: console-model}
   builder: {path: `+conformancePlugin(t, conformance.PluginBuilder)+`, role: builder}
   scripted: {path: `+conformancePlugin(t, conformance.PluginScripted)+`, role: executor}
 tenants:
@@ -201,6 +252,9 @@ tenants:
       helper:
         model: {plugin: scripted-model}
         tools: [{plugin: calculator, approval: always}]
+      streamer:
+        description: Answers as the words come.
+        model: {plugin: openai}
     rate_limits: {requests: {per_second: 50, burst: 100}}
     quotas: {max_concurrent_reads: 8, max_active_runs: 8}
   acme:

@@ -1,5 +1,6 @@
-// run.js: a Run's page: its state and actions, the conversation, the
-// attempts and errors, a timeline of the effects, and the event log, live;
+// run.js: a Run's page: its state and actions, the conversation (with a
+// model's answer growing as it streams in), the attempts and errors, a
+// timeline of the effects, and the event log, live;
 // for a child Run, the parent it answers; for a parent, its child Runs and
 // which of them wait for a person.
 
@@ -46,6 +47,8 @@ export function runPage(main, runID, {notice}) {
   let stopped = false;
   let refreshing = null;
   let renderQueued = false;
+  let liveQueued = false;
+  let liveShown = new Map(); // model effect ID → the block the conversation shows its streaming answer in
   const childGot = new Map(); // child Run ID → what the page knows of it (children.js)
   let childrenKey = '';       // the children the conversation's calls were drawn with
   let childTimer = 0;
@@ -271,6 +274,7 @@ export function runPage(main, runID, {notice}) {
   }
 
   function renderConversation() {
+    liveShown = new Map();
     const out = [el('h2', {text: 'Conversation'})];
     for (const it of view.items) {
       switch (it.kind) {
@@ -280,12 +284,14 @@ export function runPage(main, runID, {notice}) {
           break;
         case 'step': {
           const calls = it.calls.map(id => callCard(view.effects.get(id)));
+          const live = it.settled ? null : view.answering(it.step);
           out.push(el('div', {class: 'msg model', dataset: {step: it.step}},
-            el('div', {class: 'who', text: 'Model step ' + it.step + (it.settled || it.error ? '' : ' (thinking…)')}),
+            el('div', {class: 'who', text: 'Model step ' + it.step + (it.settled || it.error ? '' : live ? ' (answering…)' : ' (thinking…)')}),
             it.content && !it.question ? el('div', {class: 'text', text: it.content}) : null,
             it.question ? el('div', {class: 'text ask'}, el('strong', {text: 'Asks: '}), it.question) : null,
             it.error ? el('div', {class: 'failure'}, el('span', {class: 'class', text: it.error.class}), ' ', it.error.message) : null,
-            calls.length ? el('div', {class: 'calls'}, calls) : null));
+            calls.length ? el('div', {class: 'calls'}, calls) : null,
+            live ? liveBlock(live) : null));
           break;
         }
         case 'note':
@@ -307,6 +313,44 @@ export function runPage(main, runID, {notice}) {
     }
     replace(parts.conversation, ...out);
   }
+
+  // liveBlock shows the answer a model is forming as it streams in (the
+  // model_delta events, folded by view.delta): its text so far and the
+  // tool calls being formed, as text. It is updated in place as pieces
+  // come (renderLive); the committed reply takes its place when the
+  // effect settles.
+  function liveBlock(l) {
+    const b = {who: el('div', {class: 'who'}), text: el('div', {class: 'text'}), calls: el('div', {class: 'calls'})};
+    b.root = el('div', {class: 'live', dataset: {effect: l.effect}}, b.who, b.text, b.calls);
+    fillLive(b, l);
+    liveShown.set(l.effect, b);
+    return b.root;
+  }
+  function fillLive(b, l) {
+    b.root.dataset.attempt = String(l.attempt);
+    b.who.textContent = 'The model is answering…' + (l.attempt > 1 ? ' (attempt ' + l.attempt + ')' : '');
+    b.text.textContent = l.text;
+    replace(b.calls, l.calls.map(c => el('div', {class: 'call forming', dataset: {index: c.index}},
+      el('div', {}, el('strong', {text: c.name || 'tool'}), ' ', el('code', {text: c.id}), ' ', el('span', {class: 'muted', text: 'being formed'})),
+      el('pre', {class: 'args', text: c.arguments}))));
+    b.calls.hidden = l.calls.length === 0;
+  }
+
+  // renderLive brings the streaming answers' blocks up to date, once a
+  // frame however fast the pieces come; an answer the conversation does
+  // not show yet (its first piece) has it drawn again.
+  function renderLive() {
+    liveQueued = false;
+    if (stopped) return;
+    for (const [id, l] of view.live) {
+      const b = liveShown.get(id);
+      if (!b || !b.root.isConnected) { queueRender(); return; }
+      fillLive(b, l);
+    }
+  }
+  const queueLive = () => {
+    if (!liveQueued) { liveQueued = true; requestAnimationFrame(renderLive); }
+  };
 
   function callCard(e) {
     const waiting = run && run.waiting && run.waiting.approvals.some(a => a.tool_call_id === e.callID);
@@ -418,6 +462,11 @@ export function runPage(main, runID, {notice}) {
     },
     progress(data) {
       if (data) connection.title = 'progress: ' + (data.message || data.type || '');
+    },
+    // A piece of a model's answer as it streams in: not an event of the
+    // log (it has no id, and the committed reply is the answer).
+    delta(data) {
+      if (view.delta(data)) queueLive();
     },
     state(s, err) {
       if (s === 'ended') queueRender();

@@ -2,7 +2,9 @@
 // conversation (the question, each model step with its tool calls, their
 // arguments and results, the answers to questions, the final answer), the
 // attempts and errors of each effect, and a timeline of the effects. It is
-// pure: the page calls apply() with each event, in order, once.
+// pure: the page calls apply() with each event, in order, once, and
+// delta() with each model_delta, the pieces of a model's answer as it
+// streams in, which it shows until the committed reply replaces them.
 
 // effectRef parses an effect ID: "<run>.m<step>" or "<run>.t<step>.<i>".
 export function effectRef(id) {
@@ -20,6 +22,7 @@ export class RunView {
     this.steps = new Map();   // step → its item
     this.effects = new Map(); // effect ID → {id, kind, step, index, tool, callID, args, attempts, approval, outcome}
     this.order = [];          // effect IDs, in the order first seen
+    this.live = new Map();    // model effect ID → the answer it is forming, from its deltas (delta())
     this.startedAt = 0;
     this.endedAt = 0;
     this.count = 0;
@@ -49,7 +52,7 @@ export class RunView {
   attempt(e, n, at) {
     let a = e.attempts.find(x => x.attempt === n);
     if (!a) {
-      a = {attempt: n, dispatchedAt: at, pendingAt: 0, settledAt: 0, state: 'executing', error: null};
+      a = {attempt: n, dispatchedAt: at, pendingAt: 0, settledAt: 0, settled: false, state: 'executing', error: null};
       e.attempts.push(a);
     }
     return a;
@@ -71,6 +74,9 @@ export class RunView {
       case 'effect_dispatched': {
         const e = this.effect(d.effect);
         this.attempt(e, d.attempt || 1, at);
+        // A new attempt starts its answer again.
+        const l = this.live.get(d.effect);
+        if (l && l.attempt < (d.attempt || 1)) this.live.delete(d.effect);
         break;
       }
       case 'effect_pending': {
@@ -113,13 +119,60 @@ export class RunView {
       case 'run_completed':
         this.items.push({kind: 'final', text: d.result || '', at});
         this.endedAt = at;
+        this.live.clear();
         break;
       case 'run_failed':
       case 'run_cancelled':
         this.items.push({kind: 'failure', status: ev.type === 'run_failed' ? 'failed' : 'cancelled', failure: d.failure || {}, at});
         this.endedAt = at;
+        this.live.clear();
         break;
     }
+  }
+
+  // delta folds a model_delta (d: {effect, plugin, attempt, seq, text,
+  // tool_calls}) into the answer its model effect is forming: the text
+  // pieces concatenated, and the tool calls (each by its index: the name
+  // and ID of its first piece, its arguments' pieces concatenated). A
+  // later attempt starts the answer again; a delta of an earlier attempt,
+  // of an attempt that has settled, or of a Run that has ended is dropped.
+  // A gap in seq (a delta the server dropped for a slow reader) is not
+  // repaired: the committed reply, in effect_settled, replaces the whole.
+  // It returns the answer it changed, or null.
+  delta(d) {
+    const ref = d && effectRef(d.effect);
+    if (!ref || ref.kind !== 'model' || this.endedAt) return null;
+    const attempt = Number.isSafeInteger(d.attempt) && d.attempt > 0 ? d.attempt : 1;
+    const e = this.effects.get(d.effect);
+    if (e && e.attempts.some(a => a.attempt > attempt || (a.attempt === attempt && a.settled))) return null;
+    let l = this.live.get(d.effect);
+    if (l && attempt < l.attempt) return null;
+    if (!l || attempt > l.attempt) {
+      l = {effect: d.effect, step: ref.step, plugin: d.plugin || '', attempt, seq: 0, text: '', calls: []};
+      this.live.set(d.effect, l);
+    }
+    l.seq = Math.max(l.seq, Number(d.seq) || 0);
+    l.text += typeof d.text === 'string' ? d.text : '';
+    for (const c of Array.isArray(d.tool_calls) ? d.tool_calls : []) {
+      if (!c || !Number.isSafeInteger(c.index)) continue;
+      let call = l.calls.find(x => x.index === c.index);
+      if (!call) {
+        call = {index: c.index, id: '', name: '', arguments: ''};
+        l.calls.push(call);
+        l.calls.sort((a, b) => a.index - b.index);
+      }
+      if (c.id) call.id = String(c.id);
+      if (c.name) call.name = String(c.name);
+      if (typeof c.arguments === 'string') call.arguments += c.arguments;
+    }
+    return l;
+  }
+
+  // answering returns the answer step's model is forming as it streams
+  // in, or null.
+  answering(step) {
+    for (const l of this.live.values()) if (l.step === step) return l;
+    return null;
   }
 
   // unrunCalls finds, in a model request, the results of the calls the
@@ -150,7 +203,10 @@ export class RunView {
     const o = d.outcome || {};
     const a = this.attempt(e, d.attempt || 1, at);
     a.settledAt = at;
+    a.settled = true;
     a.state = o.state || 'settled';
+    // The committed reply replaces what the deltas showed.
+    this.live.delete(d.effect);
     a.error = o.error || null;
     e.outcome = {...o, at};
     if (e.kind === 'model') {

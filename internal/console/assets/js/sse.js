@@ -4,14 +4,19 @@
 // resumes after a disconnect with Last-Event-ID set to the last event it
 // delivered, and delivers each event once, in order: an event whose id is
 // not past the last one delivered is dropped (a resumed stream starts
-// after Last-Event-ID, so that happens only if a server replays).
+// after Last-Event-ID, so that happens only if a server replays). The
+// messages without an id, progress and model_delta (a model's answer as
+// it streams in), are not durable: they are handed on as they come and
+// leave the ids alone.
 
 import {headers, ApiError, enc} from './api.js';
 
 const TERMINAL = new Set(['run_completed', 'run_failed', 'run_cancelled']);
 
 // EventStream follows one Run. on: {event(ev), progress(data),
-// state(s, detail)} where ev is {id, type, data} and s is one of
+// delta(data), state(s, detail)} where ev is {id, type, data}, delta's
+// data is a model_delta's ({effect, plugin, attempt, seq, text,
+// tool_calls}; on.delta is optional), and s is one of
 // connecting, live, reconnecting, ended, error. opts: from (the id to
 // resume after), base (the API's origin; '' for the page's own), and
 // isTerminal (async: whether the Run has ended), asked when a stream ends
@@ -107,6 +112,7 @@ export class EventStream {
     if (msg.retry) { this.retryMS = msg.retry; return; }
     if (msg.id === undefined) {
       if (msg.event === 'progress') this.on.progress(parseJSON(msg.data));
+      else if (msg.event === 'model_delta' && this.on.delta) this.on.delta(parseJSON(msg.data));
       return;
     }
     const id = Number(msg.id);

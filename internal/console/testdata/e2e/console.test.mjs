@@ -2,14 +2,19 @@
 // playwright-core, against a real `agenthost serve` that
 // cmd/agenthost/console_e2e_test.go started (it runs this script). It
 // prints "RESTART" when it wants the server SIGKILLed and started again
-// on the same store and port, and waits for "RESTARTED" on its stdin.
+// on the same store and port, and waits for "RESTARTED" on its stdin;
+// "STREAM" when it watches the Run of agent "streamer", whose model (the
+// openai example against a fake OpenAI) may then begin to answer
+// ("STREAMING"); the fake holds the answer after its first two pieces
+// until the script, having seen them, prints "RELEASE" ("RELEASED").
 //
 // Environment: CONSOLE_URL (http://127.0.0.1:PORT), DEMO_TOKEN (a tenant
 // on the example plugins: prompt-builder, scripted-model, calculator whose
 // calls wait for approval, slow-job; its agents are "default" with all of
 // them, "research" with slow-job only, "lead" whose one tool is the agent
-// "helper", and "helper" with the calculator, whose calls wait for
-// approval), ACME_TOKEN (a tenant on the
+// "helper", "helper" with the calculator, whose calls wait for approval,
+// and "streamer", with the openai example as its model and no tools),
+// STREAMED_ANSWER (what streamer's model answers), ACME_TOKEN (a tenant on the
 // conformance builder and scripted model, whose script is the input),
 // SHOTS (a directory for a screenshot after each step), and CHROMIUM
 // (the browser, /usr/bin/chromium by default). CONSOLE_SCREENSHOT, when
@@ -193,6 +198,8 @@ try {
     assert.equal(await page.locator('#runs-body tr.run:not([data-status=completed])').count(), 0);
     await page.click('#sessions-body tr[data-session=elsewhere] a');
     await page.waitForSelector('h2:text("Runs of session elsewhere")');
+    // Its list is read after its heading is drawn: wait for its Run.
+    await page.waitForSelector('#runs-body tr[data-run="' + r.body.id + '"]');
     assert.deepEqual(await page.locator('#runs-body tr.run').evaluateAll(rows => rows.map(x => x.dataset.run)), [r.body.id]);
     assert.equal(await page.inputValue('#start-session'), 'elsewhere');
   });
@@ -200,14 +207,14 @@ try {
   await step('the-agents-and-a-run-with-a-chosen-agent', async () => {
     const listed = (await api(demoToken, 'GET', '/v1/agents')).body.agents;
     const version = Object.fromEntries(listed.map(a => [a.name, a.version]));
-    assert.deepEqual(Object.keys(version), ['default', 'helper', 'lead', 'research']);
+    assert.deepEqual(Object.keys(version), ['default', 'helper', 'lead', 'research', 'streamer']);
     assert.notEqual(version.default, version.research);
     // The header leads to the agents; each shows its version, model,
     // settings and tools with their approval.
     await page.goto(base + '/console/#/runs');
     await page.click('#nav-agents');
     await page.waitForURL(/#\/agents$/);
-    await page.waitForSelector('#agents-state:text("4 agents.")');
+    await page.waitForSelector('#agents-state:text("5 agents.")');
     const rows = await page.locator('#agents-body tr.agent').evaluateAll(trs => trs.map(tr => ({
       name: tr.dataset.agent,
       version: tr.querySelector('.agent-version').textContent,
@@ -225,6 +232,7 @@ try {
         tools: ['helper:never']},
       {name: 'research', version: version.research, model: 'scripted-model',
         settings: 'model: research-model, temperature: 0.9', description: 'Looks things up, slowly.', tools: ['slow_job:never']},
+      {name: 'streamer', version: version.streamer, model: 'openai', settings: 'none', description: 'Answers as the words come.', tools: []},
     ]);
     // An agent tool shows the agent it calls, with its link.
     const agentTool = '#agents-body tr[data-agent=lead] .tool[data-tool=helper][data-agent=helper]';
@@ -292,12 +300,12 @@ try {
     await page.fill('#start-input', 'hello');
     await page.click('#start-run');
     await page.waitForSelector('#banner.banner-error:not([hidden])');
-    assert.match(await page.textContent('#banner'), /^Starting the Run failed: this tenant has no agent "gone" \(its agents: default, helper, lead, research\)/);
+    assert.match(await page.textContent('#banner'), /^Starting the Run failed: this tenant has no agent "gone" \(its agents: default, helper, lead, research, streamer\)/);
     await page.waitForSelector('#start-agent option[value=gone]', {state: 'detached'});
     assert.ok(page.url().endsWith('#/runs'), 'no Run was started: ' + page.url());
     await page.goto(base + '/console/#/agents/gone');
     await page.waitForSelector('#agent-not-found');
-    assert.match(await page.textContent('#agent-not-found'), /no agent "gone" \(its agents: default, helper, lead, research\)/);
+    assert.match(await page.textContent('#agent-not-found'), /no agent "gone" \(its agents: default, helper, lead, research, streamer\)/);
   });
 
   await step('approve-one-deny-the-other', async () => {
@@ -390,6 +398,47 @@ try {
     await page.waitForSelector('#child-waits', {state: 'hidden'});
     const child = (await api(demoToken, 'GET', '/v1/runs/' + childID)).body;
     assert.deepEqual([child.status, child.parent.run], ['cancelled', parentID]);
+  });
+
+  // Agent streamer's model streams its answer: the page shows it growing,
+  // in a block of its own, while the Run runs; the committed answer
+  // replaces it when the model's call settles.
+  await step('a-model-answer-grows-as-it-streams', async () => {
+    const answer = process.env.STREAMED_ANSWER;
+    await page.goto(base + '/console/#/runs');
+    await page.waitForSelector('#start-agent option[value=streamer]', {state: 'attached'});
+    await page.fill('#start-session', 'streaming');
+    await page.selectOption('#start-agent', 'streamer');
+    await page.fill('#start-input', 'At what temperature does water boil up there?');
+    await page.click('#start-run');
+    await page.waitForURL(/#\/runs\/run_/);
+    const runID = decodeURIComponent(page.url().split('#/runs/')[1]);
+    // The deltas are not replayed: the model begins once the page's
+    // stream is open.
+    await page.waitForSelector('#connection.conn-live');
+    console.log('STREAM');
+    assert.equal(await readLine(), 'STREAMING');
+    // The fake holds the answer after its first two pieces of 4 runes.
+    const live = '#conversation .msg.model[data-step="1"] .live';
+    await page.waitForFunction(([sel, want]) => {
+      const t = document.querySelector(sel + ' .text');
+      return t !== null && t.textContent === want;
+    }, [live, answer.slice(0, 8)]);
+    assert.equal(await page.getAttribute(live, 'data-attempt'), '1');
+    assert.equal(await page.textContent(live + ' .who'), 'The model is answering…');
+    assert.equal(await page.textContent('#conversation .msg.model[data-step="1"] > .who'), 'Model step 1 (answering…)');
+    assert.equal(await page.locator('#final-answer').count(), 0);
+    assert.equal((await api(demoToken, 'GET', '/v1/runs/' + runID)).body.status, 'running');
+    await waitStatus('running');
+    await shot('the-answer-as-it-streams');
+    console.log('RELEASE');
+    assert.equal(await readLine(), 'RELEASED');
+    await waitStatus('completed');
+    assert.equal(await page.textContent('#final-answer .text'), answer);
+    await page.waitForSelector(live, {state: 'detached'});
+    assert.equal(await page.textContent('#conversation .msg.model[data-step="1"] > .text'), answer);
+    // The deltas have no id: the log holds every event once, in order.
+    await checkLogWhole(demoToken, runID);
   });
 
   await step('a-stale-answer-gets-412', async () => {

@@ -1,5 +1,6 @@
 // Unit tests of the console's modules that need no browser: the SSE
-// parser, the stream's resume and dedupe, the fold of a Run's events, the
+// parser, the stream's resume and dedupe, the fold of a Run's events and
+// of a model's answer as it streams in, the
 // routes read from the URL's fragment, the agents' helpers, and what a
 // parent Run's page shows of its child Runs.
 // Run with node --test (internal/console's
@@ -37,11 +38,11 @@ test('the parser reads events split anywhere, CRLF or LF, comments and retry', (
 
 // A stream whose loop does not run: dispatch is fed by hand.
 function stream(from) {
-  const got = [];
+  const got = [], deltas = [];
   const s = Object.create(EventStream.prototype);
   Object.assign(s, {runID: 'r', lastID: from, retryMS: 2000, ended: false, closed: false,
-    on: {event: e => got.push(e.id), progress: () => {}, state: () => {}}});
-  return {s, got};
+    on: {event: e => got.push(e.id), progress: () => {}, delta: d => deltas.push(d), state: () => {}}});
+  return {s, got, deltas};
 }
 
 test('a resumed stream delivers each event once, in order, and ends at the terminal one', () => {
@@ -57,6 +58,71 @@ test('a resumed stream delivers each event once, in order, and ends at the termi
   assert.equal(s.ended, true);
   s.dispatch({retry: 500});
   assert.equal(s.retryMS, 500);
+});
+
+test('a model_delta is handed on as it comes and leaves the event ids alone', () => {
+  const {s, got, deltas} = stream(0);
+  s.dispatch({id: '1', event: 'effect_dispatched', data: '{}'});
+  s.dispatch({id: undefined, event: 'model_delta', data: '{"effect":"r.m1","attempt":1,"seq":1,"text":"Hel"}'});
+  s.dispatch({id: undefined, event: 'model_delta', data: '{"effect":"r.m1","attempt":1,"seq":2,"text":"lo"}'});
+  assert.equal(s.lastID, 1, 'a delta has no id: a resume still starts after the last event');
+  s.dispatch({id: '2', event: 'effect_settled', data: '{}'});
+  assert.deepEqual(got, [1, 2]);
+  assert.deepEqual(deltas.map(d => d.text), ['Hel', 'lo']);
+  // A stream whose page takes no deltas drops them.
+  delete s.on.delta;
+  s.dispatch({id: undefined, event: 'model_delta', data: '{}'});
+  assert.equal(deltas.length, 2);
+});
+
+test('the deltas fold into the answer being formed, until the committed reply replaces it', () => {
+  const run = 'run_d', m1 = run + '.m1';
+  const v = new RunView();
+  let id = 0;
+  const apply = (type, data) => v.apply({id: ++id, type, data});
+  const delta = (attempt, seq, more) => v.delta({effect: m1, plugin: 'openai', attempt, seq, ...more});
+  apply('run_created', {at: 1000, spec: {input: 'hi'}});
+  apply('model_step_planned', {at: 1001, step: 1});
+  apply('effect_dispatched', {at: 1002, effect: m1, attempt: 1});
+  delta(1, 1, {text: 'The '});
+  delta(1, 2, {text: 'wate'});
+  delta(1, 4, {text: 'r bo'}); // seq 3 was dropped: the gap is left as it is
+  delta(1, 5, {tool_calls: [{index: 0, id: 'call_1', name: 'calculate', arguments: ''}]});
+  delta(1, 6, {tool_calls: [{index: 0, arguments: '{"exp'}]});
+  delta(1, 7, {tool_calls: [{index: 0, arguments: 'ression":"6*7"}'}]});
+  let l = v.answering(1);
+  assert.deepEqual([l.attempt, l.seq, l.text, l.plugin], [1, 7, 'The water bo', 'openai']);
+  assert.deepEqual(l.calls, [{index: 0, id: 'call_1', name: 'calculate', arguments: '{"expression":"6*7"}'}]);
+  assert.equal(v.answering(2), null);
+
+  // The attempt fails; the next one starts its answer again, and a late
+  // piece of the first is dropped.
+  apply('effect_settled', {at: 1100, effect: m1, attempt: 1, outcome: {state: 'failed', error: {class: 'plugin_error', message: 'cut', retriable: true}}});
+  assert.equal(v.answering(1), null, 'the settled attempt shows no more');
+  assert.equal(delta(1, 8, {text: 'late'}), null);
+  apply('effect_dispatched', {at: 1200, effect: m1, attempt: 2});
+  delta(2, 1, {text: 'Again'});
+  assert.equal(delta(1, 9, {text: 'stale'}), null);
+  l = v.answering(1);
+  assert.deepEqual([l.attempt, l.text, l.calls], [2, 'Again', []]);
+  // A third attempt's first piece, before its dispatch is seen, resets it too.
+  delta(3, 1, {text: 'Third'});
+  assert.deepEqual([v.answering(1).attempt, v.answering(1).text], [3, 'Third']);
+
+  // The committed reply replaces the deltas; nothing more is shown.
+  apply('effect_settled', {at: 1300, effect: m1, attempt: 3, outcome: {state: 'done', model: {message: {role: 'assistant', content: 'The water boils.'}}}});
+  assert.equal(v.answering(1), null);
+  assert.equal(v.steps.get(1).content, 'The water boils.');
+  assert.equal(delta(3, 2, {text: 'x'}), null);
+  // Deltas of something else than a model effect, or of an ended Run, are dropped.
+  assert.equal(v.delta({effect: run + '.t1.0', attempt: 1, seq: 1, text: 'x'}), null);
+  assert.equal(v.delta(null), null);
+  apply('model_step_planned', {at: 1400, step: 2});
+  v.delta({effect: run + '.m2', attempt: 1, seq: 1, text: 'half'});
+  assert.equal(v.answering(2).text, 'half');
+  apply('run_cancelled', {at: 1500});
+  assert.equal(v.answering(2), null);
+  assert.equal(v.delta({effect: run + '.m2', attempt: 1, seq: 2, text: 'more'}), null);
 });
 
 test('the fold shows the calls of a step with their results, approvals and the answer', () => {
