@@ -22,6 +22,8 @@ type countingModel struct {
 	clock      runtime.Clock
 	limited    int
 	retryAfter time.Duration
+	// limitUntil, when set, rate-limits every start before it, too.
+	limitUntil time.Time
 
 	mu     sync.Mutex
 	starts []time.Time
@@ -37,7 +39,7 @@ func (m *countingModel) Start(ctx context.Context, c runtime.EffectCall) (abi.Ef
 	}
 	n := len(m.starts)
 	m.mu.Unlock()
-	if n <= m.limited {
+	if n <= m.limited || now.Before(m.limitUntil) {
 		return abi.RateLimited("the server answered 429", m.retryAfter.Milliseconds()), nil
 	}
 	return m.Executor.Start(ctx, c)
@@ -142,6 +144,85 @@ func TestARateLimitedReplyClosesTheEndpointForEveryRun(t *testing.T) {
 	if at := byRun[second.ID]; at.Sub(t0) < retryAfter {
 		t.Errorf("the second Run reached the model %s after the 429, which asked every caller to wait %s", at.Sub(t0), retryAfter)
 	}
+}
+
+// TestRunsOutlastAProviderThatRateLimitsForAMinute: the provider answers
+// every call with 429 and "Retry-After: 20" for a minute, and Runs come
+// in all through it, one every 15 s. Every Run completes after the
+// minute; no call reaches the provider within 20 s of a 429, whichever
+// Run it is for (the endpoint closes for all of them); and the provider
+// sees no more than the budget's requests in any minute.
+func TestRunsOutlastAProviderThatRateLimitsForAMinute(t *testing.T) {
+	const runs, rpm, retryAfter, every = 5, 3, 20 * time.Second, 15 * time.Second
+	e, model, _ := budgetEnv(t, budget.Limits{RequestsPerMinute: rpm}, 0, retryAfter)
+	t0 := e.Clock.Now()
+	model.limitUntil = t0.Add(time.Minute)
+	ctx := context.Background()
+	var ids []string
+	for i := range runs {
+		run, _, err := e.Runtime.Submit(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Input: "answer:ok"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.ID)
+		advanceQuietly(t, e, every)
+	}
+	for _, id := range ids {
+		if run := e.UntilTerminal(e.Runtime, id, 5*time.Second); run.Status != loop.StatusCompleted {
+			t.Fatalf("run %s ended %s: %+v", id, run.Status, run.Failure)
+		}
+	}
+	starts, _ := model.snapshot()
+	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
+	var limitedAt []time.Time
+	answered := 0
+	for _, at := range starts {
+		for _, l := range limitedAt {
+			if at.After(l) && at.Sub(l) < retryAfter {
+				t.Errorf("a call reached the provider %s after a 429 that asked every caller to wait %s", at.Sub(l), retryAfter)
+			}
+		}
+		if at.Before(model.limitUntil) {
+			limitedAt = append(limitedAt, at)
+		} else {
+			answered++
+		}
+	}
+	if answered != runs {
+		t.Errorf("%d calls were answered after the minute, want one for each of the %d Runs (calls at %v)", answered, runs, offsets(t0, starts))
+	}
+	for i := rpm; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-rpm]); gap < time.Minute {
+			t.Errorf("calls %d and %d came %s apart: more than %d in a minute (calls at %v)", i-rpm+1, i+1, gap, rpm, offsets(t0, starts))
+		}
+	}
+	t.Logf("calls at %v; the last Run completed at +%s", offsets(t0, starts), starts[len(starts)-1].Sub(t0))
+}
+
+// offsets are times as offsets from t0, for messages.
+func offsets(t0 time.Time, ts []time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, at := range ts {
+		out[i] = at.Sub(t0)
+	}
+	return out
+}
+
+// advanceQuietly moves the env's clock by d, one timer at a time, each
+// once the runtime is idle and the clock's callbacks have returned, as
+// time passes in a process whose clock does not jump.
+func advanceQuietly(t *testing.T, e *conformance.RuntimeEnv, d time.Duration) {
+	t.Helper()
+	target := e.Clock.Now().Add(d)
+	for e.Clock.Now().Before(target) {
+		conformance.Eventually(t, "the runtime idle", func() bool { return e.Clock.Running() == 0 && e.Runtime.Idle() })
+		next, ok := e.Clock.NextAt()
+		if !ok || next.After(target) || !next.After(e.Clock.Now()) {
+			next = target
+		}
+		e.Clock.Set(next)
+	}
+	conformance.Eventually(t, "the runtime idle", func() bool { return e.Clock.Running() == 0 && e.Runtime.Idle() })
 }
 
 // countedStore is a Store that counts live nodes as told.
