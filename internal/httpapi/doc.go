@@ -24,13 +24,15 @@
 //	POST /v1/runs/{id}/input      {"approvals": [{"tool_call_id", "approved", "reason"}]} or {"message": "..."} → 200 Run
 //	POST /v1/runs/{id}/cancel     optional {"reason": "..."} → 202 Run
 //	                              (input and cancel take If-Match: "<seq>": 412 run_changed once the Run moved on)
+//	POST, GET, DELETE /mcp        MCP's streamable HTTP transport: the tenant's agents as tools, with
+//	                              tasks that are Runs (package mcpserver; mcp.go)
 //	GET  /healthz                 200 while the process serves
 //	GET  /readyz                  503 until Config.Ready says ready (recovery's first pass), then 200
 //	GET  /metrics                 Config.Metrics (Prometheus)
 //	GET  /console/                the web console (package console); GET / redirects there
 //	GET  /v1/openapi.json         the OpenAPI 3.1 description of all of these (openapi.json)
 //
-// The /v1 routes need "Authorization: Bearer TOKEN"; the probes and
+// The /v1 routes and /mcp need "Authorization: Bearer TOKEN"; the probes and
 // /metrics do not (expose them on a trusted network only), nor do the
 // API's description and the console's static files, which call the /v1
 // routes with the token the person signs in with.

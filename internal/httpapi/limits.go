@@ -125,15 +125,24 @@ func (s *Server) limitRequest(tenant string) *apiError {
 // submission rate.
 func (s *Server) limitSubmissions(h tenantHandler) tenantHandler {
 	return func(w http.ResponseWriter, r *http.Request, tenant string) error {
-		if tl := s.tenantLimits[tenant]; tl != nil {
-			if wait, ok := take(tl.submissions); !ok {
-				closeWithoutBody(w, r)
-				s.cfg.OnLimit(LimitSubmissionRate, tenant)
-				return rateLimited("this tenant's submissions exceed their rate (rate_limits.submissions)", tl.limits.Submissions, wait)
-			}
+		if e := s.takeSubmission(tenant); e != nil {
+			closeWithoutBody(w, r)
+			return e
 		}
 		return h(w, r, tenant)
 	}
+}
+
+// takeSubmission charges one submission of tenant to its submission
+// rate.
+func (s *Server) takeSubmission(tenant string) *apiError {
+	if tl := s.tenantLimits[tenant]; tl != nil {
+		if wait, ok := take(tl.submissions); !ok {
+			s.cfg.OnLimit(LimitSubmissionRate, tenant)
+			return rateLimited("this tenant's submissions exceed their rate (rate_limits.submissions)", tl.limits.Submissions, wait)
+		}
+	}
+	return nil
 }
 
 // limitReads wraps a read handler with the tenant's bound on reads in

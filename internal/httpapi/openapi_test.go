@@ -50,6 +50,23 @@ func TestTheServerAnswersAsTheOpenAPIDocumentSays(t *testing.T) {
 	api.check("GET", "/v1/whoami", http.StatusOK, e.do("GET", "/v1/whoami", tokenAcme, ""))
 	api.check("GET", "/v1/whoami", http.StatusUnauthorized, e.do("GET", "/v1/whoami", "", ""))
 
+	// MCP: a session opened, a notification, its end, and requests
+	// refused (internal/mcpserver tests the protocol itself; globex's one
+	// request is kept for below).
+	const mcpAccept, jsonType = "application/json, text/event-stream", "application/json"
+	initialize := `{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}`
+	opened := e.do("POST", "/mcp", tokenAcme, initialize, "Accept", mcpAccept, "Content-Type", jsonType)
+	api.check("POST", "/mcp", http.StatusOK, opened)
+	session := opened.Header.Get("Mcp-Session-Id")
+	require.NotEmpty(t, session)
+	api.check("POST", "/mcp", http.StatusAccepted, e.do("POST", "/mcp", tokenAcme, `{"jsonrpc": "2.0", "method": "notifications/initialized"}`,
+		"Accept", mcpAccept, "Content-Type", jsonType, "Mcp-Session-Id", session))
+	api.check("POST", "/mcp", http.StatusBadRequest, e.do("POST", "/mcp", tokenAcme, initialize, "Accept", jsonType, "Content-Type", jsonType))
+	api.check("POST", "/mcp", http.StatusUnauthorized, e.do("POST", "/mcp", "", initialize, "Accept", mcpAccept, "Content-Type", jsonType))
+	api.check("GET", "/mcp", http.StatusNotFound, e.do("GET", "/mcp", tokenAcme, "", "Accept", "text/event-stream", "Mcp-Session-Id", "no-such-session"))
+	api.check("DELETE", "/mcp", http.StatusNoContent, e.do("DELETE", "/mcp", tokenAcme, "", "Mcp-Session-Id", session))
+	api.check("DELETE", "/mcp", http.StatusUnauthorized, e.do("DELETE", "/mcp", "", "", "Mcp-Session-Id", session))
+
 	// The tenant's agents: the list, one whole, and one it does not have.
 	const agents, oneAgent = "/v1/agents", "/v1/agents/{name}"
 	list := e.do("GET", "/v1/agents", tokenAcme, "")

@@ -37,29 +37,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
-	if err := s.checkSubmitFields(tenant, req); err != nil {
-		return err
-	}
-	// A tenant's submissions are serialized only when it has a quota, so
-	// that the check and the submission are one step; without one they
-	// share the store's group commits.
-	var res *Reservation
-	if q := s.cfg.Quotas[tenant]; q.bounded() {
-		stored := SubmissionStoredBytes(req, key)
-		if err := s.checkSubmissionFits(tenant, req, stored); err != nil {
-			return err
-		}
-		lock := s.tenantLock(tenant)
-		lock.Lock()
-		defer lock.Unlock()
-		if res, err = s.checkQuota(r.Context(), tenant, stored); err != nil {
-			return err
-		}
-	}
-	run, dup, err := s.cfg.Runtime.Submit(r.Context(), runtime.Request{
-		Tenant: tenant, Session: session, Input: req.Input, Metadata: req.Metadata, IdempotencyKey: key, Agent: req.Agent,
-	})
-	settleReservation(res, err, dup)
+	run, dup, err := s.submit(r.Context(), tenant, session, key, req)
 	if errors.Is(err, runtime.ErrUnknownAgent) {
 		noteDetail(r, err)
 		return s.agentNotFound(tenant, req.Agent)
@@ -80,6 +58,38 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request, tenant string
 	}
 	s.writeRun(w, r, tenant, status, run)
 	return nil
+}
+
+// submit checks a submission's fields against the tenant's limits and
+// its quotas, and submits it: one step when the tenant has a quota. The
+// API's submissions and the MCP endpoint's tool calls come through here.
+// A name the tenant has no agent of is runtime.ErrUnknownAgent.
+func (s *Server) submit(ctx context.Context, tenant, session, key string, req SubmitRequest) (loop.Run, bool, error) {
+	if err := s.checkSubmitFields(tenant, req); err != nil {
+		return loop.Run{}, false, err
+	}
+	// A tenant's submissions are serialized only when it has a quota, so
+	// that the check and the submission are one step; without one they
+	// share the store's group commits.
+	var res *Reservation
+	if q := s.cfg.Quotas[tenant]; q.bounded() {
+		stored := SubmissionStoredBytes(req, key)
+		if err := s.checkSubmissionFits(tenant, req, stored); err != nil {
+			return loop.Run{}, false, err
+		}
+		lock := s.tenantLock(tenant)
+		lock.Lock()
+		defer lock.Unlock()
+		var err error
+		if res, err = s.checkQuota(ctx, tenant, stored); err != nil {
+			return loop.Run{}, false, err
+		}
+	}
+	run, dup, err := s.cfg.Runtime.Submit(ctx, runtime.Request{
+		Tenant: tenant, Session: session, Input: req.Input, Metadata: req.Metadata, IdempotencyKey: key, Agent: req.Agent,
+	})
+	settleReservation(res, err, dup)
+	return run, dup, err
 }
 
 // checkReplay answers 422 idempotency_key_reused unless the submission

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/internal/console"
+	"github.com/agenthost/agenthost/internal/mcpserver"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -120,6 +121,8 @@ type Server struct {
 
 	drain     context.Context // cancelled by Drain
 	stopDrain context.CancelFunc
+
+	mcp *mcpserver.Handler // serves /mcp (mcp.go)
 }
 
 // New checks cfg and returns a Server.
@@ -177,6 +180,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), submits: map[string]*sync.Mutex{},
 		tenantLimits: newTenantLimiters(cfg.Limits), unauth: newUnauthenticated(cfg.UnauthenticatedRate)}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
+	var err error
+	if s.mcp, err = s.newMCP(); err != nil {
+		return nil, err
+	}
 	s.routes()
 	s.handler = s.logRequests(s.guardConnection(console.WithHeaders(http.HandlerFunc(s.dispatch))))
 	return s, nil
@@ -216,6 +223,11 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/runs/{id}/events", s.authed(s.streamEvents)},
 		{"POST", "/v1/runs/{id}/input", s.authed(s.postInput)},
 		{"POST", "/v1/runs/{id}/cancel", s.authed(s.cancelRun)},
+		// MCP's streamable HTTP transport (mcp.go): JSON-RPC messages
+		// posted, the session's stream got, the session deleted.
+		{"POST", "/mcp", s.authed(s.serveMCP)},
+		{"GET", "/mcp", s.authed(s.serveMCP)},
+		{"DELETE", "/mcp", s.authed(s.serveMCP)},
 		// The API's description needs no token: it documents no tenant's
 		// data, and a client reads it before it has a token.
 		{"GET", "/v1/openapi.json", http.HandlerFunc(serveOpenAPIDocument)},
@@ -283,7 +295,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 			return
 		case http.StatusNotFound:
 			writeAPIError(w, errorf(http.StatusNotFound, CodeNotFound,
-				"no route %s %s; the API serves /v1/whoami, /v1/runs, /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, /healthz, /readyz and /metrics, its description at /v1/openapi.json, and the web console at /console/", r.Method, r.URL.Path))
+				"no route %s %s; the API serves /v1/whoami, /v1/runs, /v1/sessions/{id}/runs, /v1/runs/{id}, /v1/runs/{id}/events, /v1/runs/{id}/input, /v1/runs/{id}/cancel, MCP at /mcp, /healthz, /readyz and /metrics, its description at /v1/openapi.json, and the web console at /console/", r.Method, r.URL.Path))
 			return
 		}
 	}
