@@ -248,7 +248,9 @@ func (f *FakeOpenAI) FailNext(failures ...OpenAIFailure) {
 // Script answers the valid requests that FailNext does not: fn is called
 // with each (from the request's goroutine; it may block) and answers
 // with ok, or leaves the request to the default answers. A later Script
-// replaces it.
+// replaces it. A script that blocks, to hold requests, must let them go
+// by the end of the test: the fake's cleanup waits for the requests under
+// way, and a t.Cleanup registered after NewFakeOpenAI runs before it.
 func (f *FakeOpenAI) Script(fn func(req OpenAIRequest) (answer OpenAIAnswer, ok bool)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -66,6 +66,28 @@ func budgetEnv(t *testing.T, l budget.Limits, limited int, retryAfter time.Durat
 	return e, model, b
 }
 
+// startBudgetNode starts a runtime of the env's tenant over store, as the
+// node nodeID, with b as its model budget; it is stopped when the test
+// ends.
+func startBudgetNode(t *testing.T, e *conformance.RuntimeEnv, store runtime.Store, nodeID string, b *budget.Budget) *runtime.Runtime {
+	t.Helper()
+	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
+		NodeID: nodeID, LeaseTTL: time.Minute, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour,
+		ModelBudgets: []*budget.Budget{b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Stop(ctx)
+	})
+	return rt
+}
+
 // TestAModelBudgetAdmitsAtMostItsRequestsPerMinute: six Runs, each one
 // model step, against a model endpoint with a budget of 2 requests per
 // minute: the model sees at most 2 starts in any minute, every Run
@@ -251,20 +273,7 @@ func (s *countedStore) set(n int) {
 func TestModelBudgetsAreSharedAmongTheLiveNodes(t *testing.T) {
 	e, _, b := budgetEnv(t, budget.Limits{RequestsPerMinute: 90, MaxConcurrentCalls: 4}, 0, 0)
 	store := &countedStore{Store: e.Store, nodes: 3}
-	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
-		NodeID: "node-shared", LeaseTTL: time.Minute, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour,
-		ModelBudgets: []*budget.Budget{b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Stop(ctx)
-	})
+	startBudgetNode(t, e, store, "node-shared", b)
 	if got, want := b.Share(), (budget.Limits{RequestsPerMinute: 30, MaxConcurrentCalls: 1}); got != want {
 		t.Fatalf("share of 3 live nodes %+v, want %+v", got, want)
 	}
@@ -366,21 +375,7 @@ func (s *gatedStore) EndpointClosedFor(_ context.Context, endpoint string) (time
 func gatedEnv(t *testing.T, limited int, retryAfter time.Duration) (*conformance.RuntimeEnv, *runtime.Runtime, *countingModel, *gatedStore) {
 	e, model, b := budgetEnv(t, budget.Limits{MaxConcurrentCalls: 100}, limited, retryAfter)
 	store := &gatedStore{Store: e.Store, clock: e.Clock, closedUntil: map[string]time.Time{}}
-	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": e.Tenant}, Clock: e.Clock,
-		NodeID: "node-gated", LeaseTTL: time.Minute, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour,
-		ModelBudgets: []*budget.Budget{b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Stop(ctx)
-	})
-	return e, rt, model, store
+	return e, startBudgetNode(t, e, store, "node-gated", b), model, store
 }
 
 // TestAnEndpointAnotherNodeClosedIsClosedHere: another node that shares

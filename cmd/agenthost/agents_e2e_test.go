@@ -1,11 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,112 +11,35 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/httpapi"
 )
 
-// chatModel is an OpenAI-compatible chat-completions server on 127.0.0.1
-// that records every request it is sent. It answers a conversation whose
-// last message is the user's "use TOOL" by calling TOOL (with the
-// calculator's arguments), one whose last message is a tool result with
-// "done: RESULT", and anything else with "hello from MODEL".
-type chatModel struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	seen []chatRequest
+// requestsWithSystem returns the requests f was sent whose system
+// message is system, in the order they came.
+func requestsWithSystem(f *conformance.FakeOpenAI, system string) []conformance.OpenAIRequest {
+	return slices.DeleteFunc(f.Requests(), func(r conformance.OpenAIRequest) bool { return r.System() != system })
 }
 
-// chatRequest is what a test reads of one request.
-type chatRequest struct {
-	Model       string   `json:"model"`
-	Temperature *float64 `json:"temperature"`
-	MaxTokens   *int     `json:"max_tokens"`
-	Messages    []struct {
-		Role    string  `json:"role"`
-		Content *string `json:"content"`
-	} `json:"messages"`
-	Tools []struct {
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	} `json:"tools"`
+// sortedTools are the names of r's tools, sorted.
+func sortedTools(r conformance.OpenAIRequest) []string {
+	names := r.ToolNames()
+	slices.Sort(names)
+	return names
 }
 
-func (r chatRequest) system() string {
-	if len(r.Messages) > 0 && r.Messages[0].Role == "system" && r.Messages[0].Content != nil {
-		return *r.Messages[0].Content
-	}
-	return ""
-}
-
-func (r chatRequest) toolNames() []string {
-	out := []string{}
-	for _, t := range r.Tools {
-		out = append(out, t.Function.Name)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func newChatModel(t *testing.T) *chatModel {
-	m := &chatModel{}
-	m.srv = httptest.NewServer(http.HandlerFunc(m.serve))
-	t.Cleanup(m.srv.Close)
-	return m
-}
-
-func (m *chatModel) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	var req chatRequest
-	if r.URL.Path != "/v1/chat/completions" || json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
-		http.Error(w, `{"error":{"message":"not a chat completion"}}`, http.StatusBadRequest)
-		return
-	}
-	m.mu.Lock()
-	m.seen = append(m.seen, req)
-	m.mu.Unlock()
-	last := req.Messages[len(req.Messages)-1]
-	content := ""
-	if last.Content != nil {
-		content = *last.Content
-	}
-	msg := map[string]any{"role": "assistant", "content": "hello from " + req.Model}
-	switch {
-	case last.Role == "user" && strings.HasPrefix(content, "use "):
-		msg = map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
-			"id": "call_1", "type": "function",
-			"function": map[string]any{"name": strings.TrimPrefix(content, "use "), "arguments": `{"expression":"6*7"}`}}}}
-	case last.Role == "tool":
-		msg = map[string]any{"role": "assistant", "content": "done: " + content}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}},
-		"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 5},
-	})
-}
-
-// requests returns the requests whose system message is system.
-func (m *chatModel) requests(system string) []chatRequest {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []chatRequest
-	for _, r := range m.seen {
-		if r.system() == system {
-			out = append(out, r)
-		}
-	}
-	return out
-}
+// agentsAPIKey is the API key agentsConfig gives the openai plugin: the
+// one its fake OpenAI server takes.
+const agentsAPIKey = "not-a-real-key"
 
 // agentsConfig writes the config of a serve on dir/data whose tenant
 // "demo" (bearer token) has the given agents block, over the example
 // prompt-builder, openai (pointed at model), calculator and slow-job
 // plugins.
-func agentsConfig(t *testing.T, dir, token string, model *chatModel, agents string) string {
+func agentsConfig(t *testing.T, dir, token string, model *conformance.FakeOpenAI, agents string) string {
 	t.Helper()
-	host := model.srv.Listener.Addr().String()
-	return providerServe{Token: token, Model: "openai", Addr: host, URL: "http://" + host + "/v1",
-		Config: "model: config-model, api_key: not-a-real-key", Builder: `{system_prompt: "the builder's own prompt"}`,
+	return providerServe{Token: token, Model: "openai", Addr: model.Addr, URL: model.URL,
+		Config: "model: config-model, api_key: " + agentsAPIKey, Builder: `{system_prompt: "the builder's own prompt"}`,
 		Tools:  []string{"calculator", "slow-job"},
 		Tenant: "    model_policy: {mode: retry, max_attempts: 3, backoff: 100ms, max_backoff: 1s}\n    agents:\n" + agents,
 	}.write(t, dir)
@@ -175,7 +95,7 @@ func TestTwoAgentsOfOneTenantRunSideBySide(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	const token = "agents-token"
-	model := newChatModel(t)
+	model := conformance.NewFakeOpenAI(t, agentsAPIKey)
 	cfg := agentsConfig(t, dir, token, model, `
       support:
         description: Answers customers, with a calculator.
@@ -216,26 +136,28 @@ func TestTwoAgentsOfOneTenantRunSideBySide(t *testing.T) {
 		t.Errorf("the research Run: agent %s %s, result %+v", got.Agent, got.AgentVersion, got.Result)
 	}
 
-	sup := model.requests("You are SUPPORT.")
+	sup := requestsWithSystem(model, "You are SUPPORT.")
 	if len(sup) != 2 {
 		t.Fatalf("the model server saw %d requests with support's instructions, want 2 (the call, then the answer)", len(sup))
 	}
 	for i, r := range sup {
-		if r.Model != "support-model" || r.Temperature == nil || *r.Temperature != 0.1 || r.MaxTokens != nil || !slices.Equal(r.toolNames(), []string{"calculate"}) {
+		if r.Model != "support-model" || r.Temperature == nil || *r.Temperature != 0.1 || r.MaxTokens != nil || !slices.Equal(sortedTools(r), []string{"calculate"}) {
 			t.Errorf("support's request %d: model %q, temperature %v, max_tokens %v, tools %v; want support-model, 0.1, none, [calculate]",
-				i+1, r.Model, ptr(r.Temperature), ptr(r.MaxTokens), r.toolNames())
+				i+1, r.Model, ptr(r.Temperature), ptr(r.MaxTokens), sortedTools(r))
 		}
 	}
-	res := model.requests("You are RESEARCH.")
+	res := requestsWithSystem(model, "You are RESEARCH.")
 	if len(res) != 1 {
 		t.Fatalf("the model server saw %d requests with research's instructions, want 1", len(res))
 	}
-	if r := res[0]; r.Model != "research-model" || r.Temperature == nil || *r.Temperature != 0.9 || r.MaxTokens == nil || *r.MaxTokens != 77 || !slices.Equal(r.toolNames(), []string{"slow_job"}) {
+	if r := res[0]; r.Model != "research-model" || r.Temperature == nil || *r.Temperature != 0.9 || r.MaxTokens == nil || *r.MaxTokens != 77 || !slices.Equal(sortedTools(r), []string{"slow_job"}) {
 		t.Errorf("research's request: model %q, temperature %v, max_tokens %v, tools %v; want research-model, 0.9, 77, [slow_job]",
-			r.Model, ptr(r.Temperature), ptr(r.MaxTokens), r.toolNames())
+			r.Model, ptr(r.Temperature), ptr(r.MaxTokens), sortedTools(r))
 	}
-	if n := len(model.requests("the builder's own prompt")); n != 0 {
-		t.Errorf("%d requests had the builder's own prompt: the agents' instructions did not reach it", n)
+	for _, r := range model.Requests() {
+		if strings.Contains(r.System(), "the builder's own prompt") {
+			t.Errorf("a request had the builder's own prompt (system %q): the agents' instructions did not reach it", r.System())
+		}
 	}
 
 	// The CLI lists one agent's Runs.
@@ -254,7 +176,7 @@ func TestARunKeepsItsAgentVersionAcrossAConfigChange(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	const token = "agents-token"
-	model := newChatModel(t)
+	model := conformance.NewFakeOpenAI(t, agentsAPIKey)
 	v1 := `
       support:
         instructions: You are support, version 1.
@@ -307,15 +229,15 @@ func TestARunKeepsItsAgentVersionAcrossAConfigChange(t *testing.T) {
 	if got := c.agentRun(t, old.ID); got.AgentVersion != version1 {
 		t.Errorf("the Run created under version 1 shows version %q", got.AgentVersion)
 	}
-	steps := model.requests("You are support, version 1.")
+	steps := requestsWithSystem(model, "You are support, version 1.")
 	if len(steps) != 2 {
 		t.Fatalf("the model server saw %d requests with version 1's instructions, want 2 (before and after the restart); with version 2's: %d",
-			len(steps), len(model.requests("You are support, version 2.")))
+			len(steps), len(requestsWithSystem(model, "You are support, version 2.")))
 	}
 	for i, r := range steps {
-		if r.Model != "model-v1" || r.Temperature == nil || *r.Temperature != 0.1 || !slices.Equal(r.toolNames(), []string{"calculate", "slow_job"}) {
+		if r.Model != "model-v1" || r.Temperature == nil || *r.Temperature != 0.1 || !slices.Equal(sortedTools(r), []string{"calculate", "slow_job"}) {
 			t.Errorf("step %d of the Run created under version 1: model %q, temperature %v, tools %v; want version 1's model-v1, 0.1, [calculate slow_job]",
-				i+1, r.Model, ptr(r.Temperature), r.toolNames())
+				i+1, r.Model, ptr(r.Temperature), sortedTools(r))
 		}
 	}
 
@@ -326,7 +248,7 @@ func TestARunKeepsItsAgentVersionAcrossAConfigChange(t *testing.T) {
 	if got := c.waitRun(t, fresh.ID, 60*time.Second, "to end", runView.terminal); got.Status != "completed" || got.Result == nil || got.Result.Content != "hello from model-v2" {
 		t.Fatalf("the Run created after the change: %s %+v %+v", got.Status, got.Result, got.Failure)
 	}
-	if rs := model.requests("You are support, version 2."); len(rs) != 1 || !slices.Equal(rs[0].toolNames(), []string{"calculate"}) || *rs[0].Temperature != 0.7 {
+	if rs := requestsWithSystem(model, "You are support, version 2."); len(rs) != 1 || !slices.Equal(sortedTools(rs[0]), []string{"calculate"}) || *rs[0].Temperature != 0.7 {
 		t.Errorf("the Run created after the change was sent %d requests with version 2's instructions (want 1, with tools [calculate], temperature 0.7)", len(rs))
 	}
 }

@@ -2,15 +2,27 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/conformance"
 )
+
+// firstArrivals returns when the first request of each conversation came
+// to f, by the conversation's last user message.
+func firstArrivals(f *conformance.FakeOpenAI) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, r := range f.Requests() {
+		if _, seen := out[r.LastUser()]; !seen {
+			out[r.LastUser()] = r.Received
+		}
+	}
+	return out
+}
 
 // TestSlowModelCallsDoNotQueueForInstances: 32 Runs submitted together
 // against a slow model, with the default pool limits, all reach the model
@@ -26,45 +38,29 @@ func TestSlowModelCallsDoNotQueueForInstances(t *testing.T) {
 	dir := t.TempDir()
 	const token = "slow-model-token"
 
-	// The fake model: chatModel's answers, each given only once all the
+	// The fake model: its default answers, each given only once all the
 	// Runs' requests are in.
-	model := &chatModel{}
+	model := conformance.NewFakeOpenAI(t, "not-a-real-key")
 	var (
-		mu      sync.Mutex
-		arrived = map[string]time.Time{} // by the Run's input
-		allIn   = make(chan struct{})
+		allIn, ended = make(chan struct{}), make(chan struct{})
+		allInOnce    sync.Once
 	)
-	hold := func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		input := ""
-		if i := strings.Index(string(body), "question "); i >= 0 {
-			input = string(body[i:])
-			input = input[:strings.IndexAny(input, `"`)]
+	t.Cleanup(func() { close(ended) }) // before the fake closes, which waits for the requests it holds
+	model.Script(func(conformance.OpenAIRequest) (conformance.OpenAIAnswer, bool) {
+		if len(firstArrivals(model)) == runs {
+			allInOnce.Do(func() { close(allIn) })
 		}
-		mu.Lock()
-		if _, seen := arrived[input]; !seen && input != "" {
-			arrived[input] = time.Now()
-			if len(arrived) == runs {
-				close(allIn)
-			}
-		}
-		mu.Unlock()
 		select {
 		case <-allIn:
-		case <-r.Context().Done():
-			return
+		case <-ended:
 		}
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
-		model.serve(w, r)
-	}
-	model.srv = httptest.NewServer(http.HandlerFunc(hold))
-	t.Cleanup(model.srv.Close)
+		return conformance.OpenAIAnswer{}, false
+	})
 
-	addr := model.srv.Listener.Addr().String()
 	// The call and HTTP timeouts are raised so that a slow machine, making
 	// 32 instances while the first requests are held, cannot time those
 	// out; the pool limits (pool_size, max_instances) are the defaults.
-	cfg := providerServe{Token: token, Model: "openai", Addr: addr, URL: "http://" + addr + "/v1",
+	cfg := providerServe{Token: token, Model: "openai", Addr: model.Addr, URL: model.URL,
 		Config: "model: slow-model, api_key: not-a-real-key", PluginYAML: "    call_timeout: 5m\n    http_timeout: 5m",
 		Tenant: "    model: openai\n",
 	}.write(t, dir)
@@ -89,18 +85,14 @@ func TestSlowModelCallsDoNotQueueForInstances(t *testing.T) {
 	select {
 	case <-allIn:
 	case <-time.After(3 * time.Minute):
-		mu.Lock()
-		n := len(arrived)
-		mu.Unlock()
+		n := len(firstArrivals(model))
 		t.Fatalf("only %d of %d Runs' model calls reached the model, none answered: the others queue for a plugin instance", n, runs)
 	}
 	var slowest time.Duration
-	mu.Lock()
+	arrived := firstArrivals(model)
 	for i := range runs {
-		d := arrived[fmt.Sprintf("question %d", i)].Sub(submitted[i])
-		slowest = max(slowest, d)
+		slowest = max(slowest, arrived[fmt.Sprintf("question %d", i)].Sub(submitted[i]))
 	}
-	mu.Unlock()
 	t.Logf("all %d Runs reached the model before any was answered; the slowest %s after its submission", runs, slowest.Round(time.Millisecond))
 	for _, id := range ids {
 		if done := c.waitRun(t, id, 2*time.Minute, "to end", runView.terminal); done.Status != "completed" {
@@ -118,28 +110,23 @@ func TestARunShowsItsWaitForAnInstance(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	const token = "instance-wait-token"
-	model := &chatModel{}
+	model := conformance.NewFakeOpenAI(t, "not-a-real-key")
 	var (
 		arrived    = make(chan struct{}, 2)
 		answer     = make(chan struct{})
 		answerOnce sync.Once
 	)
 	letAnswer := func() { answerOnce.Do(func() { close(answer) }) }
-	model.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		arrived <- struct{}{}
+	t.Cleanup(letAnswer) // before the fake closes, which waits for the requests it holds
+	model.Script(func(conformance.OpenAIRequest) (conformance.OpenAIAnswer, bool) {
 		select {
-		case <-answer:
-		case <-r.Context().Done():
-			return
+		case arrived <- struct{}{}:
+		default: // more than two came: the check below fails on the second
 		}
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
-		model.serve(w, r)
-	}))
-	t.Cleanup(model.srv.Close)
-	t.Cleanup(letAnswer) // before the server closes, which waits for its handlers
-	addr := model.srv.Listener.Addr().String()
-	cfg := providerServe{Token: token, Model: "openai", Addr: addr, URL: "http://" + addr + "/v1",
+		<-answer
+		return conformance.OpenAIAnswer{}, false
+	})
+	cfg := providerServe{Token: token, Model: "openai", Addr: model.Addr, URL: model.URL,
 		Config:     "model: held-model, api_key: not-a-real-key",
 		PluginYAML: "    pool_size: 1\n    max_instances: 1\n    call_timeout: 5m\n    http_timeout: 5m",
 		Tenant:     "    model: openai\n",

@@ -2,34 +2,26 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/httpapi"
 	"github.com/agenthost/agenthost/loop"
 )
 
-// structuredRequest is what TestAnAgentsOutputSchemaReachesTheModel
-// reads of one chat-completions request.
-type structuredRequest struct {
-	Messages []struct {
-		Role    string  `json:"role"`
-		Content *string `json:"content"`
-	} `json:"messages"`
-	ResponseFormat *struct {
-		Type       string `json:"type"`
-		JSONSchema struct {
-			Name   string          `json:"name"`
-			Schema json.RawMessage `json:"schema"`
-			Strict *bool           `json:"strict"`
-		} `json:"json_schema"`
-	} `json:"response_format"`
+// responseFormat is what TestAnAgentsOutputSchemaReachesTheModel reads
+// of a request's response_format.
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict"`
+	} `json:"json_schema"`
 }
 
 // TestAnAgentsOutputSchemaReachesTheModel: through serve, the example
@@ -43,30 +35,15 @@ func TestAnAgentsOutputSchemaReachesTheModel(t *testing.T) {
 	dir := t.TempDir()
 	const token = "schema-token"
 	const answer = `{"city":"Paris","tempC":21.5}`
-	var mu sync.Mutex
-	var seen []structuredRequest
-	model := &chatModel{}
-	model.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var req structuredRequest
-		if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
-			http.Error(w, `{"error":{"message":"not a chat completion"}}`, http.StatusBadRequest)
-			return
+	// The model's first answer is prose; to the Loop's request for the
+	// schema's JSON, it answers the JSON.
+	model := conformance.NewFakeOpenAI(t, agentsAPIKey)
+	model.Script(func(req conformance.OpenAIRequest) (conformance.OpenAIAnswer, bool) {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == "user" && strings.HasPrefix(last.Text(), loop.OutputRetryPrefix) {
+			return conformance.OpenAIAnswer{Content: answer}, true
 		}
-		mu.Lock()
-		seen = append(seen, req)
-		mu.Unlock()
-		content := "It is 21.5 degrees in Paris."
-		if last := req.Messages[len(req.Messages)-1]; last.Role == "user" && last.Content != nil && strings.HasPrefix(*last.Content, loop.OutputRetryPrefix) {
-			content = answer
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": content}, "finish_reason": "stop"}},
-			"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 5},
-		})
-	}))
-	t.Cleanup(model.srv.Close)
+		return conformance.OpenAIAnswer{Content: "It is 21.5 degrees in Paris."}, true
+	})
 	cfg := agentsConfig(t, dir, token, model, `
       weather:
         instructions: You report the weather.
@@ -96,15 +73,14 @@ func TestAnAgentsOutputSchemaReachesTheModel(t *testing.T) {
 	if done.Status != "completed" || done.Result == nil || done.Result.Content != answer {
 		t.Fatalf("the Run: %s, result %+v, failure %+v; want completed with %s", done.Status, done.Result, done.Failure, answer)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	seen := model.Requests()
 	if len(seen) != 2 {
 		t.Fatalf("the model server saw %d requests, want 2 (the refused answer, then the JSON)", len(seen))
 	}
 	for i, req := range seen {
-		f := req.ResponseFormat
-		if f == nil || f.Type != "json_schema" || f.JSONSchema.Name != "output" || f.JSONSchema.Strict == nil || *f.JSONSchema.Strict {
-			t.Fatalf("request %d's response_format: %+v; want json_schema, named output, not strict", i+1, f)
+		var f responseFormat
+		if err := json.Unmarshal(req.ResponseFormat, &f); err != nil || f.Type != "json_schema" || f.JSONSchema.Name != "output" || f.JSONSchema.Strict == nil || *f.JSONSchema.Strict {
+			t.Fatalf("request %d's response_format: %s; want json_schema, named output, not strict", i+1, req.ResponseFormat)
 		}
 		var got, want any
 		_ = json.Unmarshal(f.JSONSchema.Schema, &got)
@@ -114,8 +90,8 @@ func TestAnAgentsOutputSchemaReachesTheModel(t *testing.T) {
 		}
 	}
 	last := seen[1].Messages[len(seen[1].Messages)-1]
-	if last.Content == nil || !strings.Contains(*last.Content, "it is not valid JSON") || !strings.Contains(*last.Content, "The output schema: "+schema) {
-		t.Errorf("the second request ends with %+v; want the Loop's message saying why", last)
+	if last.Role != "user" || !strings.Contains(last.Text(), "it is not valid JSON") || !strings.Contains(last.Text(), "The output schema: "+schema) {
+		t.Errorf("the second request ends with a %s message %q; want the Loop's message saying why", last.Role, last.Text())
 	}
 }
 

@@ -3,90 +3,56 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/conformance"
 )
 
-// throttledChat is an OpenAI-compatible chat-completions server on
-// 127.0.0.1 that rate-limits every conversation: it answers the first
-// limited requests of each (told apart by the user's message) with 429
-// and "Retry-After: N" (retryAfter, in whole seconds), and the next with
-// "hello: MESSAGE". It records, for each conversation, when each request
-// came and when each 429 was sent, and every request that came earlier
-// after a 429 than the server asked.
-type throttledChat struct {
-	srv        *httptest.Server
-	limited    int
-	retryAfter time.Duration
-
-	mu    sync.Mutex
-	calls map[string][]time.Time // by user message: when each request came
-	early []string
-	last  map[string]time.Time // by user message: when the last 429 was sent
+// newThrottledModel is a fake OpenAI server (taking no API key) that
+// rate-limits every conversation (told apart by the user's message): it
+// answers the first limited requests of each with 429 and "Retry-After:
+// N" (retryAfter, in whole seconds), and the next with "hello: MESSAGE".
+func newThrottledModel(t *testing.T, limited int, retryAfter time.Duration) *conformance.FakeOpenAI {
+	f := conformance.NewFakeOpenAI(t, "")
+	f.Script(func(req conformance.OpenAIRequest) (conformance.OpenAIAnswer, bool) {
+		if len(conversation(f, req.LastUser())) <= limited {
+			return conformance.OpenAIAnswer{Failure: &conformance.OpenAIFailure{
+				Status: http.StatusTooManyRequests, RetryAfter: fmt.Sprint(int(retryAfter.Seconds()))}}, true
+		}
+		return conformance.OpenAIAnswer{Content: "hello: " + req.LastUser()}, true
+	})
+	return f
 }
 
-func newThrottledChat(t *testing.T, limited int, retryAfter time.Duration) *throttledChat {
-	m := &throttledChat{limited: limited, retryAfter: retryAfter, calls: map[string][]time.Time{}, last: map[string]time.Time{}}
-	m.srv = httptest.NewServer(http.HandlerFunc(m.serve))
-	t.Cleanup(m.srv.Close)
-	return m
+// conversation returns the requests f was sent whose last user message
+// is user, in the order they came.
+func conversation(f *conformance.FakeOpenAI, user string) []conformance.OpenAIRequest {
+	return slices.DeleteFunc(f.Requests(), func(r conformance.OpenAIRequest) bool { return r.LastUser() != user })
 }
 
-func (m *throttledChat) serve(w http.ResponseWriter, r *http.Request) {
-	came := time.Now()
-	body, _ := io.ReadAll(r.Body)
-	var req chatRequest
-	if r.URL.Path != "/v1/chat/completions" || json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
-		http.Error(w, `{"error":{"message":"not a chat completion"}}`, http.StatusBadRequest)
-		return
-	}
-	user := ""
-	for _, msg := range req.Messages {
-		if msg.Role == "user" && msg.Content != nil {
-			user = *msg.Content
+// earlyRetries describes each request of f's conversations that came
+// earlier after a 429 than its Retry-After asked (retryAfter, counted
+// from when the 429 was sent).
+func earlyRetries(f *conformance.FakeOpenAI, retryAfter time.Duration) []string {
+	var early []string
+	limitedAt := map[string]time.Time{} // by user message: when the last 429 was sent
+	for _, r := range f.Requests() {
+		user := r.LastUser()
+		if asked, ok := limitedAt[user]; ok && r.Received.Before(asked.Add(retryAfter)) {
+			early = append(early, fmt.Sprintf("%q came %s after a 429 that asked for %s", user, r.Received.Sub(asked), retryAfter))
+		}
+		if r.Status == http.StatusTooManyRequests {
+			limitedAt[user] = r.Answered
 		}
 	}
-	m.mu.Lock()
-	if asked, ok := m.last[user]; ok && came.Before(asked.Add(m.retryAfter)) {
-		m.early = append(m.early, fmt.Sprintf("%q came %s after a 429 that asked for %s", user, came.Sub(asked), m.retryAfter))
-	}
-	m.calls[user] = append(m.calls[user], came)
-	n := len(m.calls[user])
-	m.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	if n <= m.limited {
-		w.Header().Set("Retry-After", fmt.Sprint(int(m.retryAfter.Seconds())))
-		m.mu.Lock()
-		m.last[user] = time.Now() // the wait counts from the answer
-		m.mu.Unlock()
-		w.WriteHeader(http.StatusTooManyRequests)
-		_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)
-		return
-	}
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": "hello: " + user}, "finish_reason": "stop"}},
-		"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 5},
-	})
-}
-
-// callsOf returns when each request of the conversation of user came.
-func (m *throttledChat) callsOf(user string) []time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]time.Time(nil), m.calls[user]...)
-}
-
-func (m *throttledChat) earlyCalls() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]string(nil), m.early...)
+	return early
 }
 
 // TestRunsOutlastAProviderThatRateLimitsThem: through serve and the
@@ -103,9 +69,8 @@ func TestRunsOutlastAProviderThatRateLimitsThem(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	const token = "throttled-token"
-	model := newThrottledChat(t, limited, retryAfter)
-	host := model.srv.Listener.Addr().String()
-	cfg := providerServe{Token: token, Model: "openai", Addr: host, URL: "http://" + host + "/v1",
+	model := newThrottledModel(t, limited, retryAfter)
+	cfg := providerServe{Token: token, Model: "openai", Addr: model.Addr, URL: model.URL,
 		Config: "model: throttled-model", LogFormat: "json",
 		Tenant: "    model: openai\n    model_policy: {mode: retry, max_attempts: 1, backoff: 100ms, max_backoff: 1s}\n",
 	}.write(t, dir)
@@ -132,11 +97,11 @@ func TestRunsOutlastAProviderThatRateLimitsThem(t *testing.T) {
 		if done.Status != "completed" || done.Result == nil || done.Result.Content != fmt.Sprintf("hello: question %d", i) {
 			t.Fatalf("run %s: %s, result %+v, failure %+v", r.ID, done.Status, done.Result, done.Failure)
 		}
-		if calls := model.callsOf(fmt.Sprintf("question %d", i)); len(calls) != limited+1 {
+		if calls := conversation(model, fmt.Sprintf("question %d", i)); len(calls) != limited+1 {
 			t.Errorf("run %s: the server saw %d requests, want %d (%d answered 429)", r.ID, len(calls), limited+1, limited)
 		}
 	}
-	if early := model.earlyCalls(); len(early) > 0 {
+	if early := earlyRetries(model, retryAfter); len(early) > 0 {
 		t.Fatalf("%d requests came earlier than the server asked:\n%s", len(early), strings.Join(early, "\n"))
 	}
 
