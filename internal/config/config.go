@@ -77,7 +77,10 @@ type Config struct {
 	PluginCallPath string
 
 	Plugins map[string]Plugin
-	Tenants map[string]Tenant
+	// MCPServers are the MCP servers whose tools tenants and agents may
+	// name (mcp_servers), by name.
+	MCPServers map[string]MCPServer
+	Tenants    map[string]Tenant
 }
 
 // The plugin call paths (host.CallPath).
@@ -242,6 +245,9 @@ type Tenant struct {
 	Builder       string
 	Model         string
 	ToolExecutors []string
+	// MCPServers lists the MCP servers (mcp_servers) whose every tool the
+	// tenant's top-level form (its agent "default") may call.
+	MCPServers []string
 	// Tools overrides, by tool name, what describe says of a tool.
 	Tools       map[string]ToolOverride
 	ModelPolicy loop.Policy
@@ -311,14 +317,75 @@ type Agent struct {
 // AgentTool is one entry of an agent's tools, with the operator's word on
 // it: every tool of an executor plugin (Tool ""), or one of them; or
 // (Agent set, Plugin "") another agent of the tenant, called as a tool
-// named after it, each call a child Run of that agent. Other kinds of
-// entries (MCP tools) are for later; each will be told apart by its key.
+// named after it, each call a child Run of that agent; or (MCP set) every
+// tool of an MCP server of mcp_servers, or (Tool set) one of them, by the
+// server's own name for it. Each kind is told apart by its key.
 type AgentTool struct {
 	Plugin string
 	Tool   string
 	Agent  string
+	MCP    string
 	ToolOverride
 }
+
+// MCPServer is one MCP server (mcp_servers.NAME) whose tools are carried
+// out by the host itself: reached over streamable HTTP at URL, or started
+// by the host as Command, speaking over its stdin and stdout. It is the
+// operator's: no tenant names a URL or a command. Its tools are offered
+// as NAME__TOOL.
+type MCPServer struct {
+	Name string
+	// URL is the streamable HTTP endpoint (http or https); "" for a
+	// stdio server.
+	URL string
+	// Headers are sent with every request: literal values (no secret may
+	// be written in the file), and values read at each connection from an
+	// environment variable (HeadersFromEnv: header → variable) or a file
+	// (HeadersFromFile: header → absolute path, trailing white space
+	// trimmed). Header names are lowercase.
+	Headers         map[string]string
+	HeadersFromEnv  map[string]string
+	HeadersFromFile map[string]string
+	// Command is the stdio server's program and arguments; nil for an
+	// HTTP server. Env is its whole environment besides PATH, HOME and
+	// the like (mcptool.BaseEnv): literal values, and (EnvFromEnv: name →
+	// variable of the host) values passed on from the host's. Names keep
+	// their case. Dir is its working directory (absolute; "" is the
+	// config file's directory).
+	Command    []string
+	Env        map[string]string
+	EnvFromEnv map[string]string
+	Dir        string
+	// CallTimeout bounds one request to the server (listing tools, a
+	// plain tool call, a poll of a task).
+	CallTimeout time.Duration
+	// TaskTTL is how long a task-augmented call asks the server to keep
+	// its task.
+	TaskTTL time.Duration
+	// MaxResultBytes bounds the text a tool call's result gives the
+	// model; past it the text is cut.
+	MaxResultBytes int
+	// Backoff is the wait before the first reconnection (or restart of a
+	// stdio server), doubled at each failure up to MaxBackoff.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+}
+
+// Stdio reports whether the server is a stdio one (Command set).
+func (s MCPServer) Stdio() bool { return len(s.Command) > 0 }
+
+// The defaults of an MCP server's keys.
+var (
+	DefaultMCPCallTimeout    = 60 * time.Second
+	DefaultMCPTaskTTL        = 24 * time.Hour
+	DefaultMCPMaxResultBytes = 256 << 10
+	DefaultMCPBackoff        = 500 * time.Millisecond
+	DefaultMCPMaxBackoff     = 30 * time.Second
+)
+
+// MCPToolSeparator joins an MCP server's name and its tool's name in the
+// name agents see: NAME__TOOL.
+const MCPToolSeparator = "__"
 
 // ToolPolicy returns the policy of tool, which entry brought in, given
 // whether the tool declares itself idempotent: the entry's policy, else
@@ -352,6 +419,18 @@ func (a Agent) Plugins() []string {
 		}
 	}
 	return ids
+}
+
+// MCPServers returns the names of the MCP servers the agent's tools name,
+// without repeats, in the order listed.
+func (a Agent) MCPServers() []string {
+	var names []string
+	for _, t := range a.Tools {
+		if t.MCP != "" && !slices.Contains(names, t.MCP) {
+			names = append(names, t.MCP)
+		}
+	}
+	return names
 }
 
 func toolPlugins(tools []AgentTool) []string {

@@ -60,7 +60,7 @@ var (
 	}
 	policyKeys = []string{"mode", "max_attempts", "backoff", "max_backoff", "max_rate_limited_attempts", "max_retry_after"}
 	tenantKeys = []string{
-		"tokens_sha256", "builder", "model", "tool_executors", "history_runs", "max_agent_depth",
+		"tokens_sha256", "builder", "model", "tool_executors", "mcp_servers", "history_runs", "max_agent_depth",
 		"quotas.max_active_runs", "quotas.max_inflight_effects", "quotas.token_budget", "quotas.max_stored_bytes", "quotas.max_concurrent_reads",
 		"rate_limits.requests.per_second", "rate_limits.requests.burst",
 		"rate_limits.submissions.per_second", "rate_limits.submissions.burst",
@@ -78,7 +78,11 @@ var (
 		"limits.run_timeout", "limits.wait_timeout", "limits.effect_timeout",
 	}
 	// agentToolKeys are the keys of one entry of an agent's tools.
-	agentToolKeys = []string{"plugin", "tool", "agent", "approval"}
+	agentToolKeys = []string{"plugin", "tool", "agent", "mcp", "approval"}
+	// mcpKeys are the keys of mcp_servers.NAME; its header and env maps
+	// are free (mcpFreeMaps), its command a list.
+	mcpKeys     = []string{"url", "command", "dir", "call_timeout", "task_ttl", "max_result_bytes", "backoff", "max_backoff"}
+	mcpFreeMaps = []string{"headers", "headers_from_env", "headers_from_file", "env", "env_from_env"}
 )
 
 func init() {
@@ -138,6 +142,11 @@ func Parse(name string, data []byte) (*Config, error) {
 	for id := range mapAt(v.AllSettings(), "plugins") {
 		for _, k := range pluginKeys {
 			_ = v.BindEnv("plugins." + id + "." + k)
+		}
+	}
+	for name := range mapAt(v.AllSettings(), "mcp_servers") {
+		for _, k := range mcpKeys {
+			_ = v.BindEnv("mcp_servers." + name + "." + k)
 		}
 	}
 	for id, raw := range mapAt(v.AllSettings(), "tenants") {
@@ -275,9 +284,10 @@ func (d *decoder) decode(all map[string]any) *Config {
 	for _, id := range d.ids(all, "plugins") {
 		c.Plugins[id] = d.plugin(id, all["plugins"].(map[string]any)[id])
 	}
+	c.MCPServers = d.mcpServers(all)
 	c.Tenants = map[string]Tenant{}
 	for _, id := range d.ids(all, "tenants") {
-		c.Tenants[id] = d.tenant(id, all["tenants"].(map[string]any)[id], c.Plugins)
+		c.Tenants[id] = d.tenant(id, all["tenants"].(map[string]any)[id], c.Plugins, c.MCPServers)
 	}
 	if len(c.Tenants) == 0 {
 		d.problem("tenants", "no tenant is declared: add at least one under tenants (see config.example.yaml)")
@@ -477,7 +487,7 @@ func (d *decoder) plugin(id string, raw any) Plugin {
 	return p
 }
 
-func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
+func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin, servers map[string]MCPServer) Tenant {
 	m := raw.(map[string]any)
 	k := "tenants." + id + "."
 	t := Tenant{ID: id}
@@ -538,6 +548,15 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 		seen[pid] = true
 		d.reference(k+"tool_executors", pid, abi.RoleExecutor, plugins, true)
 	}
+	t.MCPServers = d.stringsAt(m, k, "mcp_servers")
+	seenServers := map[string]bool{}
+	for _, name := range t.MCPServers {
+		if seenServers[name] {
+			d.problem(k+"mcp_servers", "server %q is listed twice", name)
+		}
+		seenServers[name] = true
+		d.mcpReference(k+"mcp_servers", name, servers)
+	}
 	if mp := d.policy(m, k+"model_policy", "model_policy", loop.DefaultModelPolicy); mp != nil {
 		t.ModelPolicy = *mp
 	} else {
@@ -563,7 +582,7 @@ func (d *decoder) tenant(id string, raw any, plugins map[string]Plugin) Tenant {
 			t.Tools[name] = d.toolOverride(om, tk)
 		}
 	}
-	d.agents(m, k, &t, hasAgents, plugins)
+	d.agents(m, k, &t, hasAgents, plugins, servers)
 	d.agentCalls(k, &t)
 	return t
 }
@@ -622,7 +641,7 @@ func (d *decoder) agentCalls(k string, t *Tenant) {
 // agent of the top-level form: always without an agents block, and beside
 // one when the top-level model is set. (An empty agents block is no block:
 // viper drops it, and the top-level model is then required.)
-func (d *decoder) agents(m map[string]any, k string, t *Tenant, hasAgents bool, plugins map[string]Plugin) {
+func (d *decoder) agents(m map[string]any, k string, t *Tenant, hasAgents bool, plugins map[string]Plugin, servers map[string]MCPServer) {
 	t.Agents = map[string]Agent{}
 	if hasAgents {
 		am, ok := m["agents"].(map[string]any)
@@ -641,7 +660,7 @@ func (d *decoder) agents(m map[string]any, k string, t *Tenant, hasAgents bool, 
 				d.problem(ak, "want a map (instructions, builder, model, tools...), got %s", typeName(am[name]))
 				continue
 			}
-			t.Agents[name] = d.agent(ak+".", name, raw, t, plugins)
+			t.Agents[name] = d.agent(ak+".", name, raw, t, plugins, servers)
 		}
 	}
 	topLevel := !hasAgents || t.Model != ""
@@ -657,16 +676,19 @@ func (d *decoder) agents(m map[string]any, k string, t *Tenant, hasAgents bool, 
 		for _, pid := range t.ToolExecutors {
 			def.Tools = append(def.Tools, AgentTool{Plugin: pid})
 		}
+		for _, name := range t.MCPServers {
+			def.Tools = append(def.Tools, AgentTool{MCP: name})
+		}
 		t.Agents[DefaultAgent] = def
-	case len(t.ToolExecutors) > 0 || len(t.Tools) > 0:
-		d.problem(k+"model", "is not set, but the tenant's top-level tool_executors or tools are: the top-level model, tool_executors and tools define the agent %q. "+
-			"Set model too, or move tool_executors and tools into one of the agents under agents", DefaultAgent)
+	case len(t.ToolExecutors) > 0 || len(t.Tools) > 0 || len(t.MCPServers) > 0:
+		d.problem(k+"model", "is not set, but the tenant's top-level tool_executors or tools are (or mcp_servers): the top-level model, tool_executors, mcp_servers and tools define the agent %q. "+
+			"Set model too, or move them into one of the agents under agents (mcp_servers as tools entries {mcp: NAME})", DefaultAgent)
 	}
 }
 
 // agent decodes one agent at key k (ending in "."); the tenant's builder,
 // limits, history_runs and model_policy are the defaults of its own.
-func (d *decoder) agent(k, name string, m map[string]any, t *Tenant, plugins map[string]Plugin) Agent {
+func (d *decoder) agent(k, name string, m map[string]any, t *Tenant, plugins map[string]Plugin, servers map[string]MCPServer) Agent {
 	a := Agent{Name: name}
 	a.Description = d.strAt(m, k, "description", "")
 	a.Instructions = d.strAt(m, k, "instructions", "")
@@ -718,7 +740,7 @@ func (d *decoder) agent(k, name string, m map[string]any, t *Tenant, plugins map
 			a.Settings = sm
 		}
 	}
-	a.Tools = d.agentTools(k+"tools", m, plugins)
+	a.Tools = d.agentTools(k+"tools", m, plugins, servers)
 	a.Limits = Limits{
 		MaxSteps:             d.integerAt(m, k, "limits.max_steps", t.Limits.MaxSteps, 0),
 		MaxToolCallsPerStep:  d.integerAt(m, k, "limits.max_tool_calls_per_step", t.Limits.MaxToolCallsPerStep, 0),
@@ -744,15 +766,17 @@ func (d *decoder) agent(k, name string, m map[string]any, t *Tenant, plugins map
 }
 
 // agentTools decodes an agent's tools list at key: each entry names an
-// executor plugin, and one of its tools or (without tool) all of them.
-func (d *decoder) agentTools(key string, m map[string]any, plugins map[string]Plugin) []AgentTool {
+// executor plugin, and one of its tools or (without tool) all of them;
+// another agent of the tenant; or an MCP server, and one of its tools or
+// all of them.
+func (d *decoder) agentTools(key string, m map[string]any, plugins map[string]Plugin, servers map[string]MCPServer) []AgentTool {
 	raw, ok := lookup(m, "tools")
 	if !ok {
 		return nil
 	}
 	list, ok := raw.([]any)
 	if !ok {
-		d.problem(key, "want a list of tools, each {plugin: ID} for every tool of an executor plugin, {plugin: ID, tool: NAME} for one, or {agent: NAME} for another agent, got %s", typeName(raw))
+		d.problem(key, "want a list of tools, each {plugin: ID} for every tool of an executor plugin, {plugin: ID, tool: NAME} for one, {agent: NAME} for another agent, or {mcp: SERVER} for every tool of an MCP server, got %s", typeName(raw))
 		return nil
 	}
 	var out []AgentTool
@@ -763,15 +787,16 @@ func (d *decoder) agentTools(key string, m map[string]any, plugins map[string]Pl
 		ek := fmt.Sprintf("%s[%d]", key, i)
 		em, ok := e.(map[string]any)
 		if !ok {
-			d.problem(ek, "want a map such as {plugin: calculator} or {plugin: calculator, tool: calculate}, got %s", typeName(e))
+			d.problem(ek, "want a map such as {plugin: calculator}, {plugin: calculator, tool: calculate} or {mcp: SERVER}, got %s", typeName(e))
 			continue
 		}
 		d.unknownKeys(ek+".", em, tree(agentToolKeys))
-		at := AgentTool{Plugin: d.strAt(em, ek+".", "plugin", ""), Tool: d.strAt(em, ek+".", "tool", ""), Agent: d.strAt(em, ek+".", "agent", "")}
+		at := AgentTool{Plugin: d.strAt(em, ek+".", "plugin", ""), Tool: d.strAt(em, ek+".", "tool", ""), Agent: d.strAt(em, ek+".", "agent", ""),
+			MCP: d.strAt(em, ek+".", "mcp", "")}
 		if at.Agent != "" {
 			switch {
-			case at.Plugin != "" || at.Tool != "":
-				d.problem(ek, "names agent %q and a plugin or tool: an entry is either {agent: NAME} (another agent of the tenant, called as a tool) or {plugin: ID[, tool: NAME]}", at.Agent)
+			case at.Plugin != "" || at.Tool != "" || at.MCP != "":
+				d.problem(ek, "names agent %q and a plugin or tool (or an MCP server): an entry is either {agent: NAME} (another agent of the tenant, called as a tool), {plugin: ID[, tool: NAME]} or {mcp: SERVER[, tool: NAME]}", at.Agent)
 			case agents[at.Agent]:
 				d.problem(ek, "lists agent %q again", at.Agent)
 			}
@@ -780,26 +805,42 @@ func (d *decoder) agentTools(key string, m map[string]any, plugins map[string]Pl
 			out = append(out, at)
 			continue
 		}
-		if at.Plugin == "" {
-			d.problem(ek+".plugin", "is required: the ID of the executor plugin whose tools the agent may call (or set agent: NAME to call another agent of the tenant)")
-			continue
-		}
-		d.reference(ek+".plugin", at.Plugin, abi.RoleExecutor, plugins, true)
+		// source keys the dedupe maps: the plugin's ID, or the MCP
+		// server's name apart from them.
+		source, what := at.Plugin, "plugin"
 		switch {
-		case at.Tool == "" && (whole[at.Plugin] || single[at.Plugin]):
-			d.problem(ek, "lists plugin %q again: list it once, without tool for all its tools or with tool for each one", at.Plugin)
-		case at.Tool != "" && !abi.ValidToolName(at.Tool):
+		case at.MCP != "" && at.Plugin != "":
+			d.problem(ek, "names plugin %q and MCP server %q: an entry is either {plugin: ID[, tool: NAME]} or {mcp: SERVER[, tool: NAME]}; split it in two", at.Plugin, at.MCP)
+			continue
+		case at.MCP != "":
+			source, what = "mcp\x00"+at.MCP, "MCP server"
+			if !d.mcpReference(ek+".mcp", at.MCP, servers) {
+				continue
+			}
+		case at.Plugin == "":
+			d.problem(ek+".plugin", "is required: the ID of the executor plugin whose tools the agent may call (or set agent: NAME to call another agent of the tenant, or mcp: SERVER for the tools of an MCP server)")
+			continue
+		default:
+			d.reference(ek+".plugin", at.Plugin, abi.RoleExecutor, plugins, true)
+		}
+		name := at.Plugin + at.MCP
+		switch {
+		case at.Tool == "" && (whole[source] || single[source]):
+			d.problem(ek, "lists %s %q again: list it once, without tool for all its tools or with tool for each one", what, name)
+		case at.Tool != "" && at.MCP == "" && !abi.ValidToolName(at.Tool):
 			d.problem(ek+".tool", "%q is not a valid tool name", at.Tool)
-		case at.Tool != "" && whole[at.Plugin]:
-			d.problem(ek, "lists tool %q of plugin %q, whose every tool is listed already (without tool): keep one of the two", at.Tool, at.Plugin)
-		case at.Tool != "" && single[at.Plugin+"\x00"+at.Tool]:
-			d.problem(ek, "lists tool %q of plugin %q again", at.Tool, at.Plugin)
+		case at.Tool != "" && at.MCP != "" && (strings.TrimSpace(at.Tool) == "" || len(at.Tool) > maxMCPToolNameBytes):
+			d.problem(ek+".tool", "%q is not a tool name an MCP server can offer: the server's own name of the tool, 1 to %d bytes (without the %s%s prefix)", truncate(at.Tool), maxMCPToolNameBytes, at.MCP, MCPToolSeparator)
+		case at.Tool != "" && whole[source]:
+			d.problem(ek, "lists tool %q of %s %q, whose every tool is listed already (without tool): keep one of the two", at.Tool, what, name)
+		case at.Tool != "" && single[source+"\x00"+at.Tool]:
+			d.problem(ek, "lists tool %q of %s %q again", at.Tool, what, name)
 		}
 		if at.Tool == "" {
-			whole[at.Plugin] = true
+			whole[source] = true
 		} else {
-			single[at.Plugin] = true
-			single[at.Plugin+"\x00"+at.Tool] = true
+			single[source] = true
+			single[source+"\x00"+at.Tool] = true
 		}
 		at.ToolOverride = d.toolOverride(em, ek)
 		out = append(out, at)
@@ -1216,6 +1257,7 @@ func schemaTree() *node {
 	tenant.children["agents"] = &node{each: agent}
 	root.children["plugins"] = &node{each: plugin}
 	root.children["tenants"] = &node{each: tenant}
+	root.children["mcp_servers"] = &node{each: mcpSchema()}
 	return root
 }
 

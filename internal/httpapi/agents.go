@@ -51,6 +51,9 @@ type AgentToolJSON struct {
 	// Agent is set on an agent tool: the agent of the tenant each call
 	// runs as, in a child Run.
 	Agent string `json:"agent,omitempty"`
+	// MCP is set on a tool of an MCP server: the server (mcp_servers)
+	// that carries it out.
+	MCP string `json:"mcp,omitempty"`
 	// Approval is "always" when a call waits for a person, else "never".
 	Approval   string `json:"approval"`
 	Idempotent bool   `json:"idempotent,omitempty"`
@@ -75,8 +78,9 @@ type AgentListJSON struct {
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, _ *http.Request, tenant string) error {
-	out := AgentListJSON{Agents: make([]AgentJSON, 0, len(s.cfg.Agents[tenant]))}
-	for _, a := range s.cfg.Agents[tenant] {
+	agents := s.agentsOf(tenant)
+	out := AgentListJSON{Agents: make([]AgentJSON, 0, len(agents))}
+	for _, a := range agents {
 		a.Instructions = "" // GET /v1/agents/{name} has them
 		out.Agents = append(out.Agents, a)
 	}
@@ -86,7 +90,7 @@ func (s *Server) listAgents(w http.ResponseWriter, _ *http.Request, tenant strin
 
 func (s *Server) getAgent(w http.ResponseWriter, r *http.Request, tenant string) error {
 	name := r.PathValue("name")
-	for _, a := range s.cfg.Agents[tenant] {
+	for _, a := range s.agentsOf(tenant) {
 		if a.Name == name {
 			writeJSON(w, http.StatusOK, a)
 			return nil
@@ -95,11 +99,20 @@ func (s *Server) getAgent(w http.ResponseWriter, r *http.Request, tenant string)
 	return s.agentNotFound(tenant, name)
 }
 
+// agentsOf returns the tenant's agents as they are now.
+func (s *Server) agentsOf(tenant string) []AgentJSON {
+	if s.cfg.AgentsOf != nil {
+		return s.cfg.AgentsOf(tenant)
+	}
+	return s.cfg.Agents[tenant]
+}
+
 // agentNotFound answers 404 agent_not_found for a name the tenant has no
 // agent of, naming the agents it has.
 func (s *Server) agentNotFound(tenant, name string) *apiError {
-	names := make([]string, 0, len(s.cfg.Agents[tenant]))
-	for _, a := range s.cfg.Agents[tenant] {
+	agents := s.agentsOf(tenant)
+	names := make([]string, 0, len(agents))
+	for _, a := range agents {
 		names = append(names, a.Name)
 	}
 	known := "it has none"

@@ -95,6 +95,10 @@ type Config struct {
 	// GET /v1/agents and the agent_not_found message; a tenant without an
 	// entry lists none.
 	Agents map[string][]AgentJSON
+	// AgentsOf, when set, is used instead of Agents: a tenant's agents as
+	// they are now (an agent with tools of an MCP server changes when the
+	// server's tools do).
+	AgentsOf func(tenant string) []AgentJSON
 	// OnLimit is called with the limit (the Limit… constants, or a
 	// quota's error code) and the tenant ("" when there is none) of every
 	// request a limit refuses or cuts short, for the metrics. Default:

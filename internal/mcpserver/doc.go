@@ -49,7 +49,8 @@
 //
 // The SDK's types lack the fields of tasks, so three messages are edited
 // as JSON: the "task" of a tools/call's params is moved into its _meta
-// before the SDK decodes it (taskMetaKey), the initialize result gains
+// before the SDK decodes it (mcptasks.LiftRequestTasks, which the client
+// side shares; the task types are mcptasks' too), the initialize result gains
 // capabilities.tasks, and each tool of tools/list gains
 // execution.taskSupport "optional". The server speaks the revisions up to
 // 2025-11-25, whose tasks these are; a client asking for a later one is

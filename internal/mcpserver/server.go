@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agenthost/agenthost/internal/mcptasks"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -195,7 +196,7 @@ func (h *Handler) ServeTenant(w http.ResponseWriter, r *http.Request, tenant str
 		if err != nil {
 			return fmt.Errorf("mcpserver: read the request body: %w", err)
 		}
-		body = moveTaskParams(body)
+		body = mcptasks.LiftRequestTasks(body)
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	}
 	ctx := context.WithValue(r.Context(), tenantKey{}, tenant)

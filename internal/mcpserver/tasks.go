@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agenthost/agenthost/internal/mcptasks"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -18,76 +19,6 @@ import (
 // The tasks of MCP revision 2025-11-25
 // (https://modelcontextprotocol.io/specification/2025-11-25/basic/utilities/tasks),
 // for tools/call, on the SDK's hooks.
-
-// taskMetaKey is where moveTaskParams puts a tools/call's "task" param,
-// in its _meta, which the SDK keeps: the SDK drops params it does not
-// know.
-const taskMetaKey = "agenthost/task-request"
-
-// moveTaskParams moves the "task" param of a tools/call request (of a
-// message, or of each message of a batch) into the params' _meta under
-// taskMetaKey, and returns the body; a body that is not such JSON is
-// returned as it is, for the SDK to answer.
-func moveTaskParams(body []byte) []byte {
-	if !strings.Contains(string(body), `"task"`) {
-		return body
-	}
-	var batch []json.RawMessage
-	if json.Unmarshal(body, &batch) == nil {
-		changed := false
-		for i, m := range batch {
-			if moved, ok := moveTaskParam(m); ok {
-				batch[i], changed = moved, true
-			}
-		}
-		if !changed {
-			return body
-		}
-		out, err := json.Marshal(batch)
-		if err != nil {
-			return body
-		}
-		return out
-	}
-	if moved, ok := moveTaskParam(body); ok {
-		return moved
-	}
-	return body
-}
-
-func moveTaskParam(msg []byte) ([]byte, bool) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(msg, &m) != nil {
-		return nil, false
-	}
-	var method string
-	if json.Unmarshal(m["method"], &method) != nil || method != "tools/call" {
-		return nil, false
-	}
-	var params map[string]json.RawMessage
-	if json.Unmarshal(m["params"], &params) != nil {
-		return nil, false
-	}
-	task, ok := params["task"]
-	if !ok {
-		return nil, false
-	}
-	meta := map[string]json.RawMessage{}
-	if raw, ok := params["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
-		return nil, false
-	}
-	meta[taskMetaKey] = task
-	delete(params, "task")
-	var err error
-	if params["_meta"], err = json.Marshal(meta); err != nil {
-		return nil, false
-	}
-	if m["params"], err = json.Marshal(params); err != nil {
-		return nil, false
-	}
-	out, err := json.Marshal(m)
-	return out, err == nil
-}
 
 // tasksCapability is the server's capabilities.tasks: tools/call takes a
 // task; tasks can be listed and cancelled.
@@ -169,8 +100,7 @@ func (ts *tenantServer) tasksMiddleware(next mcp.MethodHandler) mcp.MethodHandle
 			return withField(res, taskSupport, "execution", "tools", "*")
 		case "tools/call":
 			if call, ok := req.(*mcp.CallToolRequest); ok && call.Params != nil {
-				if _, asked := call.Params.Meta[taskMetaKey]; asked {
-					delete(call.Params.Meta, taskMetaKey)
+				if _, asked := mcptasks.RequestedTask(call.Params); asked {
 					return ts.createTask(ctx, call)
 				}
 			}
@@ -179,51 +109,11 @@ func (ts *tenantServer) tasksMiddleware(next mcp.MethodHandler) mcp.MethodHandle
 	}
 }
 
-// taskJSON is a task (2025-11-25: Task).
-type taskJSON struct {
-	TaskID        string `json:"taskId"`
-	Status        string `json:"status"`
-	StatusMessage string `json:"statusMessage,omitempty"`
-	CreatedAt     string `json:"createdAt"`
-	LastUpdatedAt string `json:"lastUpdatedAt"`
-	// TTL is null: a Run is kept (its log may be pruned, its snapshot
-	// with its result is not).
-	TTL          *int64 `json:"ttl"`
-	PollInterval int64  `json:"pollInterval,omitempty"`
-}
-
-// The task statuses.
-const (
-	taskWorking       = "working"
-	taskInputRequired = "input_required"
-	taskCompleted     = "completed"
-	taskFailed        = "failed"
-	taskCancelled     = "cancelled"
-)
-
-// createTaskResult answers a tools/call made as a task (CreateTaskResult).
-type createTaskResult struct {
-	mcp.ResultBase
-	Task taskJSON `json:"task"`
-}
-
-// taskResult answers tasks/get and tasks/cancel (the Task's fields).
-type taskResult struct {
-	mcp.ResultBase
-	taskJSON
-}
-
 // taskListResult answers tasks/list.
 type taskListResult struct {
 	mcp.ResultBase
-	Tasks      []taskJSON `json:"tasks"`
-	NextCursor string     `json:"nextCursor,omitempty"`
-}
-
-// taskParams are the params of tasks/get, tasks/result and tasks/cancel.
-type taskParams struct {
-	mcp.ParamsBase
-	TaskID string `json:"taskId"`
+	Tasks      []mcptasks.Task `json:"tasks"`
+	NextCursor string          `json:"nextCursor,omitempty"`
 }
 
 // listParams are the params of tasks/list.
@@ -246,7 +136,7 @@ func (ts *tenantServer) createTask(ctx context.Context, call *mcp.CallToolReques
 	if err != nil {
 		return nil, ts.refusal("submit a Run", err)
 	}
-	return &createTaskResult{Task: ts.task(run)}, nil
+	return &mcptasks.CreateTaskResult{Task: ts.task(run)}, nil
 }
 
 // refusal is a Backend's error as a JSON-RPC error: a refusal says what
@@ -272,14 +162,14 @@ func (ts *tenantServer) addTaskMethods() {
 			panic(err) // a name the SDK knows: a bug of this package
 		}
 	}
-	must(mcp.AddReceivingCustomMethod(ts.server, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*taskResult, error) {
+	must(mcp.AddReceivingCustomMethod(ts.server, mcptasks.MethodGet, func(ctx context.Context, _ *mcp.ServerSession, p *mcptasks.TaskParams) (*mcptasks.TaskResult, error) {
 		run, err := ts.loadTask(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		return &taskResult{taskJSON: ts.task(run)}, nil
+		return &mcptasks.TaskResult{Task: ts.task(run)}, nil
 	}))
-	must(mcp.AddReceivingCustomMethod(ts.server, "tasks/result", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*mcp.CallToolResult, error) {
+	must(mcp.AddReceivingCustomMethod(ts.server, mcptasks.MethodResult, func(ctx context.Context, ss *mcp.ServerSession, p *mcptasks.TaskParams) (*mcp.CallToolResult, error) {
 		run, err := ts.loadTask(ctx, p)
 		if err != nil {
 			return nil, err
@@ -292,7 +182,7 @@ func (ts *tenantServer) addTaskMethods() {
 		res.Meta = mcp.Meta{relatedTaskKey: map[string]string{"taskId": end.ID}, runMetaKey: end.ID}
 		return res, nil
 	}))
-	must(mcp.AddReceivingCustomMethod(ts.server, "tasks/cancel", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*taskResult, error) {
+	must(mcp.AddReceivingCustomMethod(ts.server, mcptasks.MethodCancel, func(ctx context.Context, _ *mcp.ServerSession, p *mcptasks.TaskParams) (*mcptasks.TaskResult, error) {
 		run, err := ts.loadTask(ctx, p)
 		if err != nil {
 			return nil, err
@@ -307,7 +197,7 @@ func (ts *tenantServer) addTaskMethods() {
 		if err != nil {
 			return nil, ts.refusal("cancel run "+run.ID, err)
 		}
-		return &taskResult{taskJSON: ts.task(cur)}, nil
+		return &mcptasks.TaskResult{Task: ts.task(cur)}, nil
 	}))
 	must(mcp.AddReceivingCustomMethod(ts.server, "tasks/list", func(ctx context.Context, _ *mcp.ServerSession, p *listParams) (*taskListResult, error) {
 		cursor := ""
@@ -321,7 +211,7 @@ func (ts *tenantServer) addTaskMethods() {
 		if err != nil {
 			return nil, ts.refusal("list tasks", err)
 		}
-		out := &taskListResult{Tasks: make([]taskJSON, 0, len(runs)), NextCursor: next}
+		out := &taskListResult{Tasks: make([]mcptasks.Task, 0, len(runs)), NextCursor: next}
 		for _, run := range runs {
 			out.Tasks = append(out.Tasks, ts.task(run))
 		}
@@ -331,7 +221,7 @@ func (ts *tenantServer) addTaskMethods() {
 
 // loadTask reads the task's Run from the store. An unknown ID and
 // another tenant's answer the same error.
-func (ts *tenantServer) loadTask(ctx context.Context, p *taskParams) (loop.Run, error) {
+func (ts *tenantServer) loadTask(ctx context.Context, p *mcptasks.TaskParams) (loop.Run, error) {
 	if p == nil || p.TaskID == "" {
 		return loop.Run{}, invalidParams("params need \"taskId\": the ID of a task (a Run's ID)")
 	}
@@ -350,26 +240,26 @@ func (ts *tenantServer) loadTask(ctx context.Context, p *taskParams) (loop.Run, 
 }
 
 // task is a Run as a task.
-func (ts *tenantServer) task(run loop.Run) taskJSON {
-	return taskJSON{TaskID: run.ID, Status: taskStatus(run), StatusMessage: statusMessage(run),
+func (ts *tenantServer) task(run loop.Run) mcptasks.Task {
+	return mcptasks.Task{TaskID: run.ID, Status: taskStatus(run), StatusMessage: statusMessage(run),
 		CreatedAt: rfc3339(run.CreatedAt), LastUpdatedAt: rfc3339(run.UpdatedAt), PollInterval: ts.h.cfg.PollInterval.Milliseconds()}
 }
 
 // taskStatus is the task status of a Run's.
-func taskStatus(run loop.Run) string {
+func taskStatus(run loop.Run) mcptasks.Status {
 	switch run.Status {
 	case loop.StatusCompleted:
-		return taskCompleted
+		return mcptasks.StatusCompleted
 	case loop.StatusFailed:
-		return taskFailed
+		return mcptasks.StatusFailed
 	case loop.StatusCancelled:
-		return taskCancelled
+		return mcptasks.StatusCancelled
 	case loop.StatusWaiting:
 		if w := runtime.WaitingFor(run); len(w.Approvals) > 0 || w.Input != nil {
-			return taskInputRequired
+			return mcptasks.StatusInputRequired
 		}
 	}
-	return taskWorking
+	return mcptasks.StatusWorking
 }
 
 // statusMessage says where the Run stands, and, while it waits for a

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agenthost/agenthost/internal/mcptasks"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -305,7 +306,7 @@ var (
 )
 
 // relatedTaskKey names, in a message's _meta, the task it belongs to.
-const relatedTaskKey = "io.modelcontextprotocol/related-task"
+const relatedTaskKey = mcptasks.RelatedTaskKey
 
 // askFor asks the client, by elicitation, for what the waiting Run waits
 // for (each thing once: asked remembers), and gives the Run the answers.

@@ -23,8 +23,9 @@ const versionHexDigits = 12
 
 // agentDefinition is what an agent's version is the hash of: everything
 // that decides how its Runs run, resolved (the tools as their plugins
-// describe them, with the config's overrides applied), with each plugin
-// named by its ID and the sha256 of its file. Its JSON is deterministic:
+// describe them, or their MCP servers list them, with the config's
+// overrides applied), with each plugin named by its ID and the sha256 of
+// its file (an MCP server by "mcp/NAME", without a hash). Its JSON is deterministic:
 // struct fields in order, map keys sorted, tools sorted by name. A
 // plugin's own config (its config_get values) is not in it: it is the
 // plugin's, not the agent's, and may hold secrets that rotate. The output
@@ -103,8 +104,12 @@ func agentJSON(a config.Agent, ra *runtime.Agent, sources []string) httpapi.Agen
 		HistoryRuns: ra.HistoryRuns,
 	}
 	for i, tl := range ra.Tools {
-		j.Tools = append(j.Tools, httpapi.AgentToolJSON{Name: tl.Spec.Name, Description: tl.Descriptor.Description, Plugin: sources[i],
-			Agent: tl.Spec.Agent, Approval: string(tl.Descriptor.Approval), Idempotent: tl.Descriptor.Idempotent})
+		tj := httpapi.AgentToolJSON{Name: tl.Spec.Name, Description: tl.Descriptor.Description, Plugin: sources[i],
+			Agent: tl.Spec.Agent, Approval: string(tl.Descriptor.Approval), Idempotent: tl.Descriptor.Idempotent}
+		if server, ok := strings.CutPrefix(sources[i], mcpSourcePrefix); ok {
+			tj.Plugin, tj.MCP = "", server
+		}
+		j.Tools = append(j.Tools, tj)
 	}
 	return j
 }

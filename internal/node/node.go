@@ -23,6 +23,7 @@ import (
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/internal/config"
 	"github.com/agenthost/agenthost/internal/httpapi"
+	"github.com/agenthost/agenthost/internal/mcptool"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/pgstore"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -40,10 +41,17 @@ type System struct {
 	// its model.
 	budgets map[string]*budget.Budget
 	runtime *runtime.Runtime
-	tenants runtime.TenantMap
-	// agents are each tenant's agents as the API shows them.
-	agents map[string][]httpapi.AgentJSON
-	log    *slog.Logger
+	// tenants are the tenants as the runtime sees them now: built at Open,
+	// and again for the tenants that use an MCP server when its tools
+	// change (mcp.go), with each tenant's agents as the API shows them.
+	tenants *liveTenants
+	// wired are each tenant's plugin adapters, which its rebuilds reuse.
+	wired map[string]*pluginAdapters
+	// mcp are the MCP servers the tenants use, connecting in the
+	// background; nil when none.
+	mcp *mcptool.Manager
+	cfg *config.Config
+	log *slog.Logger
 }
 
 // NewLogger returns the process logger the config asks for, writing to w.
@@ -86,6 +94,11 @@ func (w Wiring) builder(plugin string, b runtime.Builder) runtime.Builder {
 	return w.Builder(plugin, b)
 }
 
+// mcpStartWait bounds how long Open waits for the MCP servers' first
+// connections, so that the first Runs are offered the tools of the
+// servers that are up; one still unanswered then joins later.
+const mcpStartWait = 10 * time.Second
+
 // Open opens the store, loads the plugins of the given tenants (one
 // host: the per-tenant instance pools are the host's) and starts a runtime
 // over them, whose Hub is the host's event sink so that plugin emits reach
@@ -96,7 +109,7 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 	if missing := usedMissingFiles(cfg, tenantIDs); len(missing) > 0 {
 		return nil, errors.New(strings.Join(missing, "\n"))
 	}
-	s := &System{log: log, tenants: runtime.TenantMap{}, agents: map[string][]httpapi.AgentJSON{}}
+	s := &System{log: log, cfg: cfg, tenants: &liveTenants{}, wired: map[string]*pluginAdapters{}}
 	defer func() {
 		if err != nil {
 			s.Close(context.WithoutCancel(ctx))
@@ -126,8 +139,7 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 		}
 	}
 	for _, id := range tenantIDs {
-		t := cfg.Tenants[id]
-		for _, pid := range usedPlugins(t) {
+		for _, pid := range usedPlugins(cfg.Tenants[id]) {
 			if _, done := plugins[pid]; done {
 				continue
 			}
@@ -137,13 +149,20 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 			}
 			plugins[pid] = p
 		}
-		rt, shown, err := buildTenant(cfg, t, plugins, s.budgets, w)
-		if err != nil {
-			return nil, err
-		}
-		s.tenants[id], s.agents[id] = rt, shown
 	}
 	s.plugins = plugins
+	// The MCP servers connect in the background: one that is down holds
+	// nothing up, and its tools join the agents that name it once it is
+	// reached (mcpToolsChanged).
+	if servers := usedMCPServers(cfg, tenantIDs); len(servers) > 0 {
+		if s.mcp, err = mcptool.Start(servers, mcptool.Options{Logger: log, OnChange: s.mcpToolsChanged, Version: hostVersion()}); err != nil {
+			return nil, err
+		}
+		s.mcp.WaitTried(ctx, mcpStartWait)
+	}
+	if err := s.buildTenants(tenantIDs, w); err != nil {
+		return nil, err
+	}
 	s.runtime, err = runtime.New(runtime.Options{
 		Store: s.store, Tenants: s.tenants, Clock: runtime.SystemClock{}, Logger: log, Hub: hub,
 		Observer: w.Observer, WatchdogInterval: cfg.WatchdogInterval, LeaseTTL: cfg.LeaseTTL,
@@ -199,8 +218,11 @@ func (s *System) Store() runtime.Store { return s.store }
 func (s *System) Runtime() *runtime.Runtime { return s.runtime }
 
 // Agents returns the agents of each tenant as the API shows them
-// (GET /v1/agents), sorted by name.
-func (s *System) Agents() map[string][]httpapi.AgentJSON { return s.agents }
+// (GET /v1/agents) now, sorted by name.
+func (s *System) Agents() map[string][]httpapi.AgentJSON { return s.tenants.load().agents }
+
+// AgentsOf returns a tenant's agents as the API shows them now.
+func (s *System) AgentsOf(tenant string) []httpapi.AgentJSON { return s.tenants.load().agents[tenant] }
 
 // Close stops the runtime (leaving what is in flight to recovery), then
 // closes the host and the store.
@@ -217,6 +239,7 @@ func (s *System) closeWithin(ctx context.Context, grace time.Duration) error {
 		errs = append(errs, s.runtime.Stop(sctx))
 		cancel()
 	}
+	s.mcp.Close()
 	if s.host != nil {
 		errs = append(errs, s.host.Close(ctx))
 	}
@@ -276,9 +299,8 @@ func pluginSpec(p config.Plugin) host.PluginSpec {
 // buildTenant wires a tenant from its config and its loaded plugins: each
 // of its agents (buildAgent), and its own Builder, Model, Tools and rules
 // as its default agent's, when it has one.
-func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.Plugin, budgets map[string]*budget.Budget, w Wiring) (*runtime.Tenant, []httpapi.AgentJSON, error) {
+func buildTenant(cfg *config.Config, t config.Tenant, wired *pluginAdapters) (*runtime.Tenant, []httpapi.AgentJSON, error) {
 	rt := &runtime.Tenant{ID: t.ID, Agents: map[string]*runtime.Agent{}, MaxAgentDepth: t.MaxAgentDepth}
-	wired := &pluginAdapters{plugins: plugins, budgets: budgets, w: w, builders: map[string]runtime.Builder{}, executors: map[string]runtime.Executor{}}
 	shown := make([]httpapi.AgentJSON, 0, len(t.Agents))
 	for _, name := range sortedKeys(t.Agents) {
 		a, sources, err := buildAgent(cfg, t, t.Agents[name], wired)
@@ -297,13 +319,21 @@ func buildTenant(cfg *config.Config, t config.Tenant, plugins map[string]*host.P
 }
 
 // pluginAdapters makes one builder or executor adapter per plugin of a
-// tenant, which its agents share.
+// tenant, which its agents share, and hands out the tools of the MCP
+// servers.
 type pluginAdapters struct {
 	plugins   map[string]*host.Plugin
 	budgets   map[string]*budget.Budget // by plugin ID; nil for none
+	mcp       *mcptool.Manager          // nil when no tenant uses an MCP server
+	log       *slog.Logger
 	w         Wiring
 	builders  map[string]runtime.Builder
 	executors map[string]runtime.Executor
+}
+
+func newPluginAdapters(plugins map[string]*host.Plugin, budgets map[string]*budget.Budget, mcp *mcptool.Manager, log *slog.Logger, w Wiring) *pluginAdapters {
+	return &pluginAdapters{plugins: plugins, budgets: budgets, mcp: mcp, log: log, w: w,
+		builders: map[string]runtime.Builder{}, executors: map[string]runtime.Executor{}}
 }
 
 func (p *pluginAdapters) builder(id string) (runtime.Builder, error) {
@@ -383,6 +413,13 @@ func buildAgent(cfg *config.Config, t config.Tenant, a config.Agent, wired *plug
 			sources = append(sources, "")
 			continue
 		}
+		if entry.MCP != "" {
+			for _, tl := range wired.mcpTools(t, a, entry, offeredBy) {
+				ra.Tools = append(ra.Tools, tl)
+				sources = append(sources, mcpSourcePrefix+entry.MCP)
+			}
+			continue
+		}
 		p := wired.plugins[entry.Plugin]
 		if !slices.Contains(p.Describe().Effects, abi.KindTool) {
 			if a.TopLevel {
@@ -431,12 +468,12 @@ func buildAgent(cfg *config.Config, t config.Tenant, a config.Agent, wired *plug
 		}
 	}
 	for name := range a.Overrides {
-		if _, ok := offeredBy[name]; !ok {
+		if _, ok := offeredBy[name]; !ok && !namesMCPTool(a, name) {
 			return nil, nil, fmt.Errorf("%stools.%s: no tool executor of the tenant offers a tool %q (offered: %s): fix the name or add its executor to tool_executors",
 				k, name, name, strings.Join(sortedNames(offeredBy), ", "))
 		}
 	}
-	if ra.Version, err = AgentVersion(a, ra, func(id string) string { return wired.plugins[id].SHA256() }, sources); err != nil {
+	if ra.Version, err = AgentVersion(a, ra, wired.sha256Of, sources); err != nil {
 		return nil, nil, fmt.Errorf("%smodel.settings: %w", k, err)
 	}
 	return ra, sources, nil

@@ -158,7 +158,7 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	}
 	apiCfg := httpapi.Config{
 		Runtime: sys.runtime, Store: sys.store, Auth: auth, Quotas: quotas, Usage: ledger,
-		Ready: sys.runtime.Ready, Logger: log, Agents: sys.agents,
+		Ready: sys.runtime.Ready, Logger: log, AgentsOf: sys.AgentsOf,
 		Limits: limits, UnauthenticatedRate: httpapi.Rate(cfg.HTTP.UnauthenticatedRate), OnLimit: m.Limited,
 		MaxStreamsPerTenant: cfg.HTTP.MaxStreamsPerTenant, StreamWriteTimeout: cfg.HTTP.StreamWriteTimeout,
 		MaxPageBytes: cfg.HTTP.MaxPageBytes,
