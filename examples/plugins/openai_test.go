@@ -14,7 +14,7 @@ import (
 // loadOpenAI loads the openai plugin as name, pointed at f, allowed to
 // reach the hosts given, with the config's stream set to stream ("": not
 // set, which streams).
-func loadOpenAI(t *testing.T, e *env, f *conformance.FakeOpenAI, name, stream string, allowed ...string) *host.Executor {
+func loadOpenAI(t testing.TB, e *env, f *conformance.FakeOpenAI, name, stream string, allowed ...string) *host.Executor {
 	return e.executor(t, "openai", func(s *host.PluginSpec) {
 		s.Name = name
 		s.Sandbox.AllowedHosts = allowed
@@ -230,4 +230,34 @@ func jsonEqual(a, b string) bool {
 	xb, _ := json.Marshal(x)
 	yb, _ := json.Marshal(y)
 	return string(xb) == string(yb)
+}
+
+// BenchmarkOpenAIStreamedAnswer measures one model call of the openai
+// plugin through the host's whole call path against the fake provider on
+// 127.0.0.1, for an answer of 400 characters that the fake streams in 100
+// pieces: whole (stream: false, one agenthost_http) and streamed (the
+// default: agenthost_http_open, a read and a model_delta emit for each
+// piece that arrives). The whole call is the baseline: the difference is
+// what streaming costs the host and the guest (docs/BENCHMARKS.md,
+// "What streaming an answer costs").
+func BenchmarkOpenAIStreamedAnswer(b *testing.B) {
+	ctx := context.Background()
+	answer := strings.Repeat("Water boils at 93 °C up there. ", 13)[:400]
+	f := conformance.NewFakeOpenAI(b, "sk-test")
+	f.Script(func(conformance.OpenAIRequest) (conformance.OpenAIAnswer, bool) {
+		return conformance.OpenAIAnswer{Content: answer}, true
+	})
+	e := newEnv(b)
+	req := modelCall("run_1.m1", abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: "How hot does water boil up there?"}}})
+	for _, c := range []struct{ name, stream string }{{"baseline-whole", "false"}, {"streamed", ""}} {
+		x := loadOpenAI(b, e, f, "openai-"+c.name, c.stream, f.Addr)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if o := model(b)(x.Start(ctx, req)); o.Message.Content != answer {
+					b.Fatalf("the answer: %q", o.Message.Content)
+				}
+			}
+		})
+	}
 }
