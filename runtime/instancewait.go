@@ -51,8 +51,9 @@ type InstanceWait struct {
 // instanceWaits holds the executor calls of this process that wait for a
 // plugin instance, by assignment key. Its mu is a leaf.
 type instanceWaits struct {
+	// mu guards byKey; it is a leaf.
 	mu    sync.Mutex
-	byKey map[string]InstanceWait
+	byKey map[string]InstanceWait // the calls waiting now
 }
 
 // report returns the report (WithCapacityWaitReport) of the call of key:
