@@ -18,10 +18,10 @@ import (
 	"github.com/agenthost/agenthost/internal/serveproc"
 )
 
-// providerSeen returns when each request came to f, in order, and when
-// the last 429 was sent (zero when none was).
-func providerSeen(f *conformance.FakeOpenAI) (arrivals []time.Time, limitAt time.Time) {
-	for _, r := range f.Requests() {
+// providerSeen returns when each request came to f, in order, from its
+// request from on, and when the last 429 was sent (zero when none was).
+func providerSeen(f *conformance.FakeOpenAI, from int) (arrivals []time.Time, limitAt time.Time) {
+	for _, r := range f.Requests()[from:] {
 		arrivals = append(arrivals, r.Received)
 		if r.Status == http.StatusTooManyRequests {
 			limitAt = r.Answered
@@ -175,25 +175,40 @@ func (c *budgetCluster) submitAll(t *testing.T, n int, prefix string) (ids []str
 	return ids, via
 }
 
-// TestBudgetsAcrossThreeNodesHoldTheProviderToTheConfiguredRate: three
-// serve nodes on one PostgreSQL share a budget of 360 requests a minute
-// over windows of 5 s (30 a window; 10 each once all three see each
-// other), and 75 Runs, 25 through each node at once, ask for more. The
-// fake provider, counting the requests by their arrival, sees at most 30
-// (+10 %) in any 5 s and 360 (+10 %) in any minute; every Run completes;
-// and every node made calls wait for the budget. The window keeps the
+// The budget of TestModelBudgetsAcrossThreeNodes: 360 requests a minute
+// over windows of 5 s, 30 a window over the nodes. The window keeps the
 // test to seconds: a budget of 30 a minute would hold it for minutes.
-func TestBudgetsAcrossThreeNodesHoldTheProviderToTheConfiguredRate(t *testing.T) {
+const (
+	clusterRPM    = 360
+	clusterWindow = 5 * time.Second
+)
+
+// TestModelBudgetsAcrossThreeNodes: three serve nodes on one PostgreSQL
+// share a model endpoint's budget (one cluster for both halves, since
+// starting one is most of the time).
+func TestModelBudgetsAcrossThreeNodes(t *testing.T) {
 	conformance.SkipInShort(t, "three serve nodes on PostgreSQL")
+	model := newCountingProvider(t)
+	c := startBudgetCluster(t, model, fmt.Sprintf("{requests_per_minute: %d, window: %s}", clusterRPM, clusterWindow))
+	c.waitForSharesOfThree(t)
+	t.Run("the provider sees at most the budget", func(t *testing.T) { testBudgetHoldsTheProviderToTheRate(t, c, model) })
+	t.Run("a 429 closes the endpoint on every node", func(t *testing.T) { testARateLimitedAnswerClosesTheEndpoint(t, c, model) })
+}
+
+// testBudgetHoldsTheProviderToTheRate: the three nodes share the budget
+// (10 a window each once all three see each other), and 75 Runs, 25
+// through each node at once, ask for more. The fake provider, counting
+// the requests by their arrival, sees at most 30 (+10 %) in any 5 s and
+// 360 (+10 %) in any minute; every Run completes; and every node made
+// calls wait for the budget.
+func testBudgetHoldsTheProviderToTheRate(t *testing.T, c *budgetCluster, model *conformance.FakeOpenAI) {
 	const (
 		runs   = 75
-		rpm    = 360
-		window = 5 * time.Second
+		rpm    = clusterRPM
+		window = clusterWindow
 		per    = rpm * int(window/time.Second) / 60 // 30 in a window, over the nodes
 	)
-	model := newCountingProvider(t)
-	c := startBudgetCluster(t, model, fmt.Sprintf("{requests_per_minute: %d, window: %s}", rpm, window))
-	c.waitForSharesOfThree(t)
+	first := model.Count()
 
 	ids, via := c.submitAll(t, runs, "rate")
 	for i, id := range ids {
@@ -202,7 +217,7 @@ func TestBudgetsAcrossThreeNodesHoldTheProviderToTheConfiguredRate(t *testing.T)
 			t.Fatalf("run %s: %s, result %+v, failure %+v", id, done.Status, done.Result, done.Failure)
 		}
 	}
-	arrivals, _ := providerSeen(model)
+	arrivals, _ := providerSeen(model, first)
 	if len(arrivals) != runs {
 		t.Fatalf("the provider saw %d requests for %d Runs of one model call each", len(arrivals), runs)
 	}
@@ -227,26 +242,22 @@ func TestBudgetsAcrossThreeNodesHoldTheProviderToTheConfiguredRate(t *testing.T)
 	t.Logf("model calls that waited for the budget: %d (by node %v)", total, each)
 }
 
-// TestARateLimitedAnswerClosesTheEndpointOnEveryNode: three serve nodes
-// on one PostgreSQL; the provider answers node 0's first call with 429
-// and "Retry-After: 20". Runs submitted through the other two nodes
-// afterwards wait for the endpoint's budget until then, as their JSON
-// says, and the provider sees no request, from any node, before the 20 s
-// are up; every Run completes after.
-func TestARateLimitedAnswerClosesTheEndpointOnEveryNode(t *testing.T) {
-	conformance.SkipInShort(t, "three serve nodes on PostgreSQL")
+// testARateLimitedAnswerClosesTheEndpoint: the provider answers node 0's
+// next call with 429 and "Retry-After: 20". Runs submitted through the
+// other two nodes afterwards wait for the endpoint's budget until then,
+// as their JSON says, and the provider sees no request, from any node,
+// before the 20 s are up; every Run completes after.
+func testARateLimitedAnswerClosesTheEndpoint(t *testing.T, c *budgetCluster, model *conformance.FakeOpenAI) {
 	const retryAfter = 20 * time.Second
-	model := newCountingProvider(t)
+	from := model.Count()
 	model.FailNext(conformance.OpenAIFailure{Status: http.StatusTooManyRequests, RetryAfter: strconv.Itoa(int(retryAfter / time.Second))})
-	c := startBudgetCluster(t, model, "{max_concurrent_calls: 64}")
-	c.waitForSharesOfThree(t)
 
 	first := c.client(0).submit(t, "limited", "limited question")
 	// Once the 429 has settled the attempt, the node has closed the
 	// endpoint in the store (it writes the closure before it commits the
 	// settlement).
 	settledRateLimited(t, c.client(0), first.ID)
-	_, limitAt := providerSeen(model)
+	_, limitAt := providerSeen(model, from)
 	if limitAt.IsZero() {
 		t.Fatal("the attempt settled as rate-limited, but the provider sent no 429")
 	}
@@ -282,7 +293,7 @@ func TestARateLimitedAnswerClosesTheEndpointOnEveryNode(t *testing.T) {
 			t.Fatalf("run %s: %s %+v", id, done.Status, done.Failure)
 		}
 	}
-	arrivals, _ := providerSeen(model)
+	arrivals, _ := providerSeen(model, from)
 	early := 0
 	for _, at := range arrivals[1:] {
 		if at.Before(limitAt.Add(retryAfter)) {
