@@ -16,19 +16,10 @@ import (
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
-// Config keys, in lower case: the operator's YAML loader (viper)
-// lowercases every key. All but structured_outputs are the ones every
-// example model executor reads (package modelcall).
-const (
-	KeyBaseURL           = modelcall.KeyBaseURL
-	KeyModel             = modelcall.KeyModel
-	KeyAPIKey            = modelcall.KeyAPIKey
-	KeyTemperature       = modelcall.KeyTemperature
-	KeyMaxTokens         = modelcall.KeyMaxTokens
-	KeyTimeoutMS         = modelcall.KeyTimeoutMS
-	KeyStream            = modelcall.KeyStream
-	KeyStructuredOutputs = "structured_outputs"
-)
+// KeyStructuredOutputs is this plugin's own config key, beside the ones
+// every example model executor reads (package modelcall), in lower case:
+// the operator's YAML loader (viper) lowercases every key.
+const KeyStructuredOutputs = "structured_outputs"
 
 // DefaultBaseURL is where the plugin sends requests when base_url is not
 // set: Anthropic's API.

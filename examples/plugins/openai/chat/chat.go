@@ -16,19 +16,6 @@ import (
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
-// Config keys, in lower case: the operator's YAML loader (viper)
-// lowercases every key. They are the ones every example model executor
-// reads (package modelcall).
-const (
-	KeyBaseURL     = modelcall.KeyBaseURL
-	KeyModel       = modelcall.KeyModel
-	KeyAPIKey      = modelcall.KeyAPIKey
-	KeyTemperature = modelcall.KeyTemperature
-	KeyMaxTokens   = modelcall.KeyMaxTokens
-	KeyTimeoutMS   = modelcall.KeyTimeoutMS
-	KeyStream      = modelcall.KeyStream
-)
-
 // Config is the plugin's configuration: BaseURL such as
 // https://api.openai.com/v1 or http://localhost:11434/v1, Model such as
 // gpt-4o-mini; APIKey is sent as "Authorization: Bearer …" when set;
