@@ -120,71 +120,21 @@ func testAnthropic(t *testing.T, stream string) {
 }
 
 // TestAnthropicStreams: streaming, the plugin emits the answer's pieces
-// as model_delta events while the server is still sending it (the fake
-// holds the message after two pieces until the host has seen them), and
-// they add up to the reply: text, and a tool call numbered among the
-// calls (0), though it is the message's second block. A stream the
-// server breaks off, ends early or fails in (overloaded_error: rate
-// limited) fails the attempt, retriable, after the pieces that came.
+// as model_delta events while the server is still sending it, and they
+// add up to the reply: text, and a tool call numbered among the calls
+// (0), though it is the message's second block (checkStreamedAnswers).
+// An error event in the stream (overloaded_error: rate limited) fails
+// the attempt, retriable, after the pieces that came.
 func TestAnthropicStreams(t *testing.T) {
 	f := conformance.NewFakeAnthropic(t, "sk-ant-test")
 	e := newEnv(t)
-	ctx := context.Background()
-	x := loadAnthropic(t, e, f, "anthropic", "", f.Addr)
-	ask := func(text string) abi.ModelRequest {
-		return abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: text}}, Tools: []abi.Tool{calculateTool}}
-	}
-
-	// The deltas of the first two pieces reach the host while the server
-	// holds the rest of the message.
-	from := e.events.count()
-	out := model(t)(e.events.startWhileHeld(t, x, modelCall("run_1.m1", ask("hi")), f.Hold(2), "the held message's first pieces",
-		func(ds []abi.ModelDelta) bool { return joined(ds).Text == "hello fr" }))
-	deltas := e.events.deltas(from)
-	if out.Message.Content != "hello from claude-test" || joined(deltas).Text != out.Message.Content || len(deltas) < 2 {
-		t.Fatalf("reply %+v, deltas %+v", out.Message, deltas)
-	}
-
-	from = e.events.count()
-	out = model(t)(x.Start(ctx, modelCall("run_1.m2", ask("use calculate"))))
-	got := joined(e.events.deltas(from))
-	if len(out.Message.ToolCalls) != 1 || len(got.ToolCalls) != 1 || got.Text != out.Message.Content {
-		t.Fatalf("reply %+v, deltas %+v", out.Message, got)
-	}
-	call := out.Message.ToolCalls[0]
-	if d := got.ToolCalls[0]; d.Index != 0 || d.ID != call.ID || d.Name != call.Name || !jsonEqual(d.Arguments, string(call.Arguments)) {
-		t.Errorf("the call's pieces add up to %+v; the reply's call is %+v", d, call)
-	}
-
-	for _, c := range []struct {
-		name  string
-		setup func()
-		class abi.ErrorClass
-		want  string
-	}{
-		{"connection dropped", func() { f.CutNext(2, conformance.CutConnection) }, "", "the answer's stream broke after"},
-		{"body ended early", func() { f.CutNext(2, conformance.CutBody) }, "", "the answer's stream ended after"},
-		{"overloaded in the stream", func() {
-			f.FailNext(conformance.AnthropicFailure{Status: 529, Message: "Overloaded", InStream: true, AfterDeltas: 2})
-		}, abi.ClassRateLimited, "the server reported an error in the answer's stream: overloaded_error: Overloaded"},
-		{"api_error in the stream", func() {
-			f.FailNext(conformance.AnthropicFailure{Status: 500, Message: "Internal", InStream: true, AfterDeltas: 2})
-		}, "", "api_error: Internal"},
-	} {
-		c.setup()
-		from := e.events.count()
-		r, err := x.Start(ctx, modelCall("run_1.m3", ask("hi")))
-		if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || r.Error.Class != c.class || !strings.Contains(r.Error.Message, c.want) {
-			t.Errorf("%s: %+v %+v %v, want failed, retriable, class %q, saying %q", c.name, r, r.Error, err, c.class, c.want)
-		}
-		if got := joined(e.events.deltas(from)).Text; len(got) < 8 {
-			t.Errorf("%s: the pieces before the failure were not emitted: %q", c.name, got)
-		}
-	}
-	// stream: false emits nothing and answers the same.
-	from = e.events.count()
-	whole := loadAnthropic(t, e, f, "anthropic-whole", "false", f.Addr)
-	if out := model(t)(whole.Start(ctx, modelCall("run_1.m4", ask("hi")))); out.Message.Content != "hello from claude-test" || len(e.events.deltas(from)) != 0 {
-		t.Errorf("stream: false: %+v, deltas %+v", out, e.events.deltas(from))
-	}
+	checkStreamedAnswers(t, e, loadAnthropic(t, e, f, "anthropic", "", f.Addr), loadAnthropic(t, e, f, "anthropic-whole", "false", f.Addr),
+		f.Hold, f.CutNext, "hello from claude-test", []streamFailure{
+			{"overloaded in the stream", func() {
+				f.FailNext(conformance.AnthropicFailure{Status: 529, Message: "Overloaded", InStream: true, AfterDeltas: 2})
+			}, abi.ClassRateLimited, "the server reported an error in the answer's stream: overloaded_error: Overloaded"},
+			{"api_error in the stream", func() {
+				f.FailNext(conformance.AnthropicFailure{Status: 500, Message: "Internal", InStream: true, AfterDeltas: 2})
+			}, "", "api_error: Internal"},
+		})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -301,5 +302,72 @@ func TestWarmExampleCache(t *testing.T) {
 		if _, err := sdk.Load(context.Background(), host.PluginSpec{Name: x.dir, Path: wasmPath(t, x.dir), Role: x.role}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// streamFailure is a streamed answer a fake provider breaks off: setup
+// arms it, and the attempt fails, retriable, with class, saying want.
+type streamFailure struct {
+	name  string
+	setup func()
+	class abi.ErrorClass
+	want  string
+}
+
+// checkStreamedAnswers is the streaming test of a model plugin x (and
+// whole, the same plugin with stream: false) against a fake provider
+// whose holds and cuts are hold and cut, and whose answer to "hi" is
+// answer. The deltas of the first two pieces reach the host while the
+// provider holds the rest, and the pieces add up to the reply; a tool
+// call's pieces add up to the reply's call, numbered 0; a connection
+// dropped, a body ended early and each of failures fail the attempt,
+// retriable, after the pieces that came; stream: false emits nothing and
+// answers the same.
+func checkStreamedAnswers(t *testing.T, e *env, x, whole *host.Executor, hold func(int) *conformance.StreamHold,
+	cut func(int, conformance.StreamCut), answer string, failures []streamFailure) {
+	t.Helper()
+	ctx := context.Background()
+	ask := func(text string) abi.ModelRequest {
+		return abi.ModelRequest{Messages: []abi.Message{{Role: "user", Content: text}}, Tools: []abi.Tool{calculateTool}}
+	}
+
+	from := e.events.count()
+	out := model(t)(e.events.startWhileHeld(t, x, modelCall("run_1.m1", ask("hi")), hold(2), "the held answer's first pieces",
+		func(ds []abi.ModelDelta) bool { return joined(ds).Text == answer[:8] }))
+	deltas := e.events.deltas(from)
+	if out.Message.Content != answer || joined(deltas).Text != out.Message.Content || len(deltas) < 2 {
+		t.Fatalf("reply %+v, deltas %+v", out.Message, deltas)
+	}
+
+	from = e.events.count()
+	out = model(t)(x.Start(ctx, modelCall("run_1.m2", ask("use calculate"))))
+	got := joined(e.events.deltas(from))
+	if len(out.Message.ToolCalls) != 1 || len(got.ToolCalls) != 1 || got.Text != out.Message.Content {
+		t.Fatalf("reply %+v, deltas %+v", out.Message, got)
+	}
+	call := out.Message.ToolCalls[0]
+	if d := got.ToolCalls[0]; d.Index != 0 || d.ID != call.ID || d.Name != call.Name || !jsonEqual(d.Arguments, string(call.Arguments)) {
+		t.Errorf("the call's pieces add up to %+v; the reply's call is %+v", d, call)
+	}
+
+	cuts := []streamFailure{
+		{"connection dropped", func() { cut(2, conformance.CutConnection) }, "", "the answer's stream broke after"},
+		{"body ended early", func() { cut(2, conformance.CutBody) }, "", "the answer's stream ended after"},
+	}
+	for _, c := range append(cuts, failures...) {
+		c.setup()
+		from := e.events.count()
+		r, err := x.Start(ctx, modelCall("run_1.m3", ask("hi")))
+		if err != nil || r.State != abi.StateFailed || !r.Error.Retriable || r.Error.Class != c.class || !strings.Contains(r.Error.Message, c.want) {
+			t.Errorf("%s: %+v %+v %v, want failed, retriable, class %q, saying %q", c.name, r, r.Error, err, c.class, c.want)
+		}
+		if got := joined(e.events.deltas(from)).Text; len(got) < 8 {
+			t.Errorf("%s: the pieces before the failure were not emitted: %q", c.name, got)
+		}
+	}
+
+	from = e.events.count()
+	if out := model(t)(whole.Start(ctx, modelCall("run_1.m4", ask("hi")))); out.Message.Content != answer || len(e.events.deltas(from)) != 0 {
+		t.Errorf("stream: false: %+v, deltas %+v", out, e.events.deltas(from))
 	}
 }
