@@ -2,13 +2,10 @@ package chat
 
 import (
 	"encoding/json"
-	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/agenthost/agenthost/examples/plugins/internal/modelcall"
 	"github.com/agenthost/agenthost/examples/plugins/internal/modelcall/modelcalltest"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
@@ -74,52 +71,10 @@ func TestStreamRepliesAsTheWholeResponseWould(t *testing.T) {
 	if want.State != abi.StateDone {
 		t.Fatalf("the whole response: %+v", want)
 	}
-	check := func(name string, h *modelcalltest.Host) {
-		t.Helper()
-		if got := stream(h); !reflect.DeepEqual(got, want) {
-			t.Fatalf("%s: reply\n%s\nwant\n%s", name, show(got), show(want))
-		}
-		if got := h.Joined(); !reflect.DeepEqual(got, wantDeltas) {
-			t.Fatalf("%s: deltas add up to\n%+v\nwant\n%+v", name, got, wantDeltas)
-		}
-		if len(h.Deltas) > h.Reads {
-			t.Fatalf("%s: %d deltas for %d reads", name, len(h.Deltas), h.Reads)
-		}
-		for _, d := range h.Deltas {
-			if modelcall.Empty(d) {
-				t.Fatalf("%s: an empty delta", name)
-			}
-		}
-	}
-	for _, body := range []string{recorded, strings.ReplaceAll(recorded, "\n", "\r\n")} {
-		b := []byte(body)
-		for i := range b {
-			check(fmt.Sprintf("split at %d", i), modelcalltest.Stream(modelcalltest.Split(b, i)...))
-		}
-		rng := rand.New(rand.NewPCG(1, 2))
-		for range 200 {
-			at := map[int]bool{}
-			for range 1 + rng.IntN(12) {
-				at[rng.IntN(len(b))] = true
-			}
-			var cuts []int
-			for i := range len(b) {
-				if at[i] {
-					cuts = append(cuts, i)
-				}
-			}
-			check(fmt.Sprintf("split at %v", cuts), modelcalltest.Stream(modelcalltest.Split(b, cuts...)...))
-		}
-		h := modelcalltest.Stream(b)
-		h.Pieces = nil
-		for i := range b {
-			h.Pieces = append(h.Pieces, b[i:i+1])
-		}
-		check("a byte at a time", h)
-	}
+	modelcalltest.CheckSplits(t, recorded, 1, want, wantDeltas, stream)
 	// One read of everything emits one delta with all of it.
 	h := modelcalltest.Stream([]byte(recorded))
-	check("one read", h)
+	modelcalltest.CheckRead(t, "one read", h, want, wantDeltas, stream)
 	if len(h.Deltas) != 1 {
 		t.Errorf("one read emitted %d deltas", len(h.Deltas))
 	}
