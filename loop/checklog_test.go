@@ -101,18 +101,26 @@ func chkGood(t *testing.T) []Event {
 	}
 	// Apply must accept every event: the good log is one a runtime could
 	// have written.
+	return chkApplied(t, "the good log", evs)
+}
+
+// chkApplied stamps evs with their times and seqs as Apply takes them,
+// one a second, failing the test unless Apply accepts every one and the
+// Run completes; what names the log in messages.
+func chkApplied(t *testing.T, what string, evs []Event) []Event {
+	t.Helper()
 	var run Run
 	for i := range evs {
 		evs[i].At = int64(1000 * (i + 1))
 		next, err := Apply(run, evs[i])
 		if err != nil {
-			t.Fatalf("the good log's event %d (%s) is refused: %v", i+1, evs[i].Type, err)
+			t.Fatalf("%s's event %d (%s) is refused: %v", what, i+1, evs[i].Type, err)
 		}
 		run = next
 		evs[i].Seq = run.Seq
 	}
 	if run.Status != StatusCompleted {
-		t.Fatalf("the good log ends %s", run.Status)
+		t.Fatalf("%s ends %s", what, run.Status)
 	}
 	return evs
 }
@@ -136,20 +144,7 @@ func chkRateLimitedLog(t *testing.T) []Event {
 		chkDispatch(chkM1, 4, 1), chkSettle(chkM1, 4, chkFinal),
 		{Type: EventRunCompleted, Result: "noted"},
 	}
-	var run Run
-	for i := range evs {
-		evs[i].At = int64(1000 * (i + 1))
-		next, err := Apply(run, evs[i])
-		if err != nil {
-			t.Fatalf("the rate-limited log's event %d (%s) is refused: %v", i+1, evs[i].Type, err)
-		}
-		run = next
-		evs[i].Seq = run.Seq
-	}
-	if run.Status != StatusCompleted {
-		t.Fatalf("the rate-limited log ends %s", run.Status)
-	}
-	return evs
+	return chkApplied(t, "the rate-limited log", evs)
 }
 
 func TestCheckLogCountsRateLimitedAttemptsApart(t *testing.T) {
