@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -31,6 +32,14 @@ type Host struct {
 	log    *slog.Logger
 	cache  wazero.CompilationCache
 	budget *memoryBudget
+	// makers holds a token per instance being made, over every pool: at
+	// most GOMAXPROCS at once, since making one (instantiating it and
+	// starting its guest runtime) is CPU work that more at once would only
+	// slow down, with everything else the process runs (pool.acquire).
+	makers chan struct{}
+	// onMakerWait, when set (by this package's tests), runs when a call
+	// finds every turn to make an instance taken and starts to wait.
+	onMakerWait func()
 
 	mu      sync.Mutex
 	plugins map[string]*Plugin
@@ -58,6 +67,7 @@ func New(cfg Config) (*Host, error) {
 		limit = DefaultMaxInstanceMemory
 	}
 	h.budget = &memoryBudget{limit: limit}
+	h.makers = make(chan struct{}, goruntime.GOMAXPROCS(0))
 	if cfg.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 		if err != nil {

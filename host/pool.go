@@ -12,13 +12,14 @@ import (
 
 // pool holds the instances of one (tenant, plugin), all from the plugin's
 // one CompiledPlugin. At most Limits.MaxInstances exist at once: a call
-// that finds no instance idle makes one while there are fewer, and waits
-// for one within its context beyond that, or while the host-wide memory
-// cap leaves no room for another (Host.waitForRoom). Up to Limits.PoolSize
-// instances are kept idle after their call, reused last-in first-out and
-// closed after Limits.IdleTimeout on the host clock; an instance released
-// while PoolSize are idle already is closed at once. An instance that
-// failed is closed, never put back.
+// that finds no instance idle makes one while there are fewer, in its
+// turn (acquire), and waits for one within its context beyond that, or
+// while the host-wide memory cap leaves no room for another
+// (Host.waitForRoom). Up to Limits.PoolSize instances are kept idle after
+// their call, reused last-in first-out and closed after
+// Limits.IdleTimeout on the host clock; an instance released while
+// PoolSize are idle already is closed at once. An instance that failed is
+// closed, never put back.
 type pool struct {
 	p      *Plugin
 	tenant string
@@ -26,8 +27,11 @@ type pool struct {
 	// waiting counts the callers waiting for a token or for memory.
 	waiting atomic.Int64
 
-	mu     sync.Mutex
-	idle   []*instance
+	mu   sync.Mutex
+	idle []*instance
+	// freed, made by a call that found nothing idle, is closed when an
+	// instance is next released to idle (or the pool closes).
+	freed  chan struct{}
 	inUse  int
 	closed bool
 	timer  runtime.Timer // the armed idle sweep, if any
@@ -42,7 +46,16 @@ func newPool(p *Plugin, tenant string) *pool {
 }
 
 // acquire returns an instance for the caller's exclusive use, for a call
-// of export.
+// of export. A call that finds none idle makes one in its turn: at most
+// GOMAXPROCS instances are made at once over the host (Host.makers), and
+// a call that finds every turn taken waits for one or for an instance
+// another call of the pool releases meanwhile, and takes whichever comes
+// first. So a burst of short calls on an empty pool (a restart's
+// attaches) is served by a few instances, made while the first calls run,
+// instead of each call making its own at once; calls that hold their
+// instances (on the network) still get one each, made a few at a time.
+// The wait for a turn is part of making the instance, as the making is:
+// neither counts as a wait for an instance.
 func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
 	wait := callWait{plugin: pl.p.name} // begun once the call has to wait
 	defer pl.noteWait(&wait)
@@ -59,23 +72,69 @@ func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
 			return nil, fmt.Errorf("waiting for one of max_instances %d instances of tenant %q: %w", cap(pl.slots), pl.tenant, ctx.Err())
 		}
 	}
-	pl.mu.Lock()
-	if pl.closed {
+	for {
+		pl.mu.Lock()
+		in, err := pl.takeIdleLocked()
+		if in != nil || err != nil {
+			pl.mu.Unlock()
+			return in, err
+		}
+		if pl.freed == nil {
+			pl.freed = make(chan struct{})
+		}
+		freed := pl.freed
 		pl.mu.Unlock()
+		select {
+		case pl.p.h.makers <- struct{}{}:
+		default:
+			if hook := pl.p.h.onMakerWait; hook != nil {
+				hook()
+			}
+			select {
+			case pl.p.h.makers <- struct{}{}:
+			case <-freed:
+				continue
+			case <-ctx.Done():
+				<-pl.slots
+				return nil, fmt.Errorf("waiting for a turn to make an instance (at most %d are made at once): %w", cap(pl.p.h.makers), ctx.Err())
+			}
+		}
+		return pl.makeInTurn(ctx, export, &wait)
+	}
+}
+
+// takeIdleLocked takes the newest idle instance (nil when none is idle),
+// or fails when the pool is closed, giving the caller's slot back. Called
+// with pl.mu held.
+func (pl *pool) takeIdleLocked() (*instance, error) {
+	if pl.closed {
 		<-pl.slots
 		return nil, errPoolClosed
 	}
-	if n := len(pl.idle); n > 0 {
-		in := pl.idle[n-1]
-		pl.idle = pl.idle[:n-1]
-		pl.inUse++
+	n := len(pl.idle)
+	if n == 0 {
+		return nil, nil
+	}
+	in := pl.idle[n-1]
+	pl.idle = pl.idle[:n-1]
+	pl.inUse++
+	pl.p.h.budget.lent()
+	return in, nil
+}
+
+// makeInTurn makes an instance in the caller's turn to make one (a
+// Host.makers token, which it gives back), or takes one released while
+// the caller waited for the turn.
+func (pl *pool) makeInTurn(ctx context.Context, export string, wait *callWait) (*instance, error) {
+	defer func() { <-pl.p.h.makers }()
+	pl.mu.Lock()
+	if in, err := pl.takeIdleLocked(); in != nil || err != nil {
 		pl.mu.Unlock()
-		pl.p.h.budget.lent()
-		return in, nil
+		return in, err
 	}
 	pl.inUse++
 	pl.mu.Unlock()
-	in, err := pl.create(ctx, export, &wait)
+	in, err := pl.create(ctx, export, wait)
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if err != nil {
@@ -151,6 +210,7 @@ func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
 	if keep && !pl.closed && len(pl.idle) < pl.p.spec.Limits.PoolSize {
 		in.lastUsed = pl.p.h.clock.Now()
 		pl.idle = append(pl.idle, in)
+		pl.wakeLocked()
 		pl.armSweepLocked()
 		pl.mu.Unlock()
 		<-pl.slots
@@ -162,6 +222,15 @@ func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
 	pl.mu.Unlock()
 	in.close(ctx)
 	<-pl.slots
+}
+
+// wakeLocked wakes the calls waiting for a turn to make an instance: one
+// is idle now, or the pool closed. Called with pl.mu held.
+func (pl *pool) wakeLocked() {
+	if pl.freed != nil {
+		close(pl.freed)
+		pl.freed = nil
+	}
 }
 
 // armSweepLocked arms the idle sweep for the oldest idle instance.
@@ -239,6 +308,7 @@ func (pl *pool) close(ctx context.Context) {
 	pl.closed = true
 	idle := pl.idle
 	pl.idle = nil
+	pl.wakeLocked()
 	if pl.timer != nil {
 		pl.timer.Stop()
 		pl.timer = nil

@@ -108,6 +108,13 @@ func TestPoolGrowsForCallsWaitingOnTheNetwork(t *testing.T) {
 			const n = 3 * DefaultPoolSize
 			s := newHoldingServer(t)
 			e := newEnv(t, Config{CallPath: path})
+			// The host makes GOMAXPROCS instances at once; under -race on
+			// a loaded machine the last of n came more than the 5 s
+			// after the first that the plugin's request waits for its
+			// answer. Growth is what is tested here, not the turns
+			// (TestACallWaitingForATurnToMakeAnInstanceTakesOneReleased):
+			// all n are made at once.
+			e.h.makers = make(chan struct{}, n)
 			x := slowHTTPPlugin(t, e, s, nil)
 			done := startHTTPCalls(x, s, n)
 			waitFor(t, fmt.Sprintf("all %d calls to reach the server", n), 5*time.Minute, func() bool {
@@ -239,5 +246,51 @@ func TestAWaitForAnInstanceIsReportedToTheCaller(t *testing.T) {
 	}
 	if len(reports) != 0 {
 		t.Fatalf("%d more reports", len(reports))
+	}
+}
+
+// TestACallWaitingForATurnToMakeAnInstanceTakesOneReleased: at most
+// GOMAXPROCS instances are made at once over the host, and a call that
+// waits for its turn to make one takes an instance another call releases
+// meanwhile rather than making its own. (Each of a restart's 20 attaches,
+// and then each of the Runs' builder and model calls, made its own
+// instance at once: 57 instances, made 20 at a time, for 20 Runs whose
+// calls take milliseconds.) On both call paths.
+func TestACallWaitingForATurnToMakeAnInstanceTakesOneReleased(t *testing.T) {
+	for _, path := range []CallPath{CallPathNative, CallPathSDK} {
+		t.Run(string(path), func(t *testing.T) {
+			s := newHoldingServer(t)
+			e := newEnv(t, Config{CallPath: path})
+			x := slowHTTPPlugin(t, e, s, nil)
+			waiting := make(chan struct{}, 1)
+			e.h.onMakerWait = func() {
+				select {
+				case waiting <- struct{}{}:
+				default:
+				}
+			}
+			first := startHTTPCalls(x, s, 1)
+			waitFor(t, "the first call at the server", 5*time.Minute, func() bool { return s.arrived.Load() == 1 })
+			// Every turn taken (as by calls making instances of other
+			// plugins), the second call finds nothing idle and waits.
+			for range cap(e.h.makers) {
+				e.h.makers <- struct{}{}
+			}
+			second := startHTTPCalls(x, s, 1)
+			select {
+			case <-waiting:
+			case <-time.After(5 * time.Minute):
+				t.Fatal("the second call did not wait for a turn to make an instance")
+			}
+			s.let()
+			collect(t, first, 1)
+			collect(t, second, 1)
+			for range cap(e.h.makers) {
+				<-e.h.makers
+			}
+			if st := x.Plugin().Stats("acme"); st.Created != 1 || st.Waited != 0 || st.Idle != 1 {
+				t.Fatalf("after the calls: %+v; want the one instance made by the first call, taken by the second, now idle", st)
+			}
+		})
 	}
 }

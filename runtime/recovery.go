@@ -263,7 +263,15 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 		st.Reason = err.Error()
 	} else {
 		rt.stats.ExecutorCalls.Add(1)
+		// Its wait for a plugin instance shows in the Run's JSON, as a
+		// start's or a poll's does; the debug log times the whole attach,
+		// that wait included, so that one that does not end can be found.
+		ctx = WithCapacityWaitReport(ctx, rt.instanceWaits.report(key, rt.clock))
+		began := rt.clock.Now()
+		rt.log.Debug("recovery: attaching", "assignment_key", key, "kind", e.Kind, "tool", e.Tool)
 		reply, err := exec.Attach(ctx, call)
+		rt.log.Debug("recovery: attach answered", "assignment_key", key, "took", rt.clock.Now().Sub(began),
+			"state", reply.State, "err", err)
 		slot.free()
 		switch {
 		case err != nil && rt.life.Err() != nil:

@@ -478,6 +478,80 @@ func runRecoveryChild(cmd *cobra.Command, bf *benchFlags, bin, cfgPath, logPath 
 	return time.Duration(submitMS * float64(time.Millisecond)), nil
 }
 
+// recoveringNode is what awaitRecovery watches of the restarted node: its
+// *runtime.Runtime.
+type recoveringNode interface {
+	Ready() bool
+	Recovery() runtime.RecoveryStats
+	Stats() runtime.Stats
+	LeaseLost() <-chan struct{}
+}
+
+// recoveryTimes are the moments, counted from the start of the restart,
+// at which awaitRecovery saw recovery's first pass done (ready), every
+// in-flight effect decided, and every Run terminal.
+type recoveryTimes struct {
+	ready, decided, terminal time.Duration
+}
+
+// awaitRecovery polls rt until its n Runs are terminal, and returns when
+// it saw each phase end. It gives up at timeout, and at once when the
+// node loses its node lease: a runtime that lost its lease has given up
+// every session and drives nothing more (docs/DESIGN.md §5.3, invariant
+// 11), so waiting on would only run into the timeout with no word of
+// why.
+func awaitRecovery(ctx context.Context, rt recoveringNode, n int, start time.Time, timeout, leaseTTL time.Duration) (recoveryTimes, error) {
+	var at recoveryTimes
+	progress := func() string {
+		return fmt.Sprintf("ready %t, %d of %d effects decided, %d of %d Runs terminal",
+			rt.Ready(), rt.Recovery().Decided(), n, rt.Stats().RunsEnded(), n)
+	}
+	lost := rt.LeaseLost()
+	leaseLost := func() error {
+		st := rt.Stats()
+		return fmt.Errorf("bench: recovery: the restarted node lost its node lease %s after the restart (lease_ttl %s; %d renewals, the longest gap between two %s): it gave up every session, so its Runs cannot end; "+
+			"no renewal succeeded within the lease's trust window, which happens when the process is starved of CPU for that long: raise --lease-ttl or load the machine less (%s)",
+			time.Since(start).Round(time.Millisecond), leaseTTL, st.LeaseRenewals, st.LeaseGapMax.Round(time.Millisecond), progress())
+	}
+	tick := time.NewTicker(2 * time.Millisecond) // the measurement's resolution
+	defer tick.Stop()
+	deadline := time.After(timeout)
+	for at.terminal == 0 {
+		select {
+		case <-tick.C:
+		case <-lost:
+			return at, leaseLost()
+		case <-deadline:
+			select {
+			case <-lost:
+				return at, leaseLost()
+			default:
+			}
+			return at, fmt.Errorf("bench: recovery: not done within %s (raise --timeout): %s", timeout, progress())
+		case <-ctx.Done():
+			return at, ctx.Err()
+		}
+		now := time.Since(start)
+		if at.ready == 0 && rt.Ready() {
+			at.ready = now
+		}
+		if at.decided == 0 && rt.Recovery().Decided() >= int64(n) {
+			at.decided = now
+		}
+		if rt.Stats().RunsEnded() >= int64(n) {
+			at.terminal = now
+		}
+	}
+	// The last Run may have ended before a poll saw Ready.
+	if at.ready == 0 {
+		at.ready = at.terminal
+	}
+	if at.decided == 0 {
+		at.decided = at.terminal
+	}
+	return at, nil
+}
+
 // measureRecovery opens the system over the killed child's store and
 // times its recovery, then checks the event logs.
 func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logw io.Writer, n int, timeout time.Duration, memProfile string) (recoveryResult, error) {
@@ -491,38 +565,14 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	defer sys.Close(context.WithoutCancel(ctx))
 	opened := time.Since(start)
 	rt := sys.Runtime()
-	decided := func() int64 { return rt.Recovery().Decided() }
-	terminal := func() int64 { return rt.Stats().RunsEnded() }
-	m := bf.startMeter(cmd, "recovery: Runs terminal", int64(n), terminal)
+	m := bf.startMeter(cmd, "recovery: Runs terminal", int64(n), func() int64 { return rt.Stats().RunsEnded() })
 	peaks := startPeakSampler(50 * time.Millisecond)
-	var ready, decidedAt, terminalAt time.Duration
-	tick := time.NewTicker(2 * time.Millisecond) // the measurement's resolution
-	defer tick.Stop()
-	deadline := time.After(timeout)
-	for terminalAt == 0 {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			m.Stop()
-			return res, fmt.Errorf("bench: recovery: not done within %s (raise --timeout): ready %t, %d of %d effects decided, %d of %d Runs terminal",
-				timeout, rt.Ready(), decided(), n, terminal(), n)
-		case <-ctx.Done():
-			m.Stop()
-			return res, ctx.Err()
-		}
-		now := time.Since(start)
-		if ready == 0 && rt.Ready() {
-			ready = now
-		}
-		if decidedAt == 0 && decided() >= int64(n) {
-			decidedAt = now
-		}
-		if terminal() >= int64(n) {
-			terminalAt = now
-		}
-	}
+	at, err := awaitRecovery(ctx, rt, n, start, timeout, cfg.LeaseTTL)
 	m.Stop()
 	res.PeakHeapBytes, res.PeakGoroutines = peaks.stop()
+	if err != nil {
+		return res, err
+	}
 	res.PeakRSSBytes = peakRSS()
 	if memProfile != "" {
 		if err := writeHeapProfile(memProfile); err != nil {
@@ -532,16 +582,9 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	// --cpuprofile and --trace cover the recovery, not the checks.
 	pprof.StopCPUProfile()
 	trace.Stop()
-	// The last Run may have ended before a poll saw Ready.
-	if ready == 0 {
-		ready = terminalAt
-	}
-	if decidedAt == 0 {
-		decidedAt = terminalAt
-	}
 	r := rt.Recovery()
-	res.OpenMS, res.ReadyMS, res.DecidedMS, res.TerminalMS = msf(opened), msf(ready), msf(decidedAt), msf(terminalAt)
-	res.RunsPerSec = float64(n) / terminalAt.Seconds()
+	res.OpenMS, res.ReadyMS, res.DecidedMS, res.TerminalMS = msf(opened), msf(at.ready), msf(at.decided), msf(at.terminal)
+	res.RunsPerSec = float64(n) / at.terminal.Seconds()
 	res.SessionsTaken = r.SessionsTaken
 	st := rt.Stats()
 	res.Commits, res.ExecutorCalls = st.Commits, st.ExecutorCalls
@@ -551,7 +594,7 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	res.LeaseRenewals, res.LeaseGapMaxMS, res.LeaseRenewMaxMS = st.LeaseRenewals, msf(st.LeaseGapMax), msf(st.LeaseRenewMax)
 	res.Decisions = map[string]int64{"reattach": r.Reattach, "settle": r.Settle, "retry": r.Retry,
 		"fail": r.Fail, "fail_run": r.FailRun, "defer": r.Defer}
-	bf.progressf(cmd, "recovery: every Run terminal after %s; checking the event logs", terminalAt.Round(time.Millisecond))
+	bf.progressf(cmd, "recovery: every Run terminal after %s; checking the event logs", at.terminal.Round(time.Millisecond))
 	if err := checkRecovered(ctx, sys.Store(), n, &res); err != nil {
 		return res, err
 	}
