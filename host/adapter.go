@@ -53,6 +53,12 @@ func (b *Builder) Plugin() *Plugin { return b.p }
 // the config.
 func (e *Executor) Endpoint() string { return e.p.name }
 
+// PluginRef implements runtime.PluginReporter: the plugin's name, the
+// version its describe declares and its file's sha256.
+func (e *Executor) PluginRef() (loop.PluginRef, bool) {
+	return loop.PluginRef{Name: e.p.name, Version: e.p.desc.Version, SHA256: e.p.sha256}, true
+}
+
 // WaitsForCapacity implements runtime.CapacityWaiter: a call may wait for
 // one of the tenant's pool instances, and its timeout starts once it has
 // one (Plugin.call).

@@ -171,6 +171,14 @@ type PluginSpec struct {
 	Sandbox Sandbox
 }
 
+// WithDefaults is spec with the defaults of its limits and sandbox filled
+// in, as Load loads it (Plugin.Spec).
+func (s PluginSpec) WithDefaults() PluginSpec {
+	s.Limits = s.Limits.withDefaults()
+	s.Sandbox = s.Sandbox.withDefaults()
+	return s
+}
+
 func (l Limits) withDefaults() Limits {
 	if l.MemoryPages == 0 {
 		l.MemoryPages = DefaultMemoryPages

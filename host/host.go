@@ -93,6 +93,19 @@ func (h *Host) runtimeConfig() wazero.RuntimeConfig {
 // instance exists. The plugin is registered under spec.Name; loading a
 // second plugin of that name fails until the first is closed.
 func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
+	return h.load(ctx, spec, false)
+}
+
+// LoadBeside loads spec as Load does, except that a plugin of the same
+// name may be loaded already: the new one takes the name (Plugin,
+// Plugins), and the old one serves whoever holds it until it is closed. A
+// config reload loads a changed plugin so, and closes the old version once
+// nothing needs it (internal/node).
+func (h *Host) LoadBeside(ctx context.Context, spec PluginSpec) (*Plugin, error) {
+	return h.load(ctx, spec, true)
+}
+
+func (h *Host) load(ctx context.Context, spec PluginSpec, beside bool) (*Plugin, error) {
 	fail := func(err error) (*Plugin, error) {
 		return nil, refuse("host: plugin[%s] export[-]: load %s: %w", spec.Name, spec.Path, err)
 	}
@@ -102,8 +115,7 @@ func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 	if spec.Role != abi.RoleBuilder && spec.Role != abi.RoleExecutor {
 		return fail(fmt.Errorf("expected role %q is neither %q nor %q", spec.Role, abi.RoleBuilder, abi.RoleExecutor))
 	}
-	spec.Limits = spec.Limits.withDefaults()
-	spec.Sandbox = spec.Sandbox.withDefaults()
+	spec = spec.WithDefaults()
 	if err := spec.Limits.check(); err != nil {
 		return fail(err)
 	}
@@ -127,7 +139,7 @@ func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 		h.mu.Unlock()
 		return fail(ErrClosed)
 	}
-	if _, dup := h.plugins[spec.Name]; dup {
+	if _, dup := h.plugins[spec.Name]; dup && !beside {
 		h.mu.Unlock()
 		return fail(fmt.Errorf("a plugin named %q is loaded already: close it first, or load this one under another name", spec.Name))
 	}
@@ -154,7 +166,7 @@ func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 		p.closeAll(context.WithoutCancel(ctx))
 		return fail(ErrClosed)
 	}
-	if _, dup := h.plugins[spec.Name]; dup {
+	if _, dup := h.plugins[spec.Name]; dup && !beside {
 		p.closeAll(context.WithoutCancel(ctx))
 		return fail(fmt.Errorf("a plugin named %q was loaded meanwhile: load each name once", spec.Name))
 	}

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -247,6 +248,7 @@ func (r *Run) applyDispatched(ev Event) error {
 	e.DispatchedAt = ev.At
 	e.NotBefore = 0
 	e.DeferredSince = 0 // a deferral is the attempt's: the new one has none yet
+	e.Plugin = ev.Plugin
 	return nil
 }
 
@@ -274,10 +276,13 @@ func (r *Run) applyPending(ev Event) error {
 	if err != nil {
 		return err
 	}
-	if e.Handle == ev.Handle {
+	if e.Handle == ev.Handle && (ev.Plugin == nil || reflect.DeepEqual(ev.Plugin, e.Plugin)) {
 		return fmt.Errorf("%w: %s#%d already pending with that handle", ErrNoChange, e.ID, ev.Attempt)
 	}
 	e.Handle = ev.Handle
+	if ev.Plugin != nil {
+		e.Plugin = ev.Plugin // another version took the attempt over
+	}
 	e.DeferredSince = 0 // attached: a deferral, if any, is over
 	return nil
 }

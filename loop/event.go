@@ -49,6 +49,7 @@ type Event struct {
 	EffectID  string                 `json:"effect,omitempty"`    // Effect*
 	Attempt   int                    `json:"attempt,omitempty"`   // Effect*
 	Epoch     uint64                 `json:"epoch,omitempty"`     // EffectDispatched: the owner's epoch
+	Plugin    *PluginRef             `json:"plugin,omitempty"`    // EffectDispatched: the plugin version that carries the attempt out; EffectPending, EffectSettled: the version that took it over, when another
 	Handle    string                 `json:"handle,omitempty"`    // EffectPending
 	Outcome   *Outcome               `json:"outcome,omitempty"`   // EffectSettled
 	Approvals []abi.ApprovalDecision `json:"approvals,omitempty"` // ApprovalRecorded
@@ -56,6 +57,17 @@ type Event struct {
 	Reason    string                 `json:"reason,omitempty"`    // CancelRequested
 	Result    string                 `json:"result,omitempty"`    // RunCompleted
 	Failure   *Failure               `json:"failure,omitempty"`   // StepFailed, RunFailed, RunCancelled
+}
+
+// PluginRef names the plugin version an effect attempt was dispatched to:
+// its ID in the config, the version its describe declares, and the
+// sha256 of its file. An effect_dispatched event carries it when the
+// executor is a plugin (not an MCP server's tool nor an agent's); logs
+// written before it have none.
+type PluginRef struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
 }
 
 // RunCreated makes the event that creates a Run.

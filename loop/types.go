@@ -311,6 +311,11 @@ type Effect struct {
 	// because its executor was unavailable (EffectDeferred); 0 when it was
 	// not, or once it was attached again.
 	DeferredSince int64 `json:"deferred_since,omitempty"`
+	// Plugin is the plugin version that holds the current attempt: the
+	// one its effect_dispatched named, or the one an effect_pending of a
+	// takeover named since; nil when the executor is not a plugin, or the
+	// attempt was dispatched before versions were recorded.
+	Plugin *PluginRef `json:"plugin,omitempty"`
 }
 
 // Verdict is the end a Run is heading to. Once set, nothing new is

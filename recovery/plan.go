@@ -41,6 +41,10 @@ const (
 	AttachFailed      AttachKind = "failed"
 	AttachUnknown     AttachKind = "unknown"
 	AttachUnavailable AttachKind = "unavailable" // plugin missing or failing to load or to answer
+	// AttachVersionGone: the plugin version that started the attempt is
+	// no longer loaded, and the version in force does not declare it can
+	// take over its attempts (abi.Describe.AttachesFrom).
+	AttachVersionGone AttachKind = "version_gone"
 )
 
 // AttachState is the executor's answer to attach.
@@ -145,6 +149,8 @@ func Plan(rec Record, st AttachState, p Policy, nowMS int64) Command {
 		c := cmd(Defer, "the executor is unavailable: "+st.Reason)
 		c.RetryAtMS = nowMS + DeferBackoff(p, rec.Deferrals+1)
 		return c
+	case AttachVersionGone:
+		return missing(rec, p, abi.ClassLost, "the plugin version that started the attempt is no longer loaded, and the version in force does not declare it can take over its attempts (attaches_from)", st.Reason, settle)
 	default: // AttachUnknown, or anything the executor should not have said
 		return missing(rec, p, abi.ClassLost, "the executor holds no record of the attempt", "", settle)
 	}

@@ -89,7 +89,7 @@ func settleOutcome(run loop.Run, qs *settlequeue.Entry, onDurable func(cur loop.
 // under a command ID of the attempt and the handle; onDurable runs once
 // it is durable or dropped as stale.
 func pendingHandle(run loop.Run, e loop.Effect, key, handle string, onDurable func(cur loop.Run)) advanceReq {
-	ev := loop.Event{Type: loop.EventEffectPending, EffectID: e.ID, Attempt: e.Attempt, Handle: handle}
+	ev := loop.Event{Type: loop.EventEffectPending, EffectID: e.ID, Attempt: e.Attempt, Handle: handle, Plugin: takenOver(&run, e)}
 	cmd := "pending/" + key + "/" + handle
 	return advanceReq{kind: advancePending, tenant: run.Tenant, session: run.Session, runID: run.ID,
 		pre: &ev, outcomeOf: key, onDurable: onDurable,
@@ -497,7 +497,8 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 				}
 				progressed = true
 			case loop.ActionDispatch:
-				if err = apply(loop.Event{Type: loop.EventEffectDispatched, EffectID: a.EffectID, Attempt: a.Attempt, Epoch: epoch}); err == nil {
+				plugin := PluginOf(rt.executorFor(t, &cur, cur.Effect(a.EffectID)))
+				if err = apply(loop.Event{Type: loop.EventEffectDispatched, EffectID: a.EffectID, Attempt: a.Attempt, Epoch: epoch, Plugin: plugin}); err == nil {
 					fx.dispatched = append(fx.dispatched, dispatchedEffect{effect: *cur.Effect(a.EffectID), request: requests[a.EffectID]})
 				}
 				progressed = true

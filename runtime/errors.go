@@ -35,6 +35,11 @@ var (
 	// ErrExecutorUnavailable: no executor can carry out the effect (the
 	// plugin is missing or failed to load).
 	ErrExecutorUnavailable = errors.New("runtime: executor unavailable")
+	// ErrPluginVersionGone: the plugin version that holds an attempt
+	// (EffectCall.Plugin) is no longer loaded, and the version in force
+	// does not declare it can take over its attempts. Recovery settles
+	// the attempt by its missing-effect policy (recovery.AttachVersionGone).
+	ErrPluginVersionGone = errors.New("runtime: the plugin version that holds the attempt is gone")
 	// ErrRunChanged: an input made with IfSeq found the Run's log past the
 	// seq the caller read; nothing was written. Read the Run again and
 	// answer what it waits for now.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -20,6 +21,10 @@ type EffectCall struct {
 	// of the attempt's start, after a restart too. The metrics time a
 	// model call from it to its settlement.
 	DispatchedAt time.Time
+	// Plugin is the plugin version that holds the attempt
+	// (loop.Effect.Plugin), or nil: an executor that keeps several
+	// versions of a plugin loaded sends the call to it (VersionRouter).
+	Plugin *loop.PluginRef
 }
 
 // An EndpointNamer is an Executor that names the endpoint it calls: the
@@ -36,6 +41,49 @@ func EndpointOf(ex Executor) string {
 		return n.Endpoint()
 	}
 	return ""
+}
+
+// A PluginReporter is an Executor that may carry its effects out with a
+// plugin and names its version, ok false when it has none (host.Executor
+// and the metrics decorator are). The runtime records it in each
+// attempt's effect_dispatched event.
+type PluginReporter interface {
+	PluginRef() (ref loop.PluginRef, ok bool)
+}
+
+// A VersionRouter is an Executor that keeps several versions of a plugin
+// loaded and sends each call to the version that holds its attempt
+// (EffectCall.Plugin), or, when that one is gone, to the version in force
+// if it declares it can take the attempt over (abi.Describe.AttachesFrom).
+type VersionRouter interface {
+	// RouteTo returns the version a call of an attempt held by held (nil:
+	// unknown) goes to, or ErrPluginVersionGone.
+	RouteTo(held *loop.PluginRef) (loop.PluginRef, error)
+}
+
+// routeTo is where a call of e goes (VersionRouter): taken is the
+// version, when it is not the one that holds the attempt (a takeover);
+// err is ErrPluginVersionGone when no loaded version may take it.
+func routeTo(ex Executor, e loop.Effect) (taken *loop.PluginRef, err error) {
+	r, ok := ex.(VersionRouter)
+	if !ok || e.Plugin == nil {
+		return nil, nil
+	}
+	to, err := r.RouteTo(e.Plugin)
+	if err != nil || to.SHA256 == e.Plugin.SHA256 {
+		return nil, err
+	}
+	return &to, nil
+}
+
+// PluginOf returns the plugin version ex reports (PluginReporter), or nil.
+func PluginOf(ex Executor) *loop.PluginRef {
+	if r, ok := ex.(PluginReporter); ok {
+		if ref, ok := r.PluginRef(); ok {
+			return &ref
+		}
+	}
+	return nil
 }
 
 // Executor carries out effects (docs/DESIGN.md §1). host.Executor adapts a Wasm

@@ -199,7 +199,7 @@ func (rt *Runtime) effectCall(ctx context.Context, run loop.Run, e loop.Effect, 
 		}
 		in.Effect.Request = request
 	}
-	call := EffectCall{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, Input: in}
+	call := EffectCall{Tenant: run.Tenant, Session: run.Session, RunID: run.ID, Input: in, Plugin: e.Plugin}
 	if e.DispatchedAt > 0 {
 		call.DispatchedAt = time.UnixMilli(e.DispatchedAt)
 	}

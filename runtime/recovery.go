@@ -257,8 +257,15 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 	ctx, cancel := rt.callCtx(exec)
 	defer cancel()
 	st := recovery.AttachState{Kind: recovery.AttachUnavailable}
+	taken, gone := routeTo(exec, e)
+	if taken != nil {
+		rt.logTakeover(run, e, key, *taken)
+		e.Plugin = taken
+	}
 	if exec == nil {
 		st.Reason = fmt.Sprintf("no executor for %s %q", e.Kind, e.Tool)
+	} else if gone != nil {
+		st = recovery.AttachState{Kind: recovery.AttachVersionGone, Reason: gone.Error()}
 	} else if call, err := rt.effectCall(ctx, run, e, nil); err != nil {
 		st.Reason = err.Error()
 	} else {
@@ -285,6 +292,25 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 	}
 	slot.free()
 	rt.actOnAttach(run, e, key, st)
+}
+
+// logTakeover logs that the plugin version taken takes over an attempt
+// another version holds (VersionRouter); the effect_pending or
+// effect_settled event that follows names it.
+func (rt *Runtime) logTakeover(run loop.Run, e loop.Effect, key string, taken loop.PluginRef) {
+	rt.log.Info("plugin version takes over an attempt: the version that started it is gone, and this one declares it can take its attempts over (attaches_from)",
+		"assignment_key", key, "plugin", taken.Name, "version", taken.Version, "sha256", taken.SHA256,
+		"started_by_version", e.Plugin.Version, "started_by_sha256", e.Plugin.SHA256, "tenant", run.Tenant, "run", run.ID)
+}
+
+// takenOver returns the plugin version e names when it is not the one the
+// stored run's attempt holds (a takeover, which the event records), or nil.
+func takenOver(run *loop.Run, e loop.Effect) *loop.PluginRef {
+	stored := run.Effect(e.ID)
+	if e.Plugin == nil || stored == nil || stored.Plugin == nil || stored.Plugin.SHA256 == e.Plugin.SHA256 {
+		return nil
+	}
+	return e.Plugin
 }
 
 // actOnAttach plans what to do about an attempt whose state an attach (or

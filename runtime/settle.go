@@ -139,6 +139,7 @@ func (rt *Runtime) commitSettlement(run loop.Run, e loop.Effect, key string, o l
 		return
 	}
 	ev := loop.Settled(e.ID, e.Attempt, o, 0)
+	ev.Plugin = takenOver(&run, e)
 	cmd := loop.SettleCommandID(e.ID, e.Attempt)
 	// Queued, so that an advance of the Run that commits another
 	// settlement meanwhile takes this one along (settlequeue).

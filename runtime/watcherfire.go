@@ -7,6 +7,7 @@ import (
 
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/recovery"
 	"github.com/agenthost/agenthost/runtime/internal/watcher"
 )
 
@@ -109,6 +110,17 @@ func (rt *Runtime) runWatchItem(it watcher.Item) {
 		if exec == nil {
 			rt.abandon(key)
 			return
+		}
+		taken, gone := routeTo(exec, e)
+		if gone != nil {
+			// The version that started it was unloaded (its drain ran
+			// out): as at a restart, the missing-effect policy decides.
+			rt.actOnAttach(run, e, key, recovery.AttachState{Kind: recovery.AttachVersionGone, Reason: gone.Error()})
+			return
+		}
+		if taken != nil {
+			rt.logTakeover(run, e, key, *taken)
+			e.Plugin = taken
 		}
 		ctx, cancel := rt.callCtx(exec)
 		defer cancel()

@@ -6,6 +6,7 @@
 //
 //	agenthost run [--tenant ID] [--session ID] "question"
 //	agenthost serve [--listen ADDR]
+//	agenthost reload [--timeout D]
 //	agenthost runs list|show|events|cancel|approve|input [--server URL] [--token T] [--json]
 //	agenthost plugin inspect FILE.wasm
 //	agenthost plugin verify FILE.wasm [--tool NAME --args JSON] [--role R] [--timeout D] [--memory-pages N]
@@ -17,8 +18,9 @@
 //
 // Package main only defines and wires the commands: root.go builds the
 // command tree and the global flags, run.go is `run`, serve.go is
-// `serve`'s command (the signal-driven stop, and the exit when the node
-// lease expires), runs.go is `runs`, the HTTP client of a server,
+// `serve`'s command (the signal-driven stop, the reload on SIGHUP, and
+// the exit when the node lease expires), reload.go is `reload` (the PID
+// file and the reload status file it reads), runs.go is `runs`, the HTTP client of a server,
 // stream.go prints a Run's events for `run` and `runs events`, store.go
 // is `store`, and plugin.go is `plugin`. The work is in packages outside
 // cmd/, under internal/ (docs/DESIGN.md §2 lists them all):

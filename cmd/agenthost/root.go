@@ -40,7 +40,7 @@ Plugins are WebAssembly modules speaking ABI v1.`,
 		"the YAML config file (default: $AGENTHOST_CONFIG, else ./agenthost.yaml, else ./config.example.yaml)")
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "",
 		"the Badger store's directory, overriding data_dir of the config")
-	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newRunsCmd(g), newStoreCmd(g), newPluginCmd(), bench.NewCommand(version))
+	root.AddCommand(newVersionCmd(), newRunCmd(g), newServeCmd(g), newReloadCmd(g), newRunsCmd(g), newStoreCmd(g), newPluginCmd(), bench.NewCommand(version))
 	return root
 }
 
@@ -79,6 +79,9 @@ func (g *globals) loadConfig() (*config.Config, error) {
 		abs, err := filepath.Abs(g.dataDir)
 		if err != nil {
 			return nil, fmt.Errorf("--data-dir %s: %w", g.dataDir, err)
+		}
+		if cfg.PIDFile == filepath.Join(cfg.DataDir, config.DefaultPIDFile) {
+			cfg.PIDFile = filepath.Join(abs, config.DefaultPIDFile) // the default follows data_dir
 		}
 		cfg.DataDir = abs
 	}

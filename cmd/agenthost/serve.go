@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/agenthost/internal/config"
 	"github.com/agenthost/agenthost/internal/node"
 )
 
@@ -25,7 +26,10 @@ left in flight) and serves the HTTP API: bearer tokens map to tenants
 /readyz (ready once recovery's first pass is done); /metrics (Prometheus) is
 served on a listener of its own, metrics.listen (127.0.0.1:9464 by default).
 
-It prints the address it listens on, and where /metrics is. SIGTERM or SIGINT stops it cleanly: new
+It prints the address it listens on, and where /metrics is, and writes its
+process ID to pid_file (agenthost.pid in data_dir by default). SIGHUP, or
+agenthost reload, makes it read the config again and apply it whole or not at
+all (see agenthost reload --help). SIGTERM or SIGINT stops it cleanly: new
 requests answer 503 and event streams end, in-flight requests and commits
 finish, the runtime stops (effects still executing are left for recovery at
 the next start), and it exits 0.
@@ -42,40 +46,75 @@ command IDs of terminal Runs older than retention are pruned.`,
   curl -s -H 'Authorization: Bearer demo-token' http://127.0.0.1:8080/v1/sessions/s1/runs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := g.loadConfig()
+			// load reads the config with the flags over it, at the start
+			// and at each reload.
+			load := func() (*config.Config, error) {
+				cfg, err := g.loadConfig()
+				if err != nil {
+					return nil, err
+				}
+				if listen != "" {
+					cfg.Listen = listen
+				}
+				if metricsListen != "" {
+					cfg.Metrics.Listen = metricsListen
+				}
+				return cfg, nil
+			}
+			cfg, err := load()
 			if err != nil {
 				return err
-			}
-			if listen != "" {
-				cfg.Listen = listen
-			}
-			if metricsListen != "" {
-				cfg.Metrics.Listen = metricsListen
 			}
 			log := node.NewLogger(cfg, cmd.ErrOrStderr())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// SIGHUP is taken from the start, so that one sent while the
+			// server starts does not end the process.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			srv, err := node.StartServer(ctx, cfg, log)
 			if err != nil {
 				return err
+			}
+			if err := writePIDFile(cfg.PIDFile); err != nil {
+				_ = srv.Shutdown(context.Background())
+				return fmt.Errorf("serve: %w (set pid_file to a writable path)", err)
+			}
+			defer removePIDFile(cfg)
+			var reloads int64
+			if err := writeReloadStatus(cfg, reloadStatus{Result: "started"}); err != nil {
+				log.Warn("serve: the reload status file cannot be written; agenthost reload cannot report", "path", cfg.ReloadStatusFile(), "err", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "agenthost serving on http://%s (%s)\n", srv.Addr(), cfg.StoreLocation())
 			if addr := srv.MetricsAddr(); addr != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "agenthost metrics on http://%s/metrics\n", addr)
 			}
-			select {
-			case <-ctx.Done():
-				log.Info("stopping: a signal asked for it; new requests answer 503 while in-flight work finishes")
-			case err := <-srv.Failed():
-				log.Error("stopping: the HTTP server failed", "err", err)
-				_ = srv.Shutdown(context.Background())
-				return fmt.Errorf("serve: the HTTP server failed: %w", err)
-			case <-srv.Runtime().LeaseLost():
-				log.Error("stopping: this process's node lease expired, so it drives no session any more; "+
-					"start it again and recovery takes every session over (was the process paused, or starved of CPU, for longer than lease_ttl?)",
-					"lease_ttl", cfg.LeaseTTL)
-				_ = srv.Shutdown(context.Background())
-				return fmt.Errorf("serve: the node lease expired (lease_ttl %s): exiting, for a restart to recover the sessions", cfg.LeaseTTL)
+			for stopping := false; !stopping; {
+				select {
+				case <-hup:
+					reloads++
+					st := reloadStatus{Seq: reloads, Result: "applied"}
+					if st.Changes, err = srv.Reload(ctx, load); err != nil {
+						st.Result, st.Error = "refused", err.Error()
+					}
+					if err := writeReloadStatus(cfg, st); err != nil {
+						log.Warn("serve: the reload status file cannot be written; agenthost reload cannot report", "path", cfg.ReloadStatusFile(), "err", err)
+					}
+				case <-ctx.Done():
+					log.Info("stopping: a signal asked for it; new requests answer 503 while in-flight work finishes")
+					stopping = true
+				case err := <-srv.Failed():
+					log.Error("stopping: the HTTP server failed", "err", err)
+					_ = srv.Shutdown(context.Background())
+					return fmt.Errorf("serve: the HTTP server failed: %w", err)
+				case <-srv.Runtime().LeaseLost():
+					log.Error("stopping: this process's node lease expired, so it drives no session any more; "+
+						"start it again and recovery takes every session over (was the process paused, or starved of CPU, for longer than lease_ttl?)",
+						"lease_ttl", cfg.LeaseTTL)
+					_ = srv.Shutdown(context.Background())
+					return fmt.Errorf("serve: the node lease expired (lease_ttl %s): exiting, for a restart to recover the sessions", cfg.LeaseTTL)
+				}
 			}
 			if err := srv.Shutdown(context.Background()); err != nil {
 				return fmt.Errorf("serve: stopping: %w", err)

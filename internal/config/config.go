@@ -75,6 +75,13 @@ type Config struct {
 	// PluginCallPath is how plugins are called: PluginCallNative (the host's
 	// own Extism kernel) or PluginCallSDK (extism go-sdk, the reference).
 	PluginCallPath string
+	// PIDFile is where serve writes its process ID, and `agenthost reload`
+	// finds it (default: DefaultPIDFile in DataDir). The reload's outcome
+	// is written beside it (ReloadStatusFile).
+	PIDFile string
+	// PluginDrain bounds how long a plugin version a reload replaced stays
+	// loaded for the attempts it holds (default DefaultPluginDrain).
+	PluginDrain time.Duration
 
 	Plugins map[string]Plugin
 	// MCPServers are the MCP servers whose tools tenants and agents may
@@ -497,9 +504,12 @@ type ToolOverride struct {
 
 // Defaults of the keys a file may leave out.
 var (
-	DefaultDataDir  = "data"
-	DefaultCacheDir = ".cache/wazero"
-	DefaultListen   = "127.0.0.1:8080"
+	DefaultDataDir = "data"
+	DefaultPIDFile = "agenthost.pid"
+	// DefaultPluginDrain is plugin_drain's default.
+	DefaultPluginDrain = time.Hour
+	DefaultCacheDir    = ".cache/wazero"
+	DefaultListen      = "127.0.0.1:8080"
 	// DefaultRetentionInterval is the time between retention passes.
 	DefaultRetentionInterval = time.Hour
 	// DefaultWatchdogInterval is the time between watchdog scans.
@@ -579,3 +589,7 @@ func (c *Config) StoreLocation() string {
 	}
 	return "data dir " + c.DataDir
 }
+
+// ReloadStatusFile is where serve writes the outcome of its last config
+// reload, as JSON, for `agenthost reload` to read: beside the PID file.
+func (c *Config) ReloadStatusFile() string { return c.PIDFile + ".reload" }

@@ -50,7 +50,7 @@ var (
 		"http.max_unauthenticated_connections", "http.unauthenticated_idle_timeout", "http.ipv6_client_prefix",
 		"http.max_streams_per_tenant", "http.stream_write_timeout", "http.max_page_bytes",
 		"http.max_input_bytes", "http.max_metadata_bytes", "http.max_reason_bytes",
-		"metrics.listen",
+		"metrics.listen", "pid_file", "plugin_drain",
 	}
 	pluginKeys = []string{
 		"path", "sha256", "role", "memory_pages", "call_timeout", "init_timeout",
@@ -279,6 +279,16 @@ func (d *decoder) decode(all map[string]any) *Config {
 	c.Log.Level = d.oneOf(all, "log.level", DefaultLogLevel, "debug", "info", "warn", "error")
 	c.MaxInstanceMemory = int64(d.integer(all, "max_instance_memory", 0, 0))
 	c.PluginCallPath = d.oneOf(all, "plugin_call_path", PluginCallNative, PluginCallNative, PluginCallSDK)
+	c.PluginDrain = d.duration(all, "plugin_drain", DefaultPluginDrain)
+	if c.PluginDrain == 0 {
+		c.PluginDrain = DefaultPluginDrain
+	}
+	c.PIDFile = d.str(all, "pid_file", "")
+	if c.PIDFile == "" {
+		c.PIDFile = filepath.Join(c.DataDir, DefaultPIDFile)
+	} else {
+		c.PIDFile = d.path("pid_file", c.PIDFile)
+	}
 
 	c.Plugins = map[string]Plugin{}
 	for _, id := range d.ids(all, "plugins") {

@@ -70,6 +70,9 @@ func NewTokenAuthenticator(hashesByTenant map[string][]string) (*TokenAuthentica
 	return a, nil
 }
 
+// Len is the number of token hashes a holds.
+func (a *TokenAuthenticator) Len() int { return len(a.entries) }
+
 // HashToken returns the hex SHA-256 hash of a token, the form the config
 // holds.
 func HashToken(token string) string {

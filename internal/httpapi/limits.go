@@ -110,7 +110,7 @@ func rateLimited(what string, r Rate, wait time.Duration) *apiError {
 
 // limitRequest charges one request of tenant to its request rate.
 func (s *Server) limitRequest(tenant string) *apiError {
-	tl := s.tenantLimits[tenant]
+	tl := s.tenants().limits[tenant]
 	if tl == nil {
 		return nil
 	}
@@ -136,7 +136,7 @@ func (s *Server) limitSubmissions(h tenantHandler) tenantHandler {
 // takeSubmission charges one submission of tenant to its submission
 // rate.
 func (s *Server) takeSubmission(tenant string) *apiError {
-	if tl := s.tenantLimits[tenant]; tl != nil {
+	if tl := s.tenants().limits[tenant]; tl != nil {
 		if wait, ok := take(tl.submissions); !ok {
 			s.cfg.OnLimit(LimitSubmissionRate, tenant)
 			return rateLimited("this tenant's submissions exceed their rate (rate_limits.submissions)", tl.limits.Submissions, wait)
@@ -149,7 +149,7 @@ func (s *Server) takeSubmission(tenant string) *apiError {
 // progress: past it the read answers 429 at once rather than queue.
 func (s *Server) limitReads(h tenantHandler) tenantHandler {
 	return func(w http.ResponseWriter, r *http.Request, tenant string) error {
-		tl := s.tenantLimits[tenant]
+		tl := s.tenants().limits[tenant]
 		if tl == nil || tl.reads == nil {
 			return h(w, r, tenant)
 		}

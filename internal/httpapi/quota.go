@@ -79,7 +79,7 @@ func (s *Server) countRefusal(tenant string, err error) error {
 }
 
 func (s *Server) checkQuotas(ctx context.Context, tenant string, stored int64) (*Reservation, error) {
-	q, ok := s.cfg.Quotas[tenant]
+	q, ok := s.tenants().quotas[tenant]
 	if !ok {
 		return nil, nil
 	}
@@ -171,7 +171,7 @@ var (
 // its submission lock. what says what the write is made of, for the
 // message ("its input and metadata are 20001 bytes").
 func (s *Server) checkWriteFits(tenant string, n int64, w quotaWrite, what string) error {
-	limit := s.cfg.Quotas[tenant].MaxStoredBytes
+	limit := s.tenants().quotas[tenant].MaxStoredBytes
 	if limit <= 0 || n <= limit {
 		return nil
 	}
@@ -190,7 +190,7 @@ func (s *Server) checkWriteFits(tenant string, n int64, w quotaWrite, what strin
 // tenant has no storage quota. The caller settles the reservation once
 // the write is made (settleReservation).
 func (s *Server) reserveStoredBytes(ctx context.Context, tenant string, n int64, w quotaWrite) (*Reservation, error) {
-	limit := s.cfg.Quotas[tenant].MaxStoredBytes
+	limit := s.tenants().quotas[tenant].MaxStoredBytes
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -218,7 +218,7 @@ func (s *Server) reserveStoredBytes(ctx context.Context, tenant string, n int64,
 // tenant's storage quota (413 or 429 as reserveStoredBytes), and returns
 // its reservation, to settle once it is written.
 func (s *Server) reserveInput(ctx context.Context, tenant string, req InputRequest) (*Reservation, error) {
-	if s.cfg.Quotas[tenant].MaxStoredBytes <= 0 {
+	if s.tenants().quotas[tenant].MaxStoredBytes <= 0 {
 		return nil, nil
 	}
 	n := InputStoredBytes(req)

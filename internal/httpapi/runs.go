@@ -72,7 +72,7 @@ func (s *Server) submit(ctx context.Context, tenant, session, key string, req Su
 	// that the check and the submission are one step; without one they
 	// share the store's group commits.
 	var res *Reservation
-	if q := s.cfg.Quotas[tenant]; q.bounded() {
+	if q := s.tenants().quotas[tenant]; q.bounded() {
 		stored := SubmissionStoredBytes(req, key)
 		if err := s.checkSubmissionFits(tenant, req, stored); err != nil {
 			return loop.Run{}, false, err

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agenthost/agenthost/internal/console"
@@ -120,8 +121,10 @@ type Server struct {
 	submitMu sync.Mutex
 	submits  map[string]*sync.Mutex // by tenant: quota check and submit are one step
 
-	tenantLimits map[string]*tenantLimiter // by tenant; fixed at New
-	unauth       *unauthenticated          // nil: no bound
+	// inForce are the tokens, quotas and limits of the tenants now
+	// (tenants.go): Config's at New, replaced whole by SetTenants.
+	inForce atomic.Pointer[tenantsInForce]
+	unauth  *unauthenticated // nil: no bound
 
 	drain     context.Context // cancelled by Drain
 	stopDrain context.CancelFunc
@@ -134,13 +137,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Runtime == nil || cfg.Store == nil || cfg.Auth == nil {
 		return nil, errors.New("httpapi: Config needs Runtime, Store and Auth")
 	}
-	for tenant, q := range cfg.Quotas {
-		if q.MaxActiveRuns < 0 || q.MaxInFlightEffects < 0 || q.TokenBudget < 0 || q.MaxStoredBytes < 0 {
-			return nil, errors.New("httpapi: tenant " + tenant + ": quotas must be 0 (no limit) or positive")
-		}
-		if q.TokenBudget > 0 && cfg.Usage == nil {
-			return nil, errors.New("httpapi: tenant " + tenant + " has a token budget: Config.Usage must be set (and observe the runtime)")
-		}
+	if err := (Tenants{Auth: cfg.Auth, Quotas: cfg.Quotas, Limits: cfg.Limits}).check(cfg.Usage != nil); err != nil {
+		return nil, err
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -176,13 +174,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.OnLimit == nil {
 		cfg.OnLimit = func(string, string) {}
 	}
-	for tenant, l := range cfg.Limits {
-		if l.Requests.PerSecond < 0 || l.Submissions.PerSecond < 0 || l.MaxConcurrentReads < 0 {
-			return nil, errors.New("httpapi: tenant " + tenant + ": limits must be 0 (no limit) or positive")
-		}
-	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), submits: map[string]*sync.Mutex{},
-		tenantLimits: newTenantLimiters(cfg.Limits), unauth: newUnauthenticated(cfg.UnauthenticatedRate)}
+		unauth: newUnauthenticated(cfg.UnauthenticatedRate)}
+	s.inForce.Store(s.inForceFrom(Tenants{Auth: cfg.Auth, Quotas: cfg.Quotas, Limits: cfg.Limits}, nil))
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	var err error
 	if s.mcp, err = s.newMCP(); err != nil {
@@ -361,7 +355,7 @@ func (s *Server) authenticate(r *http.Request) (string, bool) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
-	return s.cfg.Auth.Authenticate(strings.TrimSpace(token))
+	return s.tenants().auth.Authenticate(strings.TrimSpace(token))
 }
 
 // tenantLock returns the lock that makes a tenant's quota check and

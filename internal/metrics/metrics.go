@@ -37,6 +37,7 @@ type Metrics struct {
 	modelCalls      *prometheus.HistogramVec
 	firstToken      *prometheus.HistogramVec
 	runDuration     *prometheus.HistogramVec
+	configReloads   *prometheus.CounterVec
 }
 
 var _ runtime.Observer = (*Metrics)(nil)
@@ -116,8 +117,12 @@ func New() *Metrics {
 			Help:    "Runs that ended, from their creation to their end (waits for people included), by tenant, agent and status (completed, failed, cancelled).",
 			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600},
 		}, []string{"tenant", "agent", "status"}),
+		configReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agenthost_config_reloads_total",
+			Help: "Config reloads (SIGHUP, agenthost reload), by result: applied (the new config is in force), refused (it was invalid or could not be applied; the old one stays).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.firstToken)
+	reg.MustRegister(m.firstToken, m.configReloads)
 	reg.MustRegister(m.runTransitions, m.effectsSettled, m.pluginCalls, m.pluginErrors, m.commitDuration,
 		m.commitErrors, m.recoveryActions, m.watchdogReports, m.tokens, m.pruned, m.prunes, m.limited,
 		m.executorCalls, m.modelCalls, m.runDuration,
@@ -192,6 +197,18 @@ func (m *Metrics) WatchdogReport(tenant string) {
 // server and its listener call it (httpapi.Config.OnLimit).
 func (m *Metrics) Limited(limit, tenant string) {
 	m.limited.WithLabelValues(limit, tenant).Inc()
+}
+
+// Config reload results, the result label of agenthost_config_reloads_total.
+const (
+	ReloadApplied = "applied"
+	ReloadRefused = "refused"
+)
+
+// ConfigReloaded counts a config reload by its result (ReloadApplied or
+// ReloadRefused).
+func (m *Metrics) ConfigReloaded(result string) {
+	m.configReloads.WithLabelValues(result).Inc()
 }
 
 // Pruned counts what one retention pass removed; serve calls it after

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -135,6 +136,26 @@ func (e timedEvents) Emit(ctx context.Context, scope runtime.EmitScope, ev abi.E
 
 // Endpoint implements runtime.EndpointNamer: the plugin's ID.
 func (t *timedExecutor) Endpoint() string { return t.plugin }
+
+// RouteTo implements runtime.VersionRouter: the wrapped executor's, or
+// held itself when it keeps one version.
+func (t *timedExecutor) RouteTo(held *loop.PluginRef) (loop.PluginRef, error) {
+	if r, ok := t.next.(runtime.VersionRouter); ok {
+		return r.RouteTo(held)
+	}
+	if held == nil {
+		return loop.PluginRef{}, nil
+	}
+	return *held, nil
+}
+
+// PluginRef implements runtime.PluginReporter: the wrapped executor's.
+func (t *timedExecutor) PluginRef() (loop.PluginRef, bool) {
+	if ref := runtime.PluginOf(t.next); ref != nil {
+		return *ref, true
+	}
+	return loop.PluginRef{}, false
+}
 
 type timedBuilder struct {
 	m      *Metrics

@@ -70,7 +70,7 @@ func (s *System) buildTenants(ids []string, w Wiring) error {
 	defer s.tenants.rebuild.Unlock()
 	b := &tenantsBuilt{tenants: runtime.TenantMap{}, agents: map[string][]httpapi.AgentJSON{}}
 	for _, id := range ids {
-		s.wired[id] = newPluginAdapters(s.plugins, s.budgets, s.mcp, s.log, w)
+		s.wired[id] = newPluginAdapters(s.plugins, s.versions, s.budgets, s.mcp, s.log, w)
 		rt, shown, err := buildTenant(s.cfg, s.cfg.Tenants[id], s.wired[id])
 		if err != nil {
 			return err

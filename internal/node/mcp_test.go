@@ -33,7 +33,7 @@ func TestAnAgentsMCPToolsFollowTheConfig(t *testing.T) {
 	}
 	defer mgr.Close()
 	conformance.WaitUntil(t, 30*time.Second, "the server's tools", func() (bool, error) { return len(mgr.Server("web").Tools()) == 3, nil })
-	p := newPluginAdapters(nil, nil, mgr, slog.New(slog.DiscardHandler), Wiring{})
+	p := newPluginAdapters(nil, nil, nil, mgr, slog.New(slog.DiscardHandler), Wiring{})
 	tenant := config.Tenant{ID: "acme"}
 	a := config.Agent{Name: "default", TopLevel: true, Overrides: map[string]config.ToolOverride{"web__add": {Approval: abi.ApprovalAlways}}}
 

@@ -17,6 +17,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agenthost/agenthost/badgerstore"
@@ -47,11 +48,21 @@ type System struct {
 	tenants *liveTenants
 	// wired are each tenant's plugin adapters, which its rebuilds reuse.
 	wired map[string]*pluginAdapters
+	// versions are the loaded versions of each executor plugin, by plugin
+	// ID (versions.go); the tenants' executors route over them.
+	versions map[string]*pluginVersions
 	// mcp are the MCP servers the tenants use, connecting in the
 	// background; nil when none.
 	mcp *mcptool.Manager
+	// cfg is the config in force. It, plugins, wired, versions and mcp
+	// change at a reload (reload.go), under tenants.rebuild.
 	cfg *config.Config
 	log *slog.Logger
+
+	// retiredMu guards retired: the plugin versions and MCP servers a
+	// reload replaced, closed after their drain or with the system.
+	retiredMu sync.Mutex
+	retired   []*retired
 }
 
 // NewLogger returns the process logger the config asks for, writing to w.
@@ -151,6 +162,16 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 		}
 	}
 	s.plugins = plugins
+	s.versions = map[string]*pluginVersions{}
+	for pid, p := range plugins {
+		if p.Spec().Role != abi.RoleExecutor {
+			continue
+		}
+		s.versions[pid] = &pluginVersions{id: pid, log: log}
+		if err := s.versions[pid].setCurrent(p, cfg.PluginDrain, s.retire); err != nil {
+			return nil, fmt.Errorf("%s: plugins.%s: %w", cfg.File, pid, err)
+		}
+	}
 	// The MCP servers connect in the background: one that is down holds
 	// nothing up, and its tools join the agents that name it once it is
 	// reached (mcpToolsChanged).
@@ -239,7 +260,11 @@ func (s *System) closeWithin(ctx context.Context, grace time.Duration) error {
 		errs = append(errs, s.runtime.Stop(sctx))
 		cancel()
 	}
-	s.mcp.Close()
+	s.closeRetired(ctx)
+	s.tenants.rebuild.Lock()
+	mcp := s.mcp // a reload may have replaced it
+	s.tenants.rebuild.Unlock()
+	mcp.Close() // not under the lock: its OnChange takes it
 	if s.host != nil {
 		errs = append(errs, s.host.Close(ctx))
 	}
@@ -323,16 +348,17 @@ func buildTenant(cfg *config.Config, t config.Tenant, wired *pluginAdapters) (*r
 // servers.
 type pluginAdapters struct {
 	plugins   map[string]*host.Plugin
-	budgets   map[string]*budget.Budget // by plugin ID; nil for none
-	mcp       *mcptool.Manager          // nil when no tenant uses an MCP server
+	versions  map[string]*pluginVersions // the executors' versions, by plugin ID
+	budgets   map[string]*budget.Budget  // by plugin ID; nil for none
+	mcp       *mcptool.Manager           // nil when no tenant uses an MCP server
 	log       *slog.Logger
 	w         Wiring
 	builders  map[string]runtime.Builder
 	executors map[string]runtime.Executor
 }
 
-func newPluginAdapters(plugins map[string]*host.Plugin, budgets map[string]*budget.Budget, mcp *mcptool.Manager, log *slog.Logger, w Wiring) *pluginAdapters {
-	return &pluginAdapters{plugins: plugins, budgets: budgets, mcp: mcp, log: log, w: w,
+func newPluginAdapters(plugins map[string]*host.Plugin, versions map[string]*pluginVersions, budgets map[string]*budget.Budget, mcp *mcptool.Manager, log *slog.Logger, w Wiring) *pluginAdapters {
+	return &pluginAdapters{plugins: plugins, versions: versions, budgets: budgets, mcp: mcp, log: log, w: w,
 		builders: map[string]runtime.Builder{}, executors: map[string]runtime.Executor{}}
 }
 
@@ -352,11 +378,10 @@ func (p *pluginAdapters) executor(id string) (runtime.Executor, error) {
 	if ex, ok := p.executors[id]; ok {
 		return ex, nil
 	}
-	ex, err := p.plugins[id].Executor()
-	if err != nil {
-		return nil, err
+	if _, err := p.plugins[id].Executor(); err != nil {
+		return nil, err // not loaded as an executor
 	}
-	p.executors[id] = p.w.executor(id, ex)
+	p.executors[id] = p.w.executor(id, versionedExecutor{vs: p.versions[id]})
 	return p.executors[id], nil
 }
 

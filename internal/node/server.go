@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +49,13 @@ type Server struct {
 	stopRetention context.CancelFunc
 	retentionDone chan struct{}
 
+	// ledger is the tenants' token usage; wiring what Open was given,
+	// which a reload gives the tenants it builds.
+	ledger *httpapi.UsageLedger
+	wiring Wiring
+	// reloadMu serializes the config reloads (Reload).
+	reloadMu sync.Mutex
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -55,33 +64,12 @@ type Server struct {
 // and serves the API. It returns once the server accepts connections;
 // /readyz answers 200 once recovery's first pass is done.
 func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Server, err error) {
-	tenantIDs := make([]string, 0, len(cfg.Tenants))
-	tokens := map[string][]string{}
-	quotas := map[string]httpapi.Quota{}
-	limits := map[string]httpapi.TenantLimits{}
-	for id, t := range cfg.Tenants {
-		tenantIDs = append(tenantIDs, id)
-		if len(t.TokenSHA256) > 0 {
-			tokens[id] = t.TokenSHA256
-		}
-		quotas[id] = httpapi.Quota{
-			MaxActiveRuns:      t.Quotas.MaxActiveRuns,
-			MaxInFlightEffects: t.Quotas.MaxInflightEffects,
-			TokenBudget:        t.Quotas.TokenBudget,
-			MaxStoredBytes:     t.Quotas.MaxStoredBytes,
-		}
-		limits[id] = httpapi.TenantLimits{
-			Requests:           httpapi.Rate(t.RateLimits.Requests),
-			Submissions:        httpapi.Rate(t.RateLimits.Submissions),
-			MaxConcurrentReads: t.Quotas.MaxConcurrentReads,
-		}
-	}
-	sort.Strings(tenantIDs)
-	auth, err := httpapi.NewTokenAuthenticator(tokens)
+	tenantIDs := slices.Sorted(maps.Keys(cfg.Tenants))
+	tenants, err := apiTenants(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: tenants: %w", cfg.File, err)
+		return nil, err
 	}
-	if len(tokens) == 0 {
+	if tenants.Auth.(*httpapi.TokenAuthenticator).Len() == 0 {
 		log.Warn("no tenant has an API token: every /v1 request answers 401; add tenants.ID.tokens_sha256 (printf %s TOKEN | sha256sum)")
 	}
 	m := metrics.New()
@@ -117,7 +105,7 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	}
 
 	ledger := httpapi.NewUsageLedger()
-	sys, err := Open(ctx, cfg, tenantIDs, log, Wiring{
+	wiring := Wiring{
 		Observer: metrics.Tee{m, ledger},
 		Executor: m.Executor,
 		Builder:  m.Builder,
@@ -152,14 +140,15 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			}
 			return nil
 		},
-	})
+	}
+	sys, err := Open(ctx, cfg, tenantIDs, log, wiring)
 	if err != nil {
 		return nil, err
 	}
 	apiCfg := httpapi.Config{
-		Runtime: sys.runtime, Store: sys.store, Auth: auth, Quotas: quotas, Usage: ledger,
+		Runtime: sys.runtime, Store: sys.store, Auth: tenants.Auth, Quotas: tenants.Quotas, Usage: ledger,
 		Ready: sys.runtime.Ready, Logger: log, AgentsOf: sys.AgentsOf,
-		Limits: limits, UnauthenticatedRate: httpapi.Rate(cfg.HTTP.UnauthenticatedRate), OnLimit: m.Limited,
+		Limits: tenants.Limits, UnauthenticatedRate: httpapi.Rate(cfg.HTTP.UnauthenticatedRate), OnLimit: m.Limited,
 		MaxStreamsPerTenant: cfg.HTTP.MaxStreamsPerTenant, StreamWriteTimeout: cfg.HTTP.StreamWriteTimeout,
 		MaxPageBytes: cfg.HTTP.MaxPageBytes,
 		Fields: httpapi.FieldLimits{MaxInputBytes: cfg.HTTP.MaxInputBytes, MaxMetadataBytes: cfg.HTTP.MaxMetadataBytes,
@@ -177,7 +166,7 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, log: log, sys: sys, metrics: m, api: api, ln: ln,
+		cfg: cfg, log: log, sys: sys, metrics: m, api: api, ln: ln, ledger: ledger, wiring: wiring,
 		failed:        make(chan error, 1),
 		retentionDone: make(chan struct{}),
 		http: &http.Server{
@@ -301,4 +290,90 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.shutdownErr = s.sys.closeWithin(ctx, runtimeShutdownGrace)
 	})
 	return s.shutdownErr
+}
+
+// apiTenants returns the tenants of cfg as the API holds them: their
+// tokens, quotas and limits.
+func apiTenants(cfg *config.Config) (httpapi.Tenants, error) {
+	tokens := map[string][]string{}
+	t := httpapi.Tenants{Quotas: map[string]httpapi.Quota{}, Limits: map[string]httpapi.TenantLimits{}}
+	for id, tc := range cfg.Tenants {
+		if len(tc.TokenSHA256) > 0 {
+			tokens[id] = tc.TokenSHA256
+		}
+		t.Quotas[id] = httpapi.Quota{
+			MaxActiveRuns:      tc.Quotas.MaxActiveRuns,
+			MaxInFlightEffects: tc.Quotas.MaxInflightEffects,
+			TokenBudget:        tc.Quotas.TokenBudget,
+			MaxStoredBytes:     tc.Quotas.MaxStoredBytes,
+		}
+		t.Limits[id] = httpapi.TenantLimits{
+			Requests:           httpapi.Rate(tc.RateLimits.Requests),
+			Submissions:        httpapi.Rate(tc.RateLimits.Submissions),
+			MaxConcurrentReads: tc.Quotas.MaxConcurrentReads,
+		}
+	}
+	auth, err := httpapi.NewTokenAuthenticator(tokens)
+	if err != nil {
+		return httpapi.Tenants{}, fmt.Errorf("%s: tenants: %w", cfg.File, err)
+	}
+	t.Auth = auth
+	return t, nil
+}
+
+// Reload reads the config with load and puts it in force, whole, or
+// refuses it and keeps the config in force (reload.go): the tenants with their tokens, quotas, limits and
+// agents, the plugins and the MCP servers. A config that changes a key
+// only a restart applies (restartKeys) is refused, naming the keys; so is
+// one that fails a check of the start, with the start's error. It returns what changed, logs the
+// outcome and counts it (agenthost_config_reloads_total). The API serves
+// throughout: a request sees the config in force when it starts.
+func (s *Server) Reload(ctx context.Context, load func() (*config.Config, error)) (changes []string, err error) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	defer func() {
+		if err != nil {
+			s.metrics.ConfigReloaded(metrics.ReloadRefused)
+			s.log.Error("config reload refused; the config in force stays", "file", s.cfg.File, "err", err)
+			return
+		}
+		s.metrics.ConfigReloaded(metrics.ReloadApplied)
+		if len(changes) == 0 {
+			changes = []string{"nothing changed"}
+		}
+		s.log.Info("config reloaded: new Runs get the new config; Runs in flight keep their pinned agents", "file", s.cfg.File, "changes", strings.Join(changes, "; "))
+	}()
+	next, err := load()
+	if err != nil {
+		return nil, err
+	}
+	if keys := restartKeys(s.cfg, next); len(keys) > 0 {
+		return nil, fmt.Errorf("%s: %s changed, and only a restart applies that: put the old value back and reload, or restart agenthost to apply it", next.File, strings.Join(keys, ", "))
+	}
+	tenants, err := apiTenants(next)
+	if err != nil {
+		return nil, err
+	}
+	if err := tenants.Check(); err != nil {
+		return nil, fmt.Errorf("%s: tenants: %w", next.File, err)
+	}
+	b, err := s.sys.prepareReload(ctx, next, s.wiring)
+	if err != nil {
+		return nil, err
+	}
+	var added []string
+	for id := range next.Tenants {
+		if _, ok := s.sys.tenants.load().tenants[id]; !ok {
+			added = append(added, id)
+		}
+	}
+	if err := s.ledger.Seed(ctx, s.sys.store, added...); err != nil {
+		b.discard(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("reading the new tenants' token usage: %w", err)
+	}
+	s.sys.commitReload(b)
+	if err := s.api.SetTenants(tenants); err != nil {
+		panic("node: tenants checked before the swap were refused after it: " + err.Error())
+	}
+	return b.changes, nil
 }

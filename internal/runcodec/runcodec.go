@@ -68,8 +68,14 @@ const Version4 byte = 0x04
 // older version has none of them (its policies take the Loop's defaults).
 const Version5 byte = 0x05
 
+// Version6 is the first byte of a snapshot in the current version: the
+// fifth, with its tail followed by each effect's plugin version
+// (loop.Effect.Plugin: present, then name, version and sha256). A Run
+// decoded from an older version has none.
+const Version6 byte = 0x06
+
 // Current is the version Append writes.
-const Current = Version5
+const Current = Version6
 
 // IsBinary reports whether b is a snapshot (or a record) in this encoding,
 // of any version, rather than JSON.
@@ -141,7 +147,29 @@ func Append(dst []byte, r *loop.Run) []byte {
 	w.failure(r.Failure)
 	w.tail4(r)
 	w.tail5(r)
+	w.tail6(r)
 	return w.B
+}
+
+// tail6 writes what version 6 added (see Version6).
+func (w *Writer) tail6(r *loop.Run) {
+	for _, e := range r.Effects {
+		w.Bool(e.Plugin != nil)
+		if p := e.Plugin; p != nil {
+			w.String(p.Name)
+			w.String(p.Version)
+			w.String(p.SHA256)
+		}
+	}
+}
+
+// tail6 reads what Writer.tail6 wrote into r.
+func (rd *Reader) tail6(r *loop.Run) {
+	for i := range r.Effects {
+		if rd.Bool() {
+			r.Effects[i].Plugin = &loop.PluginRef{Name: rd.String(), Version: rd.String(), SHA256: rd.String()}
+		}
+	}
 }
 
 // tail5 writes what version 5 added (see Version5).
@@ -341,6 +369,9 @@ func Decode(b []byte) (loop.Run, error) {
 	}
 	if version >= Version5 {
 		rd.tail5(&r)
+	}
+	if version >= Version6 {
+		rd.tail6(&r)
 	}
 	if rd.Err != nil {
 		return loop.Run{}, fmt.Errorf("runcodec: snapshot: %w", rd.Err)

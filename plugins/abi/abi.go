@@ -3,6 +3,7 @@ package abi
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -165,6 +166,21 @@ type Describe struct {
 	Effects []EffectKind `json:"effects,omitempty"`
 	Tools   []Tool       `json:"tools,omitempty"`
 	Attach  bool         `json:"attach"`
+	// AttachesFrom lists the earlier versions of this plugin whose effect
+	// attempts this version can poll, attach to and cancel (it reads
+	// their KV records and handles): when the version that started an
+	// attempt is no longer loaded, the host gives the attempt to the one
+	// in force only if it lists that version; otherwise the effect's
+	// missing-effect policy decides. An addition to ABI v1: a plugin that
+	// leaves it out takes over no other version's attempts.
+	AttachesFrom []string `json:"attaches_from,omitempty"`
+}
+
+// TakesOver reports whether d declares it can take over the attempts of
+// the given version of the same plugin (AttachesFrom); every version
+// takes over its own.
+func (d Describe) TakesOver(version string) bool {
+	return version == d.Version || slices.Contains(d.AttachesFrom, version)
 }
 
 // Tool describes one tool that an executor offers, and that a builder

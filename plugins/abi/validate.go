@@ -123,6 +123,16 @@ func ValidateDescribe(d Describe, wantRole Role) error {
 		e.sentinel = ErrRoleMismatch
 		return e
 	}
+	seenVersions := map[string]bool{}
+	for i, v := range d.AttachesFrom {
+		if strings.TrimSpace(v) == "" {
+			return c.errf(index("attaches_from", i), "is blank; list the versions (as their describe's \"version\" says) whose attempts this version can take over")
+		}
+		if seenVersions[v] {
+			return c.errf(index("attaches_from", i), "%q is listed twice; list each version once", v)
+		}
+		seenVersions[v] = true
+	}
 	if d.Role == RoleBuilder {
 		if len(d.Effects) > 0 {
 			return c.errf("effects", "a builder carries out no effects; leave the field out")

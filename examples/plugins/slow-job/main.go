@@ -14,6 +14,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/agenthost/agenthost/examples/plugins/internal/guest"
 	"github.com/agenthost/agenthost/examples/plugins/slow-job/job"
@@ -29,9 +30,20 @@ var jobs = job.Jobs{KV: guest.KV{}, Now: guest.NowMS}
 
 //go:wasmexport describe
 func describe() int32 {
+	// The version and attaches_from come from the config, so that plugin
+	// upgrades (docs/OPERATIONS.md, "Rolling changes") can be shown with
+	// one file: a real plugin declares its own.
+	version := "1.0.0"
+	if v, ok := guest.Config("version"); ok && v != "" {
+		version = v
+	}
+	var attachesFrom []string
+	if v, ok := guest.Config("attaches_from"); ok && v != "" {
+		attachesFrom = strings.Split(v, ",")
+	}
 	return guest.Describe(abi.Describe{
 		Name:    "slow-job",
-		Version: "1.0.0",
+		Version: version,
 		Role:    abi.RoleExecutor,
 		Effects: []abi.EffectKind{abi.KindTool},
 		Tools: []abi.Tool{{
@@ -41,7 +53,8 @@ func describe() int32 {
 			Idempotent:  false,
 			Approval:    abi.ApprovalNever,
 		}},
-		Attach: true,
+		Attach:       true,
+		AttachesFrom: attachesFrom,
 	})
 }
 
