@@ -98,9 +98,11 @@ type OpenAIRequest struct {
 	StreamOptions  *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	// Body is the whole body, as sent; Authorization the header.
+	// Body is the whole body, as sent; Authorization the header, and
+	// Traceparent the W3C trace context the request carried ("" if none).
 	Body          json.RawMessage `json:"-"`
 	Authorization string          `json:"-"`
+	Traceparent   string          `json:"-"`
 	// Received is when the request came; Answered when its answer was
 	// sent (a streamed one: when its head was), with Status.
 	Received, Answered time.Time `json:"-"`
@@ -523,7 +525,7 @@ var openAITopLevel = map[string]bool{
 // check reads and checks one request, returning what it read, or the
 // status to answer and the first rule it breaks.
 func (f *FakeOpenAI) check(r *http.Request) (*OpenAIRequest, int, error) {
-	req := &OpenAIRequest{Authorization: r.Header.Get("authorization")}
+	req := &OpenAIRequest{Authorization: r.Header.Get("authorization"), Traceparent: r.Header.Get("traceparent")}
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 		return nil, http.StatusNotFound, fmt.Errorf("%s %s: chat completions are POST /v1/chat/completions", r.Method, r.URL.Path)
 	}

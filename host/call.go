@@ -31,6 +31,14 @@ func (p *Plugin) pluginErr(export string, class abi.ErrorClass, err error) *runt
 // runtime's words, which keep of the error only its class and the plugin's
 // own words (a *runtime.PluginMessage in the chain).
 func (p *Plugin) call(ctx context.Context, s *callScope, input []byte) ([]byte, error) {
+	ctx, span := startCallSpan(ctx, s)
+	out, err := p.callTraced(ctx, s, input)
+	runtime.EndSpan(span, err)
+	return out, err
+}
+
+// callTraced is call, inside the call's span.
+func (p *Plugin) callTraced(ctx context.Context, s *callScope, input []byte) ([]byte, error) {
 	export := s.export
 	if len(input) > p.spec.Limits.MaxInputBytes {
 		return nil, p.pluginErr(export, abi.ClassLimitExceeded, fmt.Errorf(

@@ -447,7 +447,9 @@ func (g *httpGate) send(ctx context.Context, s *callScope, req abi.HTTPRequest, 
 	for k, v := range req.Headers {
 		hr.Header.Set(k, v)
 	}
+	span := traceRequest(hr)
 	resp, err := g.client.Do(hr)
+	endRequestSpan(span, resp, err)
 	dest, connected := h.state()
 	if err == nil {
 		return resp, dest, nil

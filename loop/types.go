@@ -187,6 +187,13 @@ type Spec struct {
 	// another Run: the call it answers. It is nil on a Run submitted from
 	// outside.
 	Parent *ParentRef `json:"parent,omitempty"`
+	// TraceParent is the W3C traceparent of the Run's trace
+	// ("00-<trace id>-<span id>-<flags>"): the span that created the Run,
+	// the parent of every span of the Run on any node, so that a takeover
+	// or a recovery continues the same trace (docs/DESIGN.md §5.10). It is
+	// "" when tracing was off at the Run's creation, and in a Run created
+	// before it was recorded.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // ParentRef names the tool call a child Run answers: the parent Run, the

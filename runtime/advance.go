@@ -364,6 +364,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			also = append(also, m.CommandID)
 		}
 		cctx, cancel := rt.commitCtx()
+		cctx, span := startCommitSpan(cctx, &next, len(batch))
 		began := rt.clock.Now()
 		rt.commits.Begin()
 		res, err := rt.store.Commit(cctx, Commit{
@@ -372,6 +373,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		})
 		rt.commits.End()
 		rt.opts.Observer.Committed(rt.clock.Now().Sub(began), err)
+		EndSpan(span, err)
 		cancel()
 		if err != nil || res.Duplicate {
 			rt.unreserveDispatches(next, fx)
@@ -419,6 +421,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		rt.observeCommit(run, next, batch)
 		rt.hub.Publish(Notice{Tenant: req.tenant, RunID: req.runID, Seq: next.Seq})
 		rt.countTerminal(run, next)
+		traceRunEnded(&run, &next)
 		rt.logRunFailed(run, next)
 		rt.logRateLimited(next, batch)
 		if guest {
@@ -563,7 +566,9 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 	}
 	cctx, cancel := rt.callCtxFrom(ctx, a.Builder)
 	defer cancel()
+	cctx, span := startStepSpan(cctx, &run)
 	out, err := a.Builder.Build(cctx, t.ID, in)
+	EndSpan(span, err)
 	if err != nil {
 		return nil, err
 	}

@@ -119,10 +119,13 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 	now := rt.nowMS()
 	spec := t.specAs(agent, implicit, req.Session, req.RunID, req.Input, req.Metadata)
 	spec.Parent = parent
+	ctx, span := startSubmitSpan(ctx, &spec)
+	spec.TraceParent = FormatTraceParent(span.SpanContext())
 	ev := loop.RunCreated(spec, now)
 	ev.Seq = 1
 	run, err := loop.Apply(loop.Run{}, ev)
 	if err != nil {
+		EndSpan(span, err)
 		return loop.Run{}, false, err
 	}
 	// The creation is committed and reported under the Run's advance lock,
@@ -135,6 +138,7 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 		rt.opts.Observer.RunStatus(req.Tenant, "", res.Run.Status)
 	}
 	unlock()
+	EndSpan(span, err)
 	if err != nil {
 		if !errors.Is(err, ErrRunExists) {
 			// The store may have written the Run and lost the reply: the

@@ -249,6 +249,7 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 	}
 	rt.stats.ExecutorCalls.Add(1)
 	ctx = WithCapacityWaitReport(ctx, rt.instanceWaits.report(key, rt.clock))
+	ctx, span := startEffectSpan(ctx, &run, &e, export, exec, &call)
 	var reply abi.EffectReply
 	switch export {
 	case abi.ExportPoll:
@@ -258,6 +259,7 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 	default:
 		reply, err = exec.Start(ctx, call)
 	}
+	endEffectSpan(span, &e, reply, err)
 	slot.free()
 	rt.modelCallDone(spent, reply, err)
 	rt.onReply(run, e, key, export, reply, err)
@@ -274,7 +276,9 @@ func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect, slot *call
 	if exec != nil {
 		if call, err := rt.effectCall(ctx, run, e, nil); err == nil {
 			rt.stats.ExecutorCalls.Add(1)
-			reply, err := exec.Cancel(ctx, call)
+			sctx, span := startEffectSpan(ctx, &run, &e, abi.ExportCancel, exec, &call)
+			reply, err := exec.Cancel(sctx, call)
+			EndSpan(span, err)
 			slot.free()
 			switch {
 			case err != nil && rt.life.Err() != nil:

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/recovery"
@@ -122,11 +124,24 @@ func (rt *Runtime) armRecovery() {
 // number of sessions taken over. Its error is the scan's (or ctx's): a
 // claim the store fails is logged, and the session handed to its driver
 // all the same, which claims it again.
-func (rt *Runtime) RecoverNow(ctx context.Context) (int, error) {
+func (rt *Runtime) RecoverNow(ctx context.Context) (sessions int, err error) {
 	rt.recStats.Passes.Add(1)
+	began := rt.clock.Now()
 	orphans, err := rt.store.OrphanedSessions(ctx, rt.nowMS())
 	if err != nil {
 		return 0, fmt.Errorf("runtime: recovery scan: %w", err)
+	}
+	if len(orphans) > 0 {
+		// A pass that finds nothing to take over (most of them, every
+		// RecoveryInterval) leaves no trace.
+		var span trace.Span
+		ctx, span = startRecoverySpan(ctx, began, len(orphans))
+		defer func() {
+			if span.IsRecording() {
+				span.SetAttributes(attrRecovered.Int(sessions))
+			}
+			EndSpan(span, err)
+		}()
 	}
 	rt.spreadClaims(orphans)
 	refs := make([]SessionOwner, 0, len(orphans))
@@ -276,7 +291,9 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 		ctx = WithCapacityWaitReport(ctx, rt.instanceWaits.report(key, rt.clock))
 		began := rt.clock.Now()
 		rt.log.Debug("recovery: attaching", "assignment_key", key, "kind", e.Kind, "tool", e.Tool)
-		reply, err := exec.Attach(ctx, call)
+		sctx, span := startEffectSpan(ctx, &run, &e, abi.ExportAttach, exec, &call)
+		reply, err := exec.Attach(sctx, call)
+		endEffectSpan(span, &e, reply, err)
 		rt.log.Debug("recovery: attach answered", "assignment_key", key, "took", rt.clock.Now().Sub(began),
 			"state", reply.State, "err", err)
 		slot.free()

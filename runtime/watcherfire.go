@@ -130,7 +130,9 @@ func (rt *Runtime) runWatchItem(it watcher.Item) {
 		var reply abi.EffectReply
 		if err == nil {
 			rt.stats.ExecutorCalls.Add(1)
-			reply, err = exec.Poll(ctx, call)
+			sctx, span := startEffectSpan(ctx, &run, &ef, abi.ExportPoll, exec, &call)
+			reply, err = exec.Poll(sctx, call)
+			endEffectSpan(span, &ef, reply, err)
 		}
 		if err == nil && reply.State == abi.StatePending && reply.Handle == it.Handle {
 			// Still pending, same handle: nothing to record; back off.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/config"
 	"github.com/agenthost/agenthost/internal/node"
+	"github.com/agenthost/agenthost/internal/tracing"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -87,6 +88,13 @@ func pickTenant(cfg *config.Config, flag string) (string, error) {
 func runQuestion(ctx context.Context, cmd *cobra.Command, cfg *config.Config, tenantID, session, agent, question string) (err error) {
 	out := cmd.OutOrStdout()
 	log := node.NewLogger(cfg, cmd.ErrOrStderr())
+	stopTracing, err := tracing.Start(ctx, cfg.Tracing, version, log)
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: the spans go out once the runtime
+	// has stopped.
+	defer func() { _ = stopTracing(context.WithoutCancel(ctx)) }()
 	sys, err := node.Open(ctx, cfg, []string{tenantID}, log, node.Wiring{})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/config"
 	"github.com/agenthost/agenthost/internal/node"
+	"github.com/agenthost/agenthost/internal/tracing"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -66,6 +67,13 @@ command IDs of terminal Runs older than retention are pruned.`,
 				return err
 			}
 			log := node.NewLogger(cfg, cmd.ErrOrStderr())
+			stopTracing, err := tracing.Start(cmd.Context(), cfg.Tracing, version, log)
+			if err != nil {
+				return err
+			}
+			// The spans not yet exported go out once the server has
+			// stopped.
+			defer func() { _ = stopTracing(context.Background()) }()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// SIGHUP is taken from the start, so that one sent while the

@@ -68,6 +68,8 @@ type Config struct {
 	HTTP HTTP
 	// Metrics says where /metrics is served.
 	Metrics Metrics
+	// Tracing says whether and where OpenTelemetry traces are exported.
+	Tracing Tracing
 	Log     Log
 	// MaxInstanceMemory caps the linear memory of every plugin instance of
 	// the host together, in bytes.
@@ -199,6 +201,26 @@ const (
 	MetricsOnAPI = "api"
 	MetricsOff   = "off"
 )
+
+// Tracing configures OpenTelemetry traces (internal/tracing). They are
+// off unless Enabled; the SDK's own variables (OTEL_EXPORTER_OTLP_*,
+// OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER,
+// OTEL_BSP_*) apply as the SDK reads them, under these keys.
+type Tracing struct {
+	// Enabled turns the spans and their export on (default false).
+	Enabled bool
+	// Endpoint is the OTLP/HTTP receiver's base URL (such as
+	// http://127.0.0.1:4318), traces going to its /v1/traces; "" leaves it
+	// to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT or
+	// the SDK's default, https://localhost:4318.
+	Endpoint string
+	// ServiceName is the service.name of the spans' resource when
+	// OTEL_SERVICE_NAME does not set it (default agenthost).
+	ServiceName string
+}
+
+// DefaultServiceName is the default of tracing.service_name.
+const DefaultServiceName = "agenthost"
 
 // Log configures the process's logs.
 type Log struct {

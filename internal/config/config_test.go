@@ -504,3 +504,47 @@ tenants:
 		t.Errorf("b: pool_size %d, max_instances %d; m: %d, %d; want 2, 16 and 0 (the host's default), 3", b.PoolSize, b.MaxInstances, m.PoolSize, m.MaxInstances)
 	}
 }
+
+// TestTracingKeys: tracing is off by default; its keys are read from the
+// file and the environment, and a bad endpoint or service name is refused
+// with its key path and what to write instead.
+func TestTracingKeys(t *testing.T) {
+	cfg, err := parse(t, minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tracing != (Tracing{ServiceName: DefaultServiceName}) {
+		t.Errorf("tracing defaults %+v, want off, no endpoint, service %q", cfg.Tracing, DefaultServiceName)
+	}
+	cfg, err = parse(t, minimal+`
+tracing: {enabled: true, endpoint: "http://127.0.0.1:4318", service_name: agents-eu}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Tracing{Enabled: true, Endpoint: "http://127.0.0.1:4318", ServiceName: "agents-eu"}); cfg.Tracing != want {
+		t.Errorf("tracing %+v, want %+v", cfg.Tracing, want)
+	}
+	_, err = parse(t, minimal+`
+tracing: {enabled: maybe, endpoint: "grpc://127.0.0.1:4317", service_name: " "}
+`)
+	got := strings.Join(problems(t, err), "\n")
+	for _, want := range []string{
+		"tracing.enabled:",
+		`tracing.endpoint: "grpc://127.0.0.1:4317" has scheme "grpc": want an http or https URL`,
+		"tracing.service_name: is empty",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no problem %q in:\n%s", want, got)
+		}
+	}
+	_, err = parse(t, minimal+"\ntracing: {endpoint: \"http://\"}\n")
+	if got := strings.Join(problems(t, err), "\n"); !strings.Contains(got, `tracing.endpoint: "http://" names no host`) {
+		t.Errorf("an endpoint with no host: %s", got)
+	}
+	t.Setenv("AGENTHOST_TRACING_ENABLED", "true")
+	t.Setenv("AGENTHOST_TRACING_ENDPOINT", "https://collector.example:4318")
+	if cfg, err = parse(t, minimal); err != nil || !cfg.Tracing.Enabled || cfg.Tracing.Endpoint != "https://collector.example:4318" {
+		t.Errorf("tracing from the environment: %+v, %v", cfg.Tracing, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/agenthost/agenthost/internal/budget"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -50,7 +51,7 @@ var (
 		"http.max_unauthenticated_connections", "http.unauthenticated_idle_timeout", "http.ipv6_client_prefix",
 		"http.max_streams_per_tenant", "http.stream_write_timeout", "http.max_page_bytes",
 		"http.max_input_bytes", "http.max_metadata_bytes", "http.max_reason_bytes",
-		"metrics.listen", "pid_file", "plugin_drain",
+		"metrics.listen", "pid_file", "plugin_drain", "tracing.enabled", "tracing.endpoint", "tracing.service_name",
 	}
 	pluginKeys = []string{
 		"path", "sha256", "role", "memory_pages", "call_timeout", "init_timeout",
@@ -275,6 +276,7 @@ func (d *decoder) decode(all map[string]any) *Config {
 	if c.Metrics.Listen == "" {
 		d.problem("metrics.listen", "is empty: want an address such as %s (loopback only), %q to serve /metrics on the API listener without a token, or %q", DefaultMetricsListen, MetricsOnAPI, MetricsOff)
 	}
+	c.Tracing = d.tracing(all)
 	c.Log.Format = d.oneOf(all, "log.format", DefaultLogFormat, "text", "json")
 	c.Log.Level = d.oneOf(all, "log.level", DefaultLogLevel, "debug", "info", "warn", "error")
 	c.MaxInstanceMemory = int64(d.integer(all, "max_instance_memory", 0, 0))
@@ -1318,4 +1320,28 @@ func (c *Config) MissingFiles() []string {
 		}
 	}
 	return out
+}
+
+// tracing reads the tracing section.
+func (d *decoder) tracing(all map[string]any) Tracing {
+	t := Tracing{
+		Enabled:     d.boolean(all, "tracing.enabled", false),
+		Endpoint:    strings.TrimSpace(d.str(all, "tracing.endpoint", "")),
+		ServiceName: strings.TrimSpace(d.str(all, "tracing.service_name", DefaultServiceName)),
+	}
+	if t.Endpoint != "" {
+		u, err := url.Parse(t.Endpoint)
+		switch {
+		case err != nil:
+			d.problem("tracing.endpoint", "%q is not a URL (%v): want the OTLP/HTTP receiver's base URL, such as http://127.0.0.1:4318", t.Endpoint, err)
+		case u.Scheme != "http" && u.Scheme != "https":
+			d.problem("tracing.endpoint", "%q has scheme %q: want an http or https URL of an OTLP/HTTP receiver, such as http://127.0.0.1:4318 (OTLP over gRPC is not supported)", t.Endpoint, u.Scheme)
+		case u.Host == "":
+			d.problem("tracing.endpoint", "%q names no host: want the OTLP/HTTP receiver's base URL, such as http://127.0.0.1:4318", t.Endpoint)
+		}
+	}
+	if t.ServiceName == "" {
+		d.problem("tracing.service_name", "is empty: leave it out for %q, or name the service the spans belong to", DefaultServiceName)
+	}
+	return t
 }

@@ -111,16 +111,19 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // logRequests gives every request its ID (the X-Request-ID of the
-// response) and logs it once it is answered: request ID, method, path,
-// status, duration, tenant, bytes, and the error behind a failure. Probes
-// and scrapes log at debug, the API at info.
+// response) and its span (trace.go), and logs it once it is answered:
+// request ID, method, path, status, duration, tenant, bytes, and the
+// error behind a failure. Probes and scrapes log at debug, the API at
+// info.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
 		info := &requestInfo{requestID: requestID(r)}
 		w.Header().Set(RequestIDHeader, info.requestID)
 		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
+		ctx, span := startRequestSpan(r)
+		inner := r.WithContext(context.WithValue(ctx, infoKey{}, info))
+		next.ServeHTTP(sw, inner)
 		level := slog.LevelInfo
 		switch r.URL.Path {
 		case "/healthz", "/readyz", "/metrics":
@@ -129,6 +132,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
+		endRequestSpan(span, inner, sw.status, info)
 		attrs := []slog.Attr{
 			slog.String("request_id", info.requestID),
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", sw.status),

@@ -43,6 +43,9 @@ type RunJSON struct {
 	// Children are the child Runs the Run's agent tool calls started, in
 	// the order they were started (one per attempt).
 	Children []ChildJSON `json:"children,omitempty"`
+	// TraceID is the ID of the Run's OpenTelemetry trace (32 hex digits),
+	// when tracing was on at its creation (loop.Spec.TraceParent).
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // ParentJSON names the call a child Run answers.
@@ -154,6 +157,9 @@ func NewRunJSON(run loop.Run) RunJSON {
 	}
 	for _, c := range run.Children {
 		j.Children = append(j.Children, ChildJSON{Run: c.Run, Agent: c.Agent, ToolCallID: c.ToolCallID, Attempt: c.Attempt})
+	}
+	if sc := runtime.ParseTraceParent(run.TraceParent); sc.IsValid() {
+		j.TraceID = sc.TraceID().String()
 	}
 	switch run.Status {
 	case loop.StatusCompleted:

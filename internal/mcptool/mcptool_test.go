@@ -15,6 +15,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/config"
@@ -435,5 +439,34 @@ func TestAStdioServerThatExitsIsRestarted(t *testing.T) {
 	r, err := s.Executor(mcptest.ToolUpper).Start(ctx, call("files__upper", `{"text":"again"}`, ""))
 	if err != nil || r.State != abi.StateDone || !strings.Contains(string(r.Outcome), "AGAIN") {
 		t.Fatalf("a call after the restart: %+v %v", r, err)
+	}
+}
+
+// TestAnHTTPToolCallCarriesTheRunsTrace: with tracing on (the SDK's
+// provider and the W3C propagator installed, as tracing.Start does), a Run
+// submitted under a trace calls an HTTP MCP server's tool with a
+// traceparent of that trace, from the Run's stored trace context.
+func TestAnHTTPToolCallCarriesTheRunsTrace(t *testing.T) {
+	otel.SetTracerProvider(sdktrace.NewTracerProvider())
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	srv := startHTTP(t)
+	mgr, _ := start(t, mcptool.Options{}, httpServer("web", srv.URL()))
+	waitTools(t, mgr.Server("web"), "web__add")
+	rt := newRuntime(t, runtimeTools(mgr.Server("web")))
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	traced := trace.ContextWithRemoteSpanContext(ctx, runtime.ParseTraceParent("00-"+traceID+"-00f067aa0ba902b7-01"))
+	res, err := rt.Execute(traced, runtime.Request{Tenant: "acme", Session: "s1", Input: `call:web__add({"a":2,"b":3})|answer:$results`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Run.Status != loop.StatusCompleted || !strings.HasPrefix(res.Run.TraceParent, "00-"+traceID+"-") {
+		t.Fatalf("the Run ended %s with trace context %q, want completed in trace %s", res.Run.Status, res.Run.TraceParent, traceID)
+	}
+	got := srv.Traceparents()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "00-"+traceID+"-") || got[0] == res.Run.TraceParent {
+		t.Fatalf("the MCP server's add was called with traceparents %q, want one of the tool call's span in trace %s", got, traceID)
 	}
 }

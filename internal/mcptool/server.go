@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/internal/config"
@@ -402,7 +404,10 @@ func (s *Server) headers() (http.Header, error) {
 	return h, nil
 }
 
-// headerTransport adds a connection's headers to each of its requests.
+// headerTransport adds a connection's headers to each of its requests,
+// and the W3C traceparent of the span its context carries (a tool call's,
+// docs/DESIGN.md §5.10), written by the global propagator, a no-op while
+// tracing is off.
 type headerTransport struct {
 	next    http.RoundTripper
 	headers http.Header
@@ -420,6 +425,7 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for k, v := range t.headers {
 		req.Header[k] = v
 	}
+	otel.GetTextMapPropagator().Inject(req.Context(), propagation.HeaderCarrier(req.Header))
 	return t.next.RoundTrip(req)
 }
 

@@ -57,7 +57,7 @@ const Version3 byte = 0x03
 // in a new version. A Run decoded from an older version has none of them.
 const Version4 byte = 0x04
 
-// Version5 is the first byte of a snapshot in the current version: the
+// Version5 is the first byte of a snapshot in the fifth version: the
 // fourth, with its tail followed by what came after it, in this order:
 // the rate-limit parameters of the model policy and then of each tool's
 // policy (loop.Policy.MaxRateLimitedAttempts, MaxRetryAfterMS), each
@@ -68,14 +68,19 @@ const Version4 byte = 0x04
 // older version has none of them (its policies take the Loop's defaults).
 const Version5 byte = 0x05
 
-// Version6 is the first byte of a snapshot in the current version: the
+// Version6 is the first byte of a snapshot in the sixth version: the
 // fifth, with its tail followed by each effect's plugin version
 // (loop.Effect.Plugin: present, then name, version and sha256). A Run
 // decoded from an older version has none.
 const Version6 byte = 0x06
 
+// Version7 is the first byte of a snapshot in the current version: the
+// sixth, followed by the Run's stored trace context
+// (loop.Spec.TraceParent). A Run decoded from an older version has none.
+const Version7 byte = 0x07
+
 // Current is the version Append writes.
-const Current = Version6
+const Current = Version7
 
 // IsBinary reports whether b is a snapshot (or a record) in this encoding,
 // of any version, rather than JSON.
@@ -148,6 +153,7 @@ func Append(dst []byte, r *loop.Run) []byte {
 	w.tail4(r)
 	w.tail5(r)
 	w.tail6(r)
+	w.String(r.TraceParent)
 	return w.B
 }
 
@@ -372,6 +378,9 @@ func Decode(b []byte) (loop.Run, error) {
 	}
 	if version >= Version6 {
 		rd.tail6(&r)
+	}
+	if version >= Version7 {
+		r.TraceParent = rd.String()
 	}
 	if rd.Err != nil {
 		return loop.Run{}, fmt.Errorf("runcodec: snapshot: %w", rd.Err)

@@ -514,3 +514,37 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	})
 }
+
+// TestAVersion6SnapshotStillDecodes reads a snapshot written before the
+// Run's trace context was stored: version 6 is version 7 without its last
+// field, so a Run with no trace context, written in version 7 less that
+// field's one byte and marked version 6, is one. It decodes as the same
+// Run, and one with a trace context is written and read in version 7.
+func TestAVersion6SnapshotStillDecodes(t *testing.T) {
+	var want loop.Run
+	var err error
+	for i, ev := range version4Events() {
+		ev.Seq = int64(i + 1)
+		if want, err = loop.Apply(want, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := Append(nil, &want)
+	if b[len(b)-1] != 0 {
+		t.Fatalf("an empty trace context is written as %#x, want one zero byte", b[len(b)-1])
+	}
+	v6 := append([]byte{Version6}, b[1:len(b)-1]...)
+	got, err := Decode(v6)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("a version-6 snapshot decodes as %+v, %v", got, err)
+	}
+	traced := want.Clone()
+	traced.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	again := Append(nil, &traced)
+	if again[0] != Version7 {
+		t.Fatalf("Append writes version %#x, want %#x", again[0], Version7)
+	}
+	if got, err := Decode(again); err != nil || got.TraceParent != traced.TraceParent {
+		t.Fatalf("the trace context comes back as %q, %v", got.TraceParent, err)
+	}
+}

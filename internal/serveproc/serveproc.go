@@ -90,6 +90,9 @@ func (p *Child) Addr() string { return p.addr }
 // MetricsAddr is the host:port the process serves /metrics on.
 func (p *Child) MetricsAddr() string { return p.metricsAddr }
 
+// Pid is the process's ID.
+func (p *Child) Pid() int { return p.cmd.Process.Pid }
+
 // Signal sends sig to the process.
 func (p *Child) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 

@@ -56,6 +56,9 @@ type Server struct {
 	ln       net.Listener
 	addr     string
 	noTasks  bool
+	// traceparents are the traceparent headers of add's calls, in order
+	// ("" for a call without one, or over stdio).
+	traceparents []string
 }
 
 type task struct {
@@ -128,6 +131,14 @@ func (s *Server) Start(addr string) (string, error) {
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go s.http.Serve(ln)
 	return s.URL(), nil
+}
+
+// Traceparents returns the traceparent headers add's calls came with, in
+// order ("" for a call without one).
+func (s *Server) Traceparents() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.traceparents...)
 }
 
 // URL is the endpoint's URL.
@@ -217,6 +228,13 @@ func text(t string) *mcp.CallToolResult {
 
 func (s *Server) add(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	s.count(ToolAdd)
+	tp := ""
+	if req.Extra != nil && req.Extra.Header != nil {
+		tp = req.Extra.Header.Get("traceparent")
+	}
+	s.mu.Lock()
+	s.traceparents = append(s.traceparents, tp)
+	s.mu.Unlock()
 	var args struct{ A, B float64 }
 	if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
 		return nil, err
