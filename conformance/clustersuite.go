@@ -42,6 +42,8 @@ func ClusterSuite(t *testing.T, h ClusterHarness) {
 		{"with the change feed lost, the owner's watchdog wakes what another node wrote at its first scan", false, testFeedLost},
 		{"a node that stops gracefully hands its sessions over at once", true, testStopHandsOver},
 		{"a dead node's sessions pass on after its lease, its effect in flight attached, not run again", true, testDeadNodeTakenOver},
+		{"a node restarted under its node name takes its dead incarnation's sessions back before that lease ends", true, testRestartUnderNodeName},
+		{"a second live process under one node name is refused at registration", true, testNodeNameHeld},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.run(t, newClusterEnv(t, h, 2, tc.feed))
@@ -54,6 +56,7 @@ func ClusterSuite(t *testing.T, h ClusterHarness) {
 // nodes'.
 type clusterNode struct {
 	store        runtime.Store
+	tenant       *runtime.Tenant
 	rt           *runtime.Runtime
 	model, tools *CountingExecutor
 }
@@ -89,7 +92,7 @@ func newClusterEnv(t *testing.T, h ClusterHarness, n int, feed bool) *clusterEnv
 		}
 		return stores[0]
 	}}, nil)
-	c := &clusterEnv{RuntimeEnv: e, a: &clusterNode{store: stores[0], rt: e.Runtime, model: e.Model, tools: e.Tools}}
+	c := &clusterEnv{RuntimeEnv: e, a: &clusterNode{store: stores[0], tenant: e.Tenant, rt: e.Runtime, model: e.Model, tools: e.Tools}}
 	// Node b calls the same plugins (a tool service both nodes reach),
 	// through counters of its own.
 	b := &clusterNode{store: stores[1], model: &CountingExecutor{Next: e.Plugins.Model}, tools: &CountingExecutor{Next: e.Gate}}
@@ -99,6 +102,7 @@ func newClusterEnv(t *testing.T, h ClusterHarness, n int, feed bool) *clusterEnv
 	for i := range tenant.Tools {
 		tenant.Tools[i].Executor = b.tools
 	}
+	b.tenant = &tenant
 	b.rt = e.NewRuntimeOn(b.store, &tenant, "node-b")
 	c.b = b
 	return c
@@ -323,4 +327,80 @@ func testDeadNodeTakenOver(t *testing.T, c *clusterEnv) {
 		t.Fatalf("the job was started %d times and attached %d times by b; want 1 and 1", starts, c.b.tools.CallsFor(abi.ExportAttach, key))
 	}
 	c.checkLog(res.Run.ID)
+}
+
+// named starts a runtime under node name on n's store, with n's tenant
+// and executors, and returns Start's error.
+func (c *clusterEnv) named(n *clusterNode, name string) (*runtime.Runtime, error) {
+	c.T.Helper()
+	return c.startRuntime(runtime.Options{Store: n.store, Tenants: runtime.TenantMap{"acme": n.tenant}, NodeName: name})
+}
+
+// skipWithoutNodeNames skips a test on a store that holds no node names:
+// one that serves a single process (Badger, MemStore), where every
+// earlier incarnation is dead by the time a process opens the store.
+func skipWithoutNodeNames(t *testing.T, c *clusterEnv) {
+	if _, ok := c.a.store.(runtime.NodeNames); !ok {
+		t.Skip("the store is not a runtime.NodeNames")
+	}
+}
+
+func testRestartUnderNodeName(t *testing.T, c *clusterEnv) {
+	skipWithoutNodeNames(t, c)
+	first, err := c.named(c.a, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := first.Execute(c.ctx(), runtime.Request{Tenant: "acme", Session: "s1", Input: `call:slow({"text":"job"})|answer:$results`})
+	if err != nil || res.Kind != runtime.ResultWaiting || res.Waiting == nil || len(res.Waiting.Pending) != 1 {
+		t.Fatalf("want a pending effect, got %s %+v, %v", res.Kind, res.Waiting, err)
+	}
+	first.Halt() // a crash: its lease runs on for a minute
+	halted := c.Clock.Now()
+	second, err := c.named(c.b, "n")
+	if err != nil {
+		t.Fatalf("the restart under node name n: %v", err)
+	}
+	if !c.Clock.Now().Equal(halted) {
+		t.Fatalf("the clock moved by %s during the restart", c.Clock.Now().Sub(halted))
+	}
+	// Its first recovery pass claimed s1, with no time passed: node-b,
+	// alive, is refused the session as the restart's.
+	_, err = c.b.store.ClaimSession(c.ctx(), "acme", "s1", "node-b", c.Clock.Now().UnixMilli())
+	var owned *runtime.SessionOwnedError
+	if !errors.As(err, &owned) || owned.Owner != second.NodeID() {
+		t.Fatalf("after the restart, 0 s into the halted incarnation's lease of 1 min, a claim of s1: %v; want it owned by %s",
+			err, second.NodeID())
+	}
+	done := c.UntilTerminal(second, res.Run.ID, 100*time.Millisecond)
+	wantStatus(t, done, loop.StatusCompleted)
+	key := loop.AssignmentKey{Tenant: "acme", Session: "s1", EffectID: res.Run.ID + ".t1.0", Attempt: 1}.String()
+	starts := c.a.tools.CallsFor(abi.ExportStart, key) + c.b.tools.CallsFor(abi.ExportStart, key)
+	if starts != 1 || c.b.tools.CallsFor(abi.ExportAttach, key) != 1 {
+		t.Fatalf("the job was started %d times and attached %d times by the restart; want 1 and 1", starts, c.b.tools.CallsFor(abi.ExportAttach, key))
+	}
+	c.checkLog(res.Run.ID)
+}
+
+func testNodeNameHeld(t *testing.T, c *clusterEnv) {
+	skipWithoutNodeNames(t, c)
+	first, err := c.named(c.a, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := first.Submit(c.ctx(), runtime.Request{Tenant: "acme", Session: "s1", Input: `call:slow({"text":"job"})|answer:$results`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.named(c.b, "n"); !errors.Is(err, runtime.ErrNodeNameHeld) {
+		t.Fatalf("a second live process under node name n: %v; want ErrNodeNameHeld", err)
+	}
+	// The refusal took nothing from the live holder.
+	_, err = c.b.store.ClaimSession(c.ctx(), "acme", "s1", "node-b", c.Clock.Now().UnixMilli())
+	var owned *runtime.SessionOwnedError
+	if !errors.As(err, &owned) || owned.Owner != first.NodeID() {
+		t.Fatalf("after the refusal, a claim of s1: %v; want it owned by %s", err, first.NodeID())
+	}
+	done := c.UntilTerminal(first, run.ID, 100*time.Millisecond)
+	wantStatus(t, done, loop.StatusCompleted)
 }

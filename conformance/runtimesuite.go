@@ -137,24 +137,36 @@ func (e *RuntimeEnv) NewRuntime(nodeID string) *runtime.Runtime {
 // given, and waits for its first recovery pass.
 func (e *RuntimeEnv) NewRuntimeOn(store runtime.Store, tenant *runtime.Tenant, nodeID string) *runtime.Runtime {
 	e.T.Helper()
-	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": tenant}, Clock: e.Clock,
-		NodeID: nodeID, PollMin: 100 * time.Millisecond, PollMax: time.Second, LeaseTTL: time.Minute,
-		MaxDefer: 30 * time.Second, RecoveryInterval: time.Hour, WatchdogInterval: time.Hour})
+	rt, err := e.startRuntime(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": tenant}, NodeID: nodeID})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return rt
+}
+
+// startRuntime starts a runtime on the suite's clock and timings with the
+// given Options' Store, Tenants, NodeID and NodeName, waits for its first
+// recovery pass, and stops it at cleanup. It returns Start's error.
+func (e *RuntimeEnv) startRuntime(opts runtime.Options) (*runtime.Runtime, error) {
+	e.T.Helper()
+	opts.Clock, opts.PollMin, opts.PollMax, opts.LeaseTTL = e.Clock, 100*time.Millisecond, time.Second, time.Minute
+	opts.MaxDefer, opts.RecoveryInterval, opts.WatchdogInterval = 30*time.Second, time.Hour, time.Hour
+	rt, err := runtime.New(opts)
 	if err != nil {
 		e.T.Fatal(err)
 	}
 	if err := rt.Start(context.Background()); err != nil {
-		e.T.Fatal(err)
+		return nil, err
 	}
 	// Its first recovery pass takes over every session with a Run and no
 	// live owner; let it finish before the test creates any.
-	Eventually(e.T, nodeID+"'s first recovery pass", rt.Ready)
+	Eventually(e.T, rt.NodeID()+"'s first recovery pass", rt.Ready)
 	e.T.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = rt.Stop(ctx)
 	})
-	return rt
+	return rt, nil
 }
 
 func (e *RuntimeEnv) ctx() context.Context {

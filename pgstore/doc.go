@@ -128,6 +128,18 @@
 // set (tests pass a conformance.FakeClock) its time is passed as the
 // database's now instead.
 //
+// # Node names
+//
+// HoldNodeName (runtime.NodeNames) takes a session-level advisory lock,
+// pg_try_advisory_lock on an FNV hash of the schema and the name, on a
+// connection of its own outside the pool, kept open until the release
+// the runtime calls at Stop or Halt; the server frees the lock when that
+// connection ends, as it does when its process dies. Holding the lock, it
+// marks dead, in one UPDATE, the other rows of nodes whose node_id begins
+// with the name and a slash (a range on the primary key, which is
+// COLLATE "C"). A lock held by another connection gives
+// runtime.ErrNodeNameHeld and marks nothing.
+//
 // # Change feed
 //
 // After a CreateRun or Commit (never inside its transaction, where a

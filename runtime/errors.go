@@ -24,6 +24,9 @@ var (
 	// ErrNodeExpired: the node incarnation's lease expired or was declared
 	// dead; it must stop driving sessions.
 	ErrNodeExpired = errors.New("runtime: node incarnation expired")
+	// ErrNodeNameHeld: another live process holds the node name this one
+	// was configured with (NodeNames); two processes never share one.
+	ErrNodeNameHeld = errors.New("runtime: node name held by another live process")
 	// ErrKVTooLarge: a plugin KV value is over the per-value limit.
 	ErrKVTooLarge = errors.New("runtime: kv value too large")
 	// ErrKVQuota: a plugin KV write would exceed the plugin's quota.

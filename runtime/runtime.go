@@ -28,9 +28,19 @@ type Options struct {
 	Tenants Tenants
 	Clock   Clock
 	Logger  *slog.Logger
-	// NodeID names this incarnation; a fresh random one when empty. It must
-	// never be reused across processes.
+	// NodeID names this incarnation; a fresh random one when empty
+	// (NodeNamePrefix(NodeName) and a random part, when NodeName is set).
+	// It must never be reused across processes.
 	NodeID string
+	// NodeName, when set, is the node's identity across restarts (the
+	// config's node.name): the incarnation's ID is then the name, a slash
+	// and a fresh random part, and on a Store that is NodeNames, Start
+	// holds the name for this process and declares every earlier
+	// incarnation of it dead, so that the first recovery pass takes their
+	// sessions back without waiting out their leases. Start fails with
+	// ErrNodeNameHeld while another live process holds the name. It
+	// changes nothing else on a Store that is not NodeNames (Badger).
+	NodeName string
 	// LeaseTTL is how long the node's lease lasts between renewals
 	// (default 15s); it is renewed every LeaseTTL/3 with one write.
 	LeaseTTL time.Duration
@@ -164,6 +174,9 @@ type Runtime struct {
 	renewing                     time.Time
 	renewErr                     error
 	recoveryTimer, watchdogTimer Timer
+	// nameHold releases the node name Start holds (NodeNames); nil when
+	// none is held.
+	nameHold func()
 	// shared is set when the store is a ChangeFeed, shared with other
 	// nodes; leaveFeed ends the subscription (cluster.go).
 	shared    bool
@@ -256,7 +269,16 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.NodeID == "" {
+	if opts.NodeName != "" {
+		if err := CheckNodeName(opts.NodeName); err != nil {
+			return nil, fmt.Errorf("runtime: Options.NodeName: %w", err)
+		}
+	}
+	switch {
+	case opts.NodeID != "":
+	case opts.NodeName != "":
+		opts.NodeID = NodeNamePrefix(opts.NodeName) + randomID(10)
+	default:
 		opts.NodeID = "node-" + randomID(10)
 	}
 	setDefault(&opts.LeaseTTL, 15*time.Second)
@@ -357,8 +379,12 @@ func (rt *Runtime) Start(ctx context.Context) error {
 	}
 	rt.started = true
 	rt.mu.Unlock()
+	if err := rt.holdNodeName(ctx); err != nil {
+		return err
+	}
 	began := rt.clock.Now()
 	if err := rt.store.RegisterNode(ctx, rt.nodeID, began.UnixMilli()+rt.opts.LeaseTTL.Milliseconds()); err != nil {
+		rt.releaseNodeName()
 		return fmt.Errorf("runtime: register node %s: %w", rt.nodeID, err)
 	}
 	rt.mu.Lock()
@@ -371,6 +397,35 @@ func (rt *Runtime) Start(ctx context.Context) error {
 	rt.startRecovery()
 	rt.log.Info("runtime started", "lease_ttl", rt.opts.LeaseTTL)
 	return nil
+}
+
+// holdNodeName holds Options.NodeName for this process on a Store that
+// is NodeNames, which declares the name's earlier incarnations dead; the
+// name is held until Stop or Halt (or the process's death) releases it.
+func (rt *Runtime) holdNodeName(ctx context.Context) error {
+	names, ok := rt.store.(NodeNames)
+	if rt.opts.NodeName == "" || !ok {
+		return nil
+	}
+	release, err := names.HoldNodeName(ctx, rt.opts.NodeName, rt.nodeID)
+	if err != nil {
+		return fmt.Errorf("runtime: register node %s: node name %q: %w", rt.nodeID, rt.opts.NodeName, err)
+	}
+	rt.mu.Lock()
+	rt.nameHold = release
+	rt.mu.Unlock()
+	return nil
+}
+
+// releaseNodeName releases the node name holdNodeName holds, if any.
+func (rt *Runtime) releaseNodeName() {
+	rt.mu.Lock()
+	release := rt.nameHold
+	rt.nameHold = nil
+	rt.mu.Unlock()
+	if release != nil {
+		release()
+	}
 }
 
 func (rt *Runtime) armRenewal(after time.Duration) {
@@ -573,6 +628,7 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 			}
 		}
 	}
+	rt.releaseNodeName()
 	if err != nil {
 		rt.log.Warn("runtime stopped before its work in progress finished", "err", err)
 		return err
@@ -590,6 +646,8 @@ func (rt *Runtime) Halt() {
 	rt.halt()
 	rt.markStopped()
 	rt.stopLife()
+	// A crashed process's hold on its node name ends with it.
+	rt.releaseNodeName()
 }
 
 // markStopped refuses new work from here on: it marks the runtime

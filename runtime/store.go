@@ -147,6 +147,29 @@ type EndpointGate interface {
 	EndpointClosedFor(ctx context.Context, endpoint string) (time.Duration, error)
 }
 
+// NodeNames is a Store that several processes share and on which a
+// process may hold a node name (Options.NodeName, the config's node.name),
+// so that when it restarts under the same name it takes back at once the
+// sessions of its own previous incarnation, without waiting out that
+// incarnation's lease (docs/DESIGN.md §5, "Node names"). A Store that is
+// not one needs no name: Badger's directory lock already makes every
+// earlier incarnation in its data dir dead the moment a process opens it.
+type NodeNames interface {
+	// HoldNodeName takes name for this process until release is called or
+	// the process dies, and declares dead every other incarnation
+	// registered under name (node IDs that begin NodeNamePrefix(name)):
+	// their sessions are then orphans that recovery claims at once,
+	// bumping each epoch, so that such an incarnation, were it still
+	// running, is fenced at its next commit and its next renewal. A name
+	// that another live process holds gives ErrNodeNameHeld, and nothing
+	// is declared dead.
+	HoldNodeName(ctx context.Context, name, nodeID string) (release func(), err error)
+}
+
+// NodeNamePrefix is how the node IDs of the incarnations of a node name
+// begin: the name and a slash, which no name holds (CheckNodeName).
+func NodeNamePrefix(name string) string { return name + "/" }
+
 // Ownership is the part of the Store that holds node incarnations and
 // session ownership (docs/DESIGN.md §5).
 type Ownership interface {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 
 	"github.com/agenthost/agenthost/loop"
@@ -149,6 +150,19 @@ func CheckClaimBatch(nodeID string, sessions []SessionRef) error {
 			return fmt.Errorf("%w: session %s/%s is named twice in one claim", ErrInvalidRequest, r.Tenant, r.Session)
 		}
 		seen[r] = true
+	}
+	return nil
+}
+
+// nodeNamePattern is the grammar of a node name: no slash, which ends the
+// name within its incarnations' node IDs (NodeNamePrefix).
+var nodeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// CheckNodeName validates a node name (Options.NodeName, node.name): 1 to
+// 64 letters, digits, '.', '_' or '-', beginning with a letter or digit.
+func CheckNodeName(name string) error {
+	if !nodeNamePattern.MatchString(name) {
+		return fmt.Errorf("%w: node name %q must be 1 to 64 letters, digits, '.', '_' or '-', beginning with a letter or digit", ErrInvalidRequest, name)
 	}
 	return nil
 }

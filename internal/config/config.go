@@ -62,6 +62,14 @@ type Config struct {
 	// renewals (every LeaseTTL/3). A process paused or starved for longer
 	// loses it: `agenthost serve` then exits, for a restart to recover.
 	LeaseTTL time.Duration
+	// NodeName is node.name: the node's identity across restarts. With
+	// store.driver postgres, a process that starts under the name of a
+	// dead one takes its sessions back at once instead of after its lease
+	// (lease_ttl); a second live process under a name is refused. Empty
+	// (the default): each process is a fresh node, whose predecessor's
+	// sessions pass on when its lease runs out. Badger needs none (its
+	// directory lock makes every earlier process dead at once).
+	NodeName string
 	// Listen is the HTTP address of `agenthost serve`.
 	Listen string
 	// HTTP bounds what clients of the API listener may hold and send.

@@ -99,6 +99,7 @@ retention: forever
 retention_interval: often
 watchdog_interval: -3s
 lease_ttl: 200ms
+node: {name: "edge/1"}
 colour: blue
 log: {level: loud}
 plugins:
@@ -122,6 +123,7 @@ tenants:
 		"retention_interval: \"often\" is not a duration",
 		"watchdog_interval: \"-3s\" is not a duration",
 		"lease_ttl: 200ms is too short",
+		"node.name: \"edge/1\" is not a node name",
 		"colour: unknown key",
 		"log.level: \"loud\" is not one of debug, info, warn, error",
 		"plugins.b.memory_pages: 70000 is out of range",

@@ -24,6 +24,7 @@ import (
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/pgstore"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
 )
 
 // Error is a config that cannot be used: every problem found, one line
@@ -52,6 +53,7 @@ var (
 		"http.max_streams_per_tenant", "http.stream_write_timeout", "http.max_page_bytes",
 		"http.max_input_bytes", "http.max_metadata_bytes", "http.max_reason_bytes",
 		"metrics.listen", "pid_file", "plugin_drain", "tracing.enabled", "tracing.endpoint", "tracing.service_name",
+		"node.name",
 	}
 	pluginKeys = []string{
 		"path", "sha256", "role", "memory_pages", "call_timeout", "init_timeout",
@@ -236,6 +238,10 @@ func (d *decoder) decode(all map[string]any) *Config {
 	case c.LeaseTTL < MinLeaseTTL:
 		d.problem("lease_ttl", "%s is too short: the lease is renewed every lease_ttl/3, and one shorter than %s expires under ordinary load; use %s or more (default %s)",
 			c.LeaseTTL, MinLeaseTTL, MinLeaseTTL, DefaultLeaseTTL)
+	}
+	c.NodeName = strings.TrimSpace(d.str(all, "node.name", ""))
+	if c.NodeName != "" && runtime.CheckNodeName(c.NodeName) != nil {
+		d.problem("node.name", "%q is not a node name: use 1 to 64 letters, digits, '.', '_' or '-', beginning with a letter or digit, unique to this node (the host's name, say)", truncate(c.NodeName))
 	}
 	c.Listen = d.str(all, "listen", DefaultListen)
 	c.HTTP = HTTP{

@@ -185,7 +185,7 @@ func Open(ctx context.Context, cfg *config.Config, tenantIDs []string, log *slog
 		return nil, err
 	}
 	s.runtime, err = runtime.New(runtime.Options{
-		Store: s.store, Tenants: s.tenants, Clock: runtime.SystemClock{}, Logger: log, Hub: hub,
+		Store: s.store, Tenants: s.tenants, Clock: runtime.SystemClock{}, Logger: log, Hub: hub, NodeName: cfg.NodeName,
 		Observer: w.Observer, WatchdogInterval: cfg.WatchdogInterval, LeaseTTL: cfg.LeaseTTL,
 		ModelBudgets: slices.Collect(maps.Values(s.budgets)),
 	})

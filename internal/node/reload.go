@@ -50,7 +50,7 @@ var configKeys = map[string]string{
 	"Retention": "retention", "RetentionInterval": "retention_interval", "WatchdogInterval": "watchdog_interval",
 	"LeaseTTL": "lease_ttl", "Listen": "listen", "HTTP": "http", "Metrics": "metrics", "Log": "log",
 	"MaxInstanceMemory": "max_instance_memory", "PluginCallPath": "plugin_call_path", "PIDFile": "pid_file",
-	"PluginDrain": "plugin_drain", "Tracing": "tracing",
+	"PluginDrain": "plugin_drain", "Tracing": "tracing", "NodeName": "node.name",
 }
 
 // restartKeys returns the keys that differ between the config in force and
