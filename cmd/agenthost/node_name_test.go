@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,8 +68,15 @@ func TestARestartUnderItsNodeNameDoesNotWaitForItsLease(t *testing.T) {
 			t.Errorf("run %s: %s %+v", id, run.Status, run.Failure)
 		}
 	}
-	if taken := c.takeovers(first.id, 1); len(taken) != len(ids) {
-		t.Errorf("the restart %s took over %d sessions of %s; want %d", restart.id, len(taken), first.id, len(ids))
+	// s0's session was the dead incarnation's (its job was in flight);
+	// s1's and s2's may have had no owner yet (a session is claimed by
+	// its driver after the Run's creation, and the kill can come first).
+	// The restart took every one over in its recovery.
+	fromDead, unowned := c.takeovers(first.id, 1), c.takeovers("", 1)
+	if !slices.ContainsFunc(fromDead, func(tk takeover) bool { return tk.session == "s0" }) ||
+		len(fromDead)+len(unowned) != len(ids) {
+		t.Errorf("the restart %s took over %v from %s and %v unowned; want s0's among the first, %d in all; its recovery and session lines:\n%s",
+			restart.id, fromDead, first.id, unowned, len(ids), grepLines(t, restart.log, "recovery", "session"))
 	}
 
 	// A second live process under edge-1 is refused, and exits.
@@ -89,4 +98,24 @@ func TestARestartUnderItsNodeNameDoesNotWaitForItsLease(t *testing.T) {
 		t.Errorf("the restart exited %d after SIGTERM, want 0", code)
 	}
 	c.checkRuns(ids)
+}
+
+// grepLines returns the lines of the file at path that contain any of
+// words, for a failure's message.
+func grepLines(t *testing.T, path string, words ...string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
