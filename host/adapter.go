@@ -166,6 +166,9 @@ func (p *Plugin) describe(ctx context.Context) (abi.Describe, error) {
 		return abi.Describe{}, fmt.Errorf("host: plugin[%s] export[%s]: %w", p.name, abi.ExportDescribe, err)
 	}
 	defer in.close(context.WithoutCancel(ctx))
+	if p.h.cfg.describing != nil {
+		p.h.cfg.describing(p.name)
+	}
 	raw, _ := json.Marshal(abi.DescribeInput{ABI: p.info.abiVersion})
 	s := &callScope{plugin: p, export: abi.ExportDescribe}
 	out, _, err := p.run(ctx, in, s, raw)

@@ -60,6 +60,11 @@ type Config struct {
 	// checks instead of the interrupt rewrite (interrupt.go), as a module
 	// the rewrite does not cover is: for the tests of that fallback.
 	wazeroChecks bool
+	// describing, when set, is called by Load with the plugin's name once
+	// the module is compiled and its describe instance made, before
+	// describe runs: for the tests that a load holds nothing the calls of
+	// other plugins need.
+	describing func(plugin string)
 }
 
 // CallPath names one of the host's two implementations of a plugin call.

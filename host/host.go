@@ -43,7 +43,13 @@ type Host struct {
 
 	mu      sync.Mutex
 	plugins map[string]*Plugin
-	closed  bool
+	// codes are the native path's compiled modules in use, by the sha256
+	// of the file each was compiled from: a file loaded again while a
+	// plugin of it is loaded (under another name, or as a new version
+	// beside the old one with another config) shares its compiled code
+	// (nativeCode.refs) instead of compiling it again.
+	codes  map[[sha256.Size]byte]*nativeCode
+	closed bool
 }
 
 // New returns a Host. It creates Config.CacheDir if it is missing.
@@ -55,7 +61,7 @@ func New(cfg Config) (*Host, error) {
 	default:
 		return nil, fmt.Errorf("host: call path %q is neither %q nor %q", cfg.CallPath, CallPathNative, CallPathSDK)
 	}
-	h := &Host{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, plugins: map[string]*Plugin{}}
+	h := &Host{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, plugins: map[string]*Plugin{}, codes: map[[sha256.Size]byte]*nativeCode{}}
 	if h.clock == nil {
 		h.clock = runtime.SystemClock{}
 	}
@@ -145,7 +151,7 @@ func (h *Host) load(ctx context.Context, spec PluginSpec, beside bool) (*Plugin,
 	}
 	h.mu.Unlock()
 
-	code, info, err := h.compile(ctx, wasm, spec)
+	code, info, err := h.compile(ctx, wasm, sum, spec)
 	if err != nil {
 		return fail(err)
 	}
@@ -302,9 +308,9 @@ func (h *Host) waitForRoom(ctx context.Context, wait *callWait, waiting *atomic.
 
 // compile compiles the module on the host's call path and inspects it
 // (inspectModule): nothing is instantiated.
-func (h *Host) compile(ctx context.Context, wasm []byte, spec PluginSpec) (pluginCode, moduleInfo, error) {
+func (h *Host) compile(ctx context.Context, wasm []byte, sum [sha256.Size]byte, spec PluginSpec) (pluginCode, moduleInfo, error) {
 	if h.cfg.CallPath != CallPathSDK {
-		c, err := h.compileNative(ctx, spec.Name, wasm)
+		c, err := h.compileNative(ctx, spec.Name, wasm, sum)
 		if err != nil {
 			return nil, moduleInfo{}, err
 		}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +43,12 @@ type nativeCode struct {
 	compiled wazero.CompiledModule
 	checked  bool          // compiled with wazero's termination checks
 	count    atomic.Uint64 // instances so far, for unique module names
+
+	// Shared code (Host.codes): its host, the sha256 of its file, and the
+	// loads holding it, guarded by h.mu. h is nil for code of its own.
+	h    *Host
+	sum  [sha256.Size]byte
+	refs int
 }
 
 // errInvalidModule marks a module wazero refuses to compile.
@@ -52,11 +59,56 @@ func (e *errInvalidModule) Unwrap() error { return e.err }
 
 // compileNative compiles wasm for the native path: rewritten with
 // interrupt checks when it can be, under wazero's termination checks
-// otherwise (a module the rewrite does not cover, logged).
-func (h *Host) compileNative(ctx context.Context, name string, wasm []byte) (*nativeCode, error) {
+// otherwise (a module the rewrite does not cover, logged). sum is wasm's
+// sha256, the key of its rewrite in the rewrite cache (rewritecache.go)
+// and of its code in Host.codes: the code of a file a loaded plugin was
+// compiled from is shared, not compiled again.
+func (h *Host) compileNative(ctx context.Context, name string, wasm []byte, sum [sha256.Size]byte) (*nativeCode, error) {
+	if c := h.holdCode(sum); c != nil {
+		return c, nil
+	}
+	c, err := h.compileNativeOf(ctx, name, wasm, sum)
+	if err != nil {
+		return nil, err
+	}
+	return h.shareCode(ctx, sum, c), nil
+}
+
+// holdCode is the shared code of the file of sha256 sum, held once more,
+// or nil.
+func (h *Host) holdCode(sum [sha256.Size]byte) *nativeCode {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.codes[sum]
+	if c != nil {
+		c.refs++
+	}
+	return c
+}
+
+// shareCode makes c, just compiled from the file of sha256 sum, the
+// shared code of that file, held once; when a load that raced this one
+// shared its own first, c is closed and that one is held instead.
+func (h *Host) shareCode(ctx context.Context, sum [sha256.Size]byte, c *nativeCode) *nativeCode {
+	h.mu.Lock()
+	if other := h.codes[sum]; other != nil {
+		other.refs++
+		h.mu.Unlock()
+		_ = c.rt.Close(context.WithoutCancel(ctx))
+		return other
+	}
+	c.h, c.sum, c.refs = h, sum, 1
+	h.codes[sum] = c
+	h.mu.Unlock()
+	return c
+}
+
+// compileNativeOf compiles wasm for the native path, with interrupt
+// checks when it can (compileNative).
+func (h *Host) compileNativeOf(ctx context.Context, name string, wasm []byte, sum [sha256.Size]byte) (*nativeCode, error) {
 	if h.cfg.wazeroChecks {
 		// as a module the rewrite does not cover
-	} else if rewritten, err := instrumentLoops(wasm); err == nil {
+	} else if rewritten, err := h.instrumentLoopsCached(name, wasm, sum); err == nil {
 		c, err := h.compileNativeWith(ctx, rewritten, h.runtimeConfig().WithCloseOnContextDone(false))
 		if err == nil {
 			return c, nil
@@ -109,7 +161,23 @@ func (h *Host) compileNativeWith(ctx context.Context, wasm []byte, cfg wazero.Ru
 	return &nativeCode{rt: rt, compiled: cm}, nil
 }
 
-func (c *nativeCode) close(ctx context.Context) error { return c.rt.Close(ctx) }
+// close lets go of the code: shared code is closed when the last load
+// that holds it lets go.
+func (c *nativeCode) close(ctx context.Context) error {
+	if h := c.h; h != nil {
+		h.mu.Lock()
+		c.refs--
+		last := c.refs == 0
+		if last && h.codes[c.sum] == c {
+			delete(h.codes, c.sum)
+		}
+		h.mu.Unlock()
+		if !last {
+			return nil
+		}
+	}
+	return c.rt.Close(ctx)
+}
 
 // instantiate makes a native instance of the plugin for in. ctx carries
 // in's memory allocator; mc is the sandbox's module config.

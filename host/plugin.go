@@ -61,7 +61,10 @@ func (p *Plugin) Describe() abi.Describe { return p.desc }
 func (p *Plugin) Spec() PluginSpec { return p.spec }
 
 // Close closes the plugin's pools and instances and its compiled module,
-// and removes it from the host. Calls in flight fail.
+// and removes it from the host. Calls in flight fail; when another loaded
+// plugin of the same file shares the compiled module (Host.codes), which
+// stays open, they run to their end instead, and their instances are
+// closed as they return.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.h.forget(p)
 	return p.closeAll(ctx)

@@ -131,6 +131,25 @@ func TestBenchPluginReportsEveryPathAgainstItsBaselines(t *testing.T) {
 	if l.UncachedMS != 0 || len(l.UncachedRunsMS) != 0 || l.UncachedOverCached != 0 {
 		t.Fatalf("load %+v: uncached figures with --uncached=false", l)
 	}
+	// The cached load against the wazero baseline of the same rounds, and
+	// its target.
+	if len(l.WazeroCachedRunsMS) != 1 || l.WazeroCachedMS <= 0 || l.WazeroCachedMS != l.WazeroCachedRunsMS[0] {
+		t.Fatalf("load %+v: want one wazero baseline load, its median its figure", l)
+	}
+	if math.Abs(l.CachedOverWazero-l.CachedMS/l.WazeroCachedMS) > 1e-9*l.CachedOverWazero {
+		t.Fatalf("cached/wazero is %v, but the figures give %v", l.CachedOverWazero, l.CachedMS/l.WazeroCachedMS)
+	}
+	if len(l.CachedCPURunsMS) != 1 || len(l.WazeroCachedCPURunsMS) != 1 || l.CachedCPUMS <= 0 || l.WazeroCachedCPUMS <= 0 ||
+		l.CachedCPUMS != l.CachedCPURunsMS[0] || l.WazeroCachedCPUMS != l.WazeroCachedCPURunsMS[0] ||
+		math.Abs(l.CachedCPUOverWazero-l.CachedCPUMS/l.WazeroCachedCPUMS) > 1e-9*l.CachedCPUOverWazero {
+		t.Fatalf("load %+v: want the CPU time of one cached load and of one baseline load, and their ratio", l)
+	}
+	if len(l.LoadedRunsMS) != 1 || len(l.LoadedCPURunsMS) != 1 || l.LoadedMS <= 0 || l.LoadedMS != l.LoadedRunsMS[0] || l.LoadedCPUMS != l.LoadedCPURunsMS[0] {
+		t.Fatalf("load %+v: want one load of the file loaded already, its median its figure", l)
+	}
+	if l.TargetCachedMS != targetCachedLoadMS || l.CachedTargetMet != (l.CachedMS < targetCachedLoadMS) {
+		t.Fatalf("load %+v: the target is %v ms, and met is %v for %v ms", l, l.TargetCachedMS, l.CachedTargetMet, l.CachedMS)
+	}
 }
 
 // TestBenchPluginTimesALoadWithAnEmptyCache checks the uncached load: a
