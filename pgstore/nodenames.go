@@ -31,6 +31,12 @@ func nodeNameLockKey(schema, name string) int64 {
 const sqlRetireNodeName = `UPDATE nodes SET dead = true
 	WHERE node_id >= $1 AND node_id < $2 AND node_id <> $3 AND NOT dead`
 
+// sqlNodeNameSessionTimeoutsOff turns off, on the node name's
+// connection, the server-side timeouts that would end it, and the lock
+// with it, while the process lives.
+const sqlNodeNameSessionTimeoutsOff = `SELECT set_config(name, '0', false) FROM pg_settings
+	WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout', 'statement_timeout')`
+
 // nodeNameReleaseTimeout bounds the close of a node name's connection;
 // the server releases the lock when the connection ends, however it
 // ends.
@@ -40,12 +46,19 @@ const nodeNameReleaseTimeout = 5 * time.Second
 // session-level advisory lock (pg_try_advisory_lock) on a connection of
 // its own, outside the pool, that stays open until release: the server
 // ends the lock when that connection ends, so that the lock is free again
-// as soon as the holding process dies (a kill -9 closes its sockets), and
-// never while it lives and reaches the server. Only the holder of the
-// lock declares the name's other incarnations dead, so a process never
-// takes the sessions of a live process under its name: it is refused
-// with ErrNodeNameHeld instead. The connection counts against the
-// server's max_connections, one a node.
+// as soon as the holding process dies (a kill -9 closes its sockets).
+// The connection turns the server's idle_session_timeout,
+// idle_in_transaction_session_timeout and statement_timeout off, so that
+// an idle lock is not ended by them; but nothing watches it afterwards:
+// a connection lost while the process lives (a network cut, a server
+// restart, pg_terminate_backend, a pooler between them) frees the lock
+// unnoticed. Only the holder of the lock declares the name's other
+// incarnations dead, so a process is refused with ErrNodeNameHeld while a
+// live process keeps its lock connection; one that took the name after
+// the lock was lost is kept from harm by fencing alone: the sessions it
+// takes over have their epochs raised, and the earlier incarnation,
+// declared dead, loses its lease at its next renewal. The connection
+// counts against the server's max_connections, one a node.
 func (s *Store) HoldNodeName(ctx context.Context, name, nodeID string) (func(), error) {
 	if err := runtime.CheckNodeName(name); err != nil {
 		return nil, fmt.Errorf("pgstore: hold node name: %w", err)
@@ -67,6 +80,12 @@ func (s *Store) HoldNodeName(ctx context.Context, name, nodeID string) (func(), 
 		defer cancel()
 		conn.Close(cctx)
 	})
+	// set_config, not SET: a server older than PostgreSQL 14 has no
+	// idle_session_timeout, and the ones it lacks are skipped.
+	if _, err := conn.Exec(ctx, sqlNodeNameSessionTimeoutsOff); err != nil {
+		release()
+		return nil, fail("hold node name "+name, err)
+	}
 	var held bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, nodeNameLockKey(s.opts.Schema, name)).Scan(&held); err != nil {
 		release()

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/loop"
@@ -129,4 +131,58 @@ func TestASecondLiveProcessUnderOneNodeNameIsRefused(t *testing.T) {
 		t.Fatalf("node name n after its holder released it: %v", err)
 	}
 	releaseB()
+}
+
+// TestTheServersIdleTimeoutDoesNotFreeANodeName: on a server that ends
+// idle sessions (idle_session_timeout), the statement HoldNodeName runs
+// on the node name's connection keeps it: a connection whose
+// idle_session_timeout is 300 ms runs it (in the same query message, so
+// that it is never idle with the timeout on), and outlives a probe
+// connection with the same timeout that the server ends for its
+// idleness. Without the statement, the server ends both.
+func TestTheServersIdleTimeoutDoesNotFreeANodeName(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	ctx := context.Background()
+	observer, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer observer.Close(ctx)
+	var version int
+	if err := observer.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < 140000 {
+		t.Skipf("PostgreSQL %d has no idle_session_timeout", version)
+	}
+	held, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(ctx)
+	// The simple protocol sends both statements in one message.
+	if _, err := held.Exec(ctx, `SET idle_session_timeout = '300ms'; `+sqlNodeNameSessionTimeoutsOff, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(ctx)
+	if _, err := probe.Exec(ctx, `SET idle_session_timeout = '300ms'`); err != nil {
+		t.Fatal(err)
+	}
+	pid := probe.PgConn().PID()
+	eventually(t, "the server to end an idle session (idle_session_timeout)", 30*time.Second, func() bool {
+		var alive bool
+		err := observer.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive)
+		return err == nil && !alive
+	})
+	var setting string
+	if err := held.QueryRow(ctx, `SELECT current_setting('idle_session_timeout')`).Scan(&setting); err != nil {
+		t.Fatalf("the node name's connection after the server ended idle sessions: %v", err)
+	}
+	if setting != "0" {
+		t.Fatalf("idle_session_timeout on the node name's connection is %q, want 0", setting)
+	}
 }

@@ -98,16 +98,41 @@ command IDs of terminal Runs older than retention are pruned.`,
 			if addr := srv.MetricsAddr(); addr != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "agenthost metrics on http://%s/metrics\n", addr)
 			}
-			for stopping := false; !stopping; {
-				select {
-				case <-hup:
-					reloads++
-					st := reloadStatus{Seq: reloads, Result: "applied"}
+			// A reload runs beside the loop, which keeps watching the
+			// HTTP server and the lease meanwhile (a reload may take
+			// minutes: a plugin compiled, MCP servers reached); its
+			// outcome comes back on reloaded. One runs at a time: the
+			// SIGHUPs that arrive during one make one more after it.
+			reloaded := make(chan reloadStatus, 1)
+			reloading, again := false, false
+			startReload := func() {
+				reloads++
+				reloading = true
+				go func(seq int64) {
+					st := reloadStatus{Seq: seq, Result: "applied"}
+					var err error
 					if st.Changes, err = srv.Reload(ctx, load); err != nil {
 						st.Result, st.Error = "refused", err.Error()
 					}
+					reloaded <- st
+				}(reloads)
+			}
+			for stopping := false; !stopping; {
+				select {
+				case <-hup:
+					if reloading {
+						again = true
+						continue
+					}
+					startReload()
+				case st := <-reloaded:
+					reloading = false
 					if err := writeReloadStatus(cfg, st); err != nil {
 						log.Warn("serve: the reload status file cannot be written; agenthost reload cannot report", "path", cfg.ReloadStatusFile(), "err", err)
+					}
+					if again {
+						again = false
+						startReload()
 					}
 				case <-ctx.Done():
 					log.Info("stopping: a signal asked for it; new requests answer 503 while in-flight work finishes")
@@ -123,6 +148,9 @@ command IDs of terminal Runs older than retention are pruned.`,
 					_ = srv.Shutdown(context.Background())
 					return fmt.Errorf("serve: the node lease expired (lease_ttl %s): exiting, for a restart to recover the sessions", cfg.LeaseTTL)
 				}
+			}
+			if reloading {
+				<-reloaded // the stop cancelled it: it is ending
 			}
 			if err := srv.Shutdown(context.Background()); err != nil {
 				return fmt.Errorf("serve: stopping: %w", err)

@@ -209,9 +209,17 @@ func (b *reloadBuild) discard(ctx context.Context) {
 // commitReload swaps b in: new Runs, and the next call of every Run, see
 // it. A replaced executor plugin version drains (versions.go); the other
 // plugins and the MCP servers b does not use are closed once their calls
-// are over.
-func (s *System) commitReload(b *reloadBuild) {
+// are over. before and after (nil: nothing) run just before and just
+// after the tenants of b are put in force, in the same step as far as
+// a reload is concerned: Server.Reload swaps the API's tenants with
+// them. When b started MCP servers, their tools are read again once b is
+// in force: a change of tools during the build went to the tenants then
+// in force.
+func (s *System) commitReload(b *reloadBuild, before, after func()) {
 	s.tenants.rebuild.Lock()
+	if before != nil {
+		before()
+	}
 	oldPlugins, oldMCP, oldVersions := s.plugins, s.mcp, s.versions
 	for pid, vs := range b.versions {
 		if vs.current == nil || vs.current.plugin != b.plugins[pid] {
@@ -226,7 +234,15 @@ func (s *System) commitReload(b *reloadBuild) {
 	}
 	s.cfg, s.plugins, s.wired, s.mcp, s.versions = b.cfg, b.plugins, b.wired, b.mcp, b.versions
 	s.tenants.now.Store(b.tenants)
+	if after != nil {
+		after()
+	}
 	s.tenants.rebuild.Unlock()
+	if b.newMCP {
+		for _, server := range slices.Sorted(maps.Keys(usedMCPServers(b.cfg, slices.Collect(maps.Keys(b.cfg.Tenants))))) {
+			s.mcpToolsChanged(server)
+		}
+	}
 	for _, p := range oldPlugins {
 		if b.plugins[p.Name()] != p && p.Spec().Role != abi.RoleExecutor {
 			s.retire(p.Spec().Limits.CallTimeout+retireMargin, p.Close)
@@ -238,12 +254,18 @@ func (s *System) commitReload(b *reloadBuild) {
 }
 
 // retire closes a plugin version or MCP manager no build uses any more
-// after drain, or when the system closes, whichever comes first.
+// after drain, or when the system closes, whichever comes first. It is
+// forgotten once closed.
 func (s *System) retire(drain time.Duration, close func(context.Context) error) {
 	s.retiredMu.Lock()
 	defer s.retiredMu.Unlock()
 	r := &retired{close: close}
-	r.timer = time.AfterFunc(drain, func() { r.do(context.Background()) })
+	r.timer = time.AfterFunc(drain, func() {
+		s.retiredMu.Lock()
+		s.retired = slices.DeleteFunc(s.retired, func(o *retired) bool { return o == r })
+		s.retiredMu.Unlock()
+		r.do(context.Background())
+	})
 	s.retired = append(s.retired, r)
 }
 

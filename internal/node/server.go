@@ -371,9 +371,24 @@ func (s *Server) Reload(ctx context.Context, load func() (*config.Config, error)
 		b.discard(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("reading the new tenants' token usage: %w", err)
 	}
-	s.sys.commitReload(b)
-	if err := s.api.SetTenants(tenants); err != nil {
-		panic("node: tenants checked before the swap were refused after it: " + err.Error())
+	// No request may see a token whose tenant the runtime lacks: the API
+	// drops the tokens of removed tenants before the runtime drops them,
+	// and takes those of added tenants after the runtime has them.
+	kept := *next
+	kept.Tenants = maps.Clone(next.Tenants)
+	maps.DeleteFunc(kept.Tenants, func(id string, _ config.Tenant) bool { return slices.Contains(added, id) })
+	keptTenants, err := apiTenants(&kept)
+	if err != nil {
+		b.discard(context.WithoutCancel(ctx))
+		return nil, err
 	}
+	setAPI := func(t httpapi.Tenants) func() {
+		return func() {
+			if err := s.api.SetTenants(t); err != nil {
+				panic("node: tenants checked before the swap were refused after it: " + err.Error())
+			}
+		}
+	}
+	s.sys.commitReload(b, setAPI(keptTenants), setAPI(tenants))
 	return b.changes, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -27,16 +28,19 @@ import (
 // force if its describe lists the other in attaches_from
 // (abi.Describe.TakesOver), or nowhere: runtime.ErrPluginVersionGone, and
 // the missing-effect policy decides. A version a reload replaced stays
-// loaded while attempts it holds are open, until plugin_drain at most,
-// and no less than its call_timeout (a call that looked it up just before
-// the swap); then it is closed.
+// loaded while attempts it holds are open or calls to it are under way,
+// until plugin_drain at most, and no less than its call_timeout (a call
+// whose version was named just before the swap); then it is closed. A
+// reload that changes only a plugin's keys, not its file (the same
+// sha256), hands the attempts open on the old version to the new one: the
+// calls of those attempts go there from the swap on.
 
 // pluginVersions are the loaded versions of one plugin ID.
 type pluginVersions struct {
 	id  string
 	log *slog.Logger
-	// mu guards current, draining and each version's open attempts and
-	// closed flag.
+	// mu guards current, draining and each version's open attempts,
+	// calls under way and closed flag.
 	mu       sync.Mutex
 	current  *pluginVersion   // nil once the plugin left the config
 	draining []*pluginVersion // versions a reload replaced, still loaded
@@ -47,11 +51,19 @@ type pluginVersion struct {
 	plugin *host.Plugin
 	ex     *host.Executor
 	ref    loop.PluginRef
-	// open are the attempts this version answered pending and has not
-	// yet answered anything else for, by assignment key.
+	// open are the attempts this version answered pending (or whose
+	// Start or Attach failed: their outcome is unknown) and has not yet
+	// answered anything else for, by assignment key.
 	open map[string]bool
-	// callsDone is, once replaced, when the calls that found it in force
-	// are over; closed, once it is closed.
+	// calls counts the calls routed to this version that have not
+	// returned yet.
+	calls int
+	// callTimeout is the plugin's call_timeout; closePlugin closes it.
+	callTimeout time.Duration
+	closePlugin func(context.Context) error
+	// callsDone is, once replaced, when a call of an attempt dispatched
+	// to it just before the swap (its PluginRef read then) has surely
+	// begun; closed, once it is closed.
 	callsDone time.Time
 	closed    bool
 }
@@ -62,8 +74,13 @@ func newPluginVersion(p *host.Plugin) (*pluginVersion, error) {
 		return nil, err
 	}
 	ref, _ := ex.PluginRef()
-	return &pluginVersion{plugin: p, ex: ex, ref: ref, open: map[string]bool{}}, nil
+	return &pluginVersion{plugin: p, ex: ex, ref: ref, open: map[string]bool{},
+		callTimeout: p.Spec().Limits.CallTimeout, closePlugin: p.Close}, nil
 }
+
+// idle reports whether v holds no open attempt and no call is under way.
+// vs.mu must be held.
+func (v *pluginVersion) idle() bool { return len(v.open) == 0 && v.calls == 0 }
 
 // setCurrent puts p in force (nil: the plugin left the config). The
 // version it replaces drains: retire closes it after drain at most.
@@ -75,14 +92,26 @@ func (vs *pluginVersions) setCurrent(p *host.Plugin, drain time.Duration, retire
 			return err
 		}
 	}
+	vs.install(next, drain, retire)
+	return nil
+}
+
+// install puts next in force (nil: the plugin left the config), as
+// setCurrent does.
+func (vs *pluginVersions) install(next *pluginVersion, drain time.Duration, retire func(time.Duration, func(context.Context) error)) {
 	vs.mu.Lock()
 	old := vs.current
 	vs.current = next
 	if old == nil {
 		vs.mu.Unlock()
-		return nil
+		return
 	}
-	grace := old.plugin.Spec().Limits.CallTimeout + retireMargin
+	if next != nil && next.ref.SHA256 == old.ref.SHA256 {
+		// The same file: route sends the calls of old's attempts to next.
+		maps.Copy(next.open, old.open)
+		clear(old.open)
+	}
+	grace := old.callTimeout + retireMargin
 	old.callsDone = time.Now().Add(grace)
 	vs.draining = append(vs.draining, old)
 	open := len(old.open)
@@ -91,17 +120,16 @@ func (vs *pluginVersions) setCurrent(p *host.Plugin, drain time.Duration, retire
 		"plugin", vs.id, "version", old.ref.Version, "sha256", old.ref.SHA256, "open_attempts", open, "plugin_drain", max(drain, grace))
 	time.AfterFunc(grace, func() { vs.sweep(context.Background()) })
 	retire(max(drain, grace), func(ctx context.Context) error { return vs.close(ctx, old, "its drain (plugin_drain) ran out") })
-	return nil
 }
 
-// sweep closes the draining versions that hold no open attempt once
-// their calls are over.
+// sweep closes the draining versions that hold no open attempt and carry
+// no call, once their grace (callsDone) is over.
 func (vs *pluginVersions) sweep(ctx context.Context) {
 	vs.mu.Lock()
 	var done []*pluginVersion
 	now := time.Now()
 	for _, v := range vs.draining {
-		if len(v.open) == 0 && !now.Before(v.callsDone) {
+		if v.idle() && !now.Before(v.callsDone) {
 			done = append(done, v)
 		}
 	}
@@ -123,14 +151,45 @@ func (vs *pluginVersions) close(ctx context.Context, v *pluginVersion, why strin
 	open := len(v.open)
 	vs.mu.Unlock()
 	vs.log.Info("plugin version closed: "+why, "plugin", vs.id, "version", v.ref.Version, "sha256", v.ref.SHA256, "open_attempts", open)
-	return v.plugin.Close(ctx)
+	return v.closePlugin(ctx)
+}
+
+// begin routes a call of an attempt held by held (route) and counts it
+// as under way on the version it goes to, until end.
+func (vs *pluginVersions) begin(held *loop.PluginRef) (*pluginVersion, error) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	v, err := vs.route(held)
+	if err == nil {
+		v.calls++
+	}
+	return v, err
+}
+
+// end records that a call begin routed to v returned state, or err:
+// settles, when key is not empty, whether v holds the attempt open now
+// (holdsOpen; starts: the call was a Start or an Attach). A draining
+// version left idle is closed (sweep).
+func (vs *pluginVersions) end(v *pluginVersion, key string, state abi.State, err error, starts bool) {
+	vs.mu.Lock()
+	v.calls--
+	if key != "" {
+		if holdsOpen(state, err, starts, v.open[key]) {
+			v.open[key] = true
+		} else {
+			delete(v.open, key)
+		}
+	}
+	drained := v.idle() && slices.Contains(vs.draining, v)
+	vs.mu.Unlock()
+	if drained {
+		vs.sweep(context.Background())
+	}
 }
 
 // route returns the version a call of an attempt held by held (nil:
-// unknown, or not recorded) goes to.
+// unknown, or not recorded) goes to. vs.mu must be held.
 func (vs *pluginVersions) route(held *loop.PluginRef) (*pluginVersion, error) {
-	vs.mu.Lock()
-	defer vs.mu.Unlock()
 	cur := vs.current
 	if held == nil || held.SHA256 == "" || (cur != nil && cur.ref.SHA256 == held.SHA256) {
 		if cur == nil {
@@ -154,25 +213,17 @@ func (vs *pluginVersions) route(held *loop.PluginRef) (*pluginVersion, error) {
 		runtime.ErrPluginVersionGone, vs.id, held.Version, short(held.SHA256), cur.ref.Version, short(cur.ref.SHA256), held.Version)
 }
 
-// track records what a version answered for an attempt: pending keeps it
-// open, anything else ends it. A draining version whose last attempt
-// ended is closed.
-func (vs *pluginVersions) track(v *pluginVersion, key string, reply abi.EffectReply, err error) {
-	if err != nil || key == "" {
-		return
-	}
-	vs.mu.Lock()
-	if reply.State == abi.StatePending {
-		v.open[key] = true
-		vs.mu.Unlock()
-		return
-	}
-	_, was := v.open[key]
-	delete(v.open, key)
-	drained := was && len(v.open) == 0 && slices.Contains(vs.draining, v)
-	vs.mu.Unlock()
-	if drained {
-		vs.sweep(context.Background())
+// holdsOpen reports whether a version holds an attempt open after
+// answering reply, or err, to a call of it: pending keeps it open; an
+// error of a Start or Attach (starts) does too, since the attempt may be
+// running there; an error of a Poll changes nothing (was: whether it
+// was open); any other reply ends it.
+func holdsOpen(state abi.State, err error, starts, was bool) bool {
+	switch {
+	case err != nil:
+		return starts || was
+	default:
+		return state == abi.StatePending
 	}
 }
 
@@ -185,42 +236,50 @@ var (
 	_ runtime.PluginReporter = versionedExecutor{}
 )
 
-func (x versionedExecutor) call(ctx context.Context, c runtime.EffectCall, export func(*host.Executor, context.Context, runtime.EffectCall) (abi.EffectReply, error)) (abi.EffectReply, error) {
-	v, err := x.vs.route(c.Plugin)
+// call makes one call of an attempt on the version that holds it,
+// counted as under way there while it runs; starts says it is a Start or
+// an Attach.
+func (x versionedExecutor) call(ctx context.Context, c runtime.EffectCall, starts bool, export func(*host.Executor, context.Context, runtime.EffectCall) (abi.EffectReply, error)) (abi.EffectReply, error) {
+	v, err := x.vs.begin(c.Plugin)
 	if err != nil {
 		return abi.EffectReply{}, err
 	}
 	reply, err := export(v.ex, ctx, c)
-	x.vs.track(v, c.Input.Effect.AssignmentKey, reply, err)
+	x.vs.end(v, c.Input.Effect.AssignmentKey, reply.State, err, starts)
 	return reply, err
 }
 
 // Start implements runtime.Executor.
 func (x versionedExecutor) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
-	return x.call(ctx, c, (*host.Executor).Start)
+	return x.call(ctx, c, true, (*host.Executor).Start)
 }
 
 // Poll implements runtime.Executor.
 func (x versionedExecutor) Poll(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
-	return x.call(ctx, c, (*host.Executor).Poll)
+	return x.call(ctx, c, false, (*host.Executor).Poll)
 }
 
 // Attach implements runtime.Executor.
 func (x versionedExecutor) Attach(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
-	return x.call(ctx, c, (*host.Executor).Attach)
+	return x.call(ctx, c, true, (*host.Executor).Attach)
 }
 
-// Cancel implements runtime.Executor.
+// Cancel implements runtime.Executor. A reply other than pending settles
+// the attempt: no Poll follows it.
 func (x versionedExecutor) Cancel(ctx context.Context, c runtime.EffectCall) (abi.CancelReply, error) {
-	v, err := x.vs.route(c.Plugin)
+	v, err := x.vs.begin(c.Plugin)
 	if err != nil {
 		return abi.CancelReply{}, err
 	}
-	return v.ex.Cancel(ctx, c)
+	reply, err := v.ex.Cancel(ctx, c)
+	x.vs.end(v, c.Input.Effect.AssignmentKey, reply.State, err, false)
+	return reply, err
 }
 
 // RouteTo implements runtime.VersionRouter.
 func (x versionedExecutor) RouteTo(held *loop.PluginRef) (loop.PluginRef, error) {
+	x.vs.mu.Lock()
+	defer x.vs.mu.Unlock()
 	v, err := x.vs.route(held)
 	if err != nil {
 		return loop.PluginRef{}, err
