@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,8 +42,15 @@ type Host struct {
 	// finds every turn to make an instance taken and starts to wait.
 	onMakerWait func()
 
-	mu      sync.Mutex
-	plugins map[string]*Plugin
+	mu sync.Mutex
+	// loaded is every plugin loaded and not yet closed, in load order:
+	// Close and the memory cap's eviction (evictIdleFor) reach each of
+	// them, and a name's plugin (Plugin) is the last one loaded under it
+	// that is still open. A version loaded beside another (LoadBeside)
+	// takes the name; when it is closed (a refused reload), the name goes
+	// back to the version still in force, and an old version that drains
+	// after a reload stays in loaded until it is closed.
+	loaded []*Plugin
 	// codes are the native path's compiled modules in use, by the sha256
 	// of the file each was compiled from: a file loaded again while a
 	// plugin of it is loaded (under another name, or as a new version
@@ -61,7 +69,7 @@ func New(cfg Config) (*Host, error) {
 	default:
 		return nil, fmt.Errorf("host: call path %q is neither %q nor %q", cfg.CallPath, CallPathNative, CallPathSDK)
 	}
-	h := &Host{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, plugins: map[string]*Plugin{}, codes: map[[sha256.Size]byte]*nativeCode{}}
+	h := &Host{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, codes: map[[sha256.Size]byte]*nativeCode{}}
 	if h.clock == nil {
 		h.clock = runtime.SystemClock{}
 	}
@@ -104,9 +112,12 @@ func (h *Host) Load(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 
 // LoadBeside loads spec as Load does, except that a plugin of the same
 // name may be loaded already: the new one takes the name (Plugin,
-// Plugins), and the old one serves whoever holds it until it is closed. A
-// config reload loads a changed plugin so, and closes the old version once
-// nothing needs it (internal/node).
+// Plugins), and the old one serves whoever holds it until it is closed;
+// closing the new one gives the name back. Both stay the host's until
+// closed: its memory cap evicts their idle instances, and Close closes
+// them. A config reload loads a changed plugin so, and closes the old
+// version once nothing needs it, or the new one when the reload is
+// refused (internal/node).
 func (h *Host) LoadBeside(ctx context.Context, spec PluginSpec) (*Plugin, error) {
 	return h.load(ctx, spec, true)
 }
@@ -145,7 +156,7 @@ func (h *Host) load(ctx context.Context, spec PluginSpec, beside bool) (*Plugin,
 		h.mu.Unlock()
 		return fail(ErrClosed)
 	}
-	if _, dup := h.plugins[spec.Name]; dup && !beside {
+	if _, dup := h.named(spec.Name); dup && !beside {
 		h.mu.Unlock()
 		return fail(fmt.Errorf("a plugin named %q is loaded already: close it first, or load this one under another name", spec.Name))
 	}
@@ -172,32 +183,42 @@ func (h *Host) load(ctx context.Context, spec PluginSpec, beside bool) (*Plugin,
 		p.closeAll(context.WithoutCancel(ctx))
 		return fail(ErrClosed)
 	}
-	if _, dup := h.plugins[spec.Name]; dup && !beside {
+	if _, dup := h.named(spec.Name); dup && !beside {
 		p.closeAll(context.WithoutCancel(ctx))
 		return fail(fmt.Errorf("a plugin named %q was loaded meanwhile: load each name once", spec.Name))
 	}
-	h.plugins[spec.Name] = p
+	h.loaded = append(h.loaded, p)
 	return p, nil
 }
 
-// Plugin returns a loaded plugin by name.
+// Plugin returns a loaded plugin by name: of versions loaded beside each
+// other (LoadBeside), the last one loaded that is still open.
 func (h *Host) Plugin(name string) (*Plugin, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p, ok := h.plugins[name]
-	return p, ok
+	return h.named(name)
+}
+
+// named is Plugin, under h.mu.
+func (h *Host) named(name string) (*Plugin, bool) {
+	for i := len(h.loaded) - 1; i >= 0; i-- {
+		if h.loaded[i].name == name {
+			return h.loaded[i], true
+		}
+	}
+	return nil, false
 }
 
 // Plugins returns the names of the loaded plugins, sorted.
 func (h *Host) Plugins() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	names := make([]string, 0, len(h.plugins))
-	for n := range h.plugins {
-		names = append(names, n)
+	names := make([]string, 0, len(h.loaded))
+	for _, p := range h.loaded {
+		names = append(names, p.name)
 	}
 	sort.Strings(names)
-	return names
+	return slices.Compact(names)
 }
 
 // MemoryInUse is the linear memory of every live instance, in bytes: what
@@ -213,11 +234,8 @@ func (h *Host) Close(ctx context.Context) error {
 		return nil
 	}
 	h.closed = true
-	plugins := make([]*Plugin, 0, len(h.plugins))
-	for _, p := range h.plugins {
-		plugins = append(plugins, p)
-	}
-	h.plugins = map[string]*Plugin{}
+	plugins := h.loaded
+	h.loaded = nil
 	h.mu.Unlock()
 	var errs []error
 	for _, p := range plugins {
@@ -227,12 +245,13 @@ func (h *Host) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// forget drops a closed plugin from the registry.
+// forget drops a closed plugin from the host's loaded ones; another
+// version of its name, loaded beside it, keeps its place.
 func (h *Host) forget(p *Plugin) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.plugins[p.name] == p {
-		delete(h.plugins, p.name)
+	if i := slices.Index(h.loaded, p); i >= 0 {
+		h.loaded = slices.Delete(h.loaded, i, i+1)
 	}
 }
 
@@ -243,10 +262,7 @@ func (h *Host) evictIdleFor(ctx context.Context, need int64) bool {
 		return true
 	}
 	h.mu.Lock()
-	plugins := make([]*Plugin, 0, len(h.plugins))
-	for _, p := range h.plugins {
-		plugins = append(plugins, p)
-	}
+	plugins := slices.Clone(h.loaded)
 	h.mu.Unlock()
 	var idle []*instance
 	var owners []*pool

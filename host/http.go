@@ -449,26 +449,36 @@ func (g *httpGate) send(ctx context.Context, s *callScope, req abi.HTTPRequest, 
 	}
 	span := traceRequest(hr)
 	resp, err := g.client.Do(hr)
-	endRequestSpan(span, resp, err)
 	dest, connected := h.state()
-	if err == nil {
-		return resp, dest, nil
+	var failure *abi.HTTPError
+	if err != nil {
+		failure = g.sendFailure(ctx, s, err, dest, connected, timeout)
 	}
+	endRequestSpan(span, resp, dest, failure)
+	if failure != nil {
+		return nil, dest, failure
+	}
+	return resp, dest, nil
+}
+
+// sendFailure answers a request whose response did not come (send),
+// from err of the client and the state of its last hop, dest.
+func (g *httpGate) sendFailure(ctx context.Context, s *callScope, err error, dest string, connected bool, timeout time.Duration) *abi.HTTPError {
 	var denied *errDenied
 	var redirects *errTooManyRedirects
 	switch {
 	case errors.As(err, &denied):
-		return nil, dest, g.deniedResponse(s, denied)
+		return g.deniedResponse(s, denied)
 	case errors.As(err, &redirects):
-		return nil, dest, httpFailure(abi.HTTPFailed, redirects.Error())
+		return httpFailure(abi.HTTPFailed, redirects.Error())
 	case !connected:
-		return nil, dest, g.notConnected(s, dest, err)
+		return g.notConnected(s, dest, err)
 	case isHeaderTooLarge(err):
-		return nil, dest, httpFailure(abi.HTTPTooLarge, fmt.Sprintf("response headers from %s are over the limit of %d bytes", dest, g.maxHeaderBytes))
+		return httpFailure(abi.HTTPTooLarge, fmt.Sprintf("response headers from %s are over the limit of %d bytes", dest, g.maxHeaderBytes))
 	case timedOut(ctx, err):
-		return nil, dest, httpFailure(abi.HTTPTimeout, fmt.Sprintf("no response within %s", timeout))
+		return httpFailure(abi.HTTPTimeout, fmt.Sprintf("no response within %s", timeout))
 	}
-	return nil, dest, g.brokenResponse(s, dest, err)
+	return g.brokenResponse(s, dest, err)
 }
 
 // responseHeaders are a response's headers as the ABI gives them: one
@@ -530,6 +540,12 @@ func (g *httpGate) brokenResponse(s *callScope, dest string, err error) *abi.HTT
 }
 
 func (g *httpGate) log(s *callScope, level slog.Level, msg, dest string, err error) {
+	// The client's error spells the request's whole URL, which may carry
+	// the plugin's secrets (a key in its query, a token in its path):
+	// the log names the destination instead.
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err
+	}
 	logger, attrs := slog.Default(), []any{"destination", dest, "error", err.Error()}
 	if s != nil && s.plugin != nil {
 		logger = s.plugin.h.log

@@ -188,3 +188,79 @@ func TestLimitsMustFitMemory(t *testing.T) {
 		t.Fatalf("limits: %v", err)
 	}
 }
+
+// TestLoadBesideKeepsEveryVersionTheHosts checks that versions loaded
+// beside each other (a config reload) stay the host's until each is
+// closed: a refused reload (the new version loaded, then closed) gives
+// the name back to the version in force, whose idle instances the memory
+// cap still evicts and Close still closes; an old version that drains
+// after a reload is closed by Close too.
+func TestLoadBesideKeepsEveryVersionTheHosts(t *testing.T) {
+	ctx := context.Background()
+	name := conformance.PluginExecutor
+	spec := PluginSpec{Name: name, Path: pluginPath(t, name), Role: abi.RoleExecutor}
+	call := func(t *testing.T, p *Plugin, tenant string) {
+		t.Helper()
+		x, err := p.Executor()
+		if err != nil {
+			t.Fatal(err)
+		}
+		doneIn(t)(x.Start(ctx, toolCall(tenant, "r", 1, "echo", map[string]string{"text": "x"})))
+	}
+	probe := newEnv(t, Config{})
+	call(t, probe.load(t, name, abi.RoleExecutor, nil), "acme")
+	one := probe.h.MemoryInUse()
+
+	t.Run("refused reload", func(t *testing.T) {
+		// Room for one instance and a half, as in TestHostMemoryCapEvictsIdle.
+		e := newEnv(t, Config{MaxInstanceMemory: one + one/2})
+		inForce := e.load(t, name, abi.RoleExecutor, nil)
+		call(t, inForce, "acme")
+		refused, err := e.h.LoadBeside(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := refused.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := e.h.Plugin(name); !ok || p != inForce {
+			t.Fatalf("Plugin(%q) after the refused reload = %p, %v; want the version in force %p", name, p, ok, inForce)
+		}
+		// Another plugin's instance fits only once the version in force's
+		// idle one is evicted.
+		other := e.load(t, name, abi.RoleExecutor, func(s *PluginSpec) { s.Name = "other" })
+		call(t, other, "globex")
+		if st := inForce.Stats("acme"); st.Evicted != 1 {
+			t.Fatalf("the version in force's idle instance was not evicted under the memory cap: %+v", st)
+		}
+		call(t, inForce, "acme")
+		if err := e.h.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if m := e.h.MemoryInUse(); m != 0 {
+			t.Fatalf("after Close, %d bytes of instances are still live; want 0", m)
+		}
+	})
+
+	t.Run("drained old version", func(t *testing.T) {
+		e := newEnv(t, Config{})
+		old := e.load(t, name, abi.RoleExecutor, nil)
+		call(t, old, "acme")
+		current, err := e.h.LoadBeside(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := e.h.Plugin(name); p != current {
+			t.Fatalf("Plugin(%q) after LoadBeside = %p; want the new version %p", name, p, current)
+		}
+		if got := e.h.Plugins(); len(got) != 1 || got[0] != name {
+			t.Fatalf("Plugins() = %v; want [%s]", got, name)
+		}
+		if err := e.h.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if m := e.h.MemoryInUse(); m != 0 {
+			t.Fatalf("after Close, the old version's %d bytes of instances are still live; want 0", m)
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -46,15 +47,23 @@ func startCallSpan(ctx context.Context, s *callScope) (context.Context, trace.Sp
 // traceRequest starts the client span of a plugin's HTTP request, which
 // lasts until the response's head has come, and writes its context into
 // the request as traceparent (and tracestate), unless the plugin set a
-// traceparent of its own.
+// traceparent of its own. The span is "HTTP METHOD", or "HTTP" for a
+// method outside the standard ones (runtime.SpanMethod). A plugin's URL may carry its secrets (an API
+// key in the query, a token in the path): the span names only the
+// destination's host and scheme, as the rest of agenthost_http's answers
+// name only the destination.
 func traceRequest(hr *http.Request) trace.Span {
 	if !runtime.TracingOn() {
 		return runtime.OffSpan
 	}
-	ctx, span := tracer.Start(hr.Context(), "HTTP "+hr.Method, trace.WithSpanKind(trace.SpanKindClient))
+	name, method := runtime.SpanMethod(hr.Method)
+	if method != runtime.OtherHTTPMethod {
+		name = "HTTP " + method
+	}
+	ctx, span := tracer.Start(hr.Context(), name, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("http.request.method", hr.Method), attribute.String("server.address", hr.URL.Hostname()),
-			attribute.String("url.scheme", hr.URL.Scheme), attribute.String("url.path", hr.URL.Path))
+		span.SetAttributes(attribute.String("http.request.method", method), attribute.String("server.address", hr.URL.Hostname()),
+			attribute.String("url.scheme", hr.URL.Scheme))
 	}
 	if hr.Header.Get("traceparent") == "" {
 		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(hr.Header))
@@ -63,13 +72,21 @@ func traceRequest(hr *http.Request) trace.Span {
 }
 
 // endRequestSpan ends a request's span with its response's status, or
-// its error.
-func endRequestSpan(span trace.Span, resp *http.Response, err error) {
-	if span.IsRecording() && resp != nil {
-		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-		if resp.StatusCode >= 500 {
-			span.SetStatus(codes.Error, resp.Status)
+// with the class of its failure (error.type) and the destination of its
+// last hop, dest. It never records the client's error, whose text holds
+// the whole URL.
+func endRequestSpan(span trace.Span, resp *http.Response, dest string, failure *abi.HTTPError) {
+	if span.IsRecording() {
+		switch {
+		case failure != nil:
+			span.SetAttributes(attribute.String("error.type", failure.Code), attribute.String("agenthost.http.destination", dest))
+			span.SetStatus(codes.Error, failure.Code)
+		case resp != nil:
+			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+			if resp.StatusCode >= 500 {
+				span.SetStatus(codes.Error, resp.Status)
+			}
 		}
 	}
-	runtime.EndSpan(span, err)
+	span.End()
 }

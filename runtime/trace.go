@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -142,6 +144,46 @@ func startSubmitSpan(ctx context.Context, spec *loop.Spec) (context.Context, tra
 	return ctx, span
 }
 
+// SpanMethod returns an HTTP request method as a span's name and as its
+// http.request.method attribute: a standard method as it is, and any
+// other, which the request's sender made up, as "HTTP" and "_OTHER", as
+// OpenTelemetry's HTTP semantic conventions say. The HTTP API's spans and
+// the host's spans of plugins' requests name their methods so.
+func SpanMethod(method string) (name, attr string) {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method, method
+	}
+	return "HTTP", OtherHTTPMethod
+}
+
+// OtherHTTPMethod is the http.request.method of a request whose method
+// is not a standard one (SpanMethod).
+const OtherHTTPMethod = "_OTHER"
+
+// maxSpanNamePart bounds the part of a span's name that comes from a
+// Run's request: a model's or a tool's name (startEffectSpan).
+const maxSpanNamePart = 128
+
+// spanNamePart is s cut to at most maxSpanNamePart bytes, at a character
+// boundary, for a span's name: a name the model or the builder chose must
+// not make every span of a Run's trace as long as it likes. (Attributes
+// are cut by the TracerProvider's limits, internal/tracing.)
+func spanNamePart(s string) string {
+	if len(s) <= maxSpanNamePart {
+		return s
+	}
+	s = s[:maxSpanNamePart]
+	for len(s) > 0 {
+		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size > 1 {
+			break
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
 // EndSpan ends span, marked as failed with err when there is one. The
 // host and the HTTP API end their spans with it too.
 func EndSpan(span trace.Span, err error) {
@@ -226,7 +268,7 @@ func startEffectSpan(ctx context.Context, run *loop.Run, e *loop.Effect, export 
 		span.SetAttributes(attrGenAIProvider.String(provider))
 	}
 	if e.Kind != abi.KindModel {
-		span.SetName(op + " " + e.Tool)
+		span.SetName(op + " " + spanNamePart(e.Tool))
 		span.SetAttributes(attrGenAIToolName.String(e.Tool), attrGenAIToolCallID.String(e.ToolCallID))
 		return ctx, span
 	}
@@ -236,7 +278,7 @@ func startEffectSpan(ctx context.Context, run *loop.Run, e *loop.Effect, export 
 		} `json:"params"`
 	}
 	if call != nil && json.Unmarshal(call.Input.Effect.Request, &req) == nil && req.Params.Model != "" {
-		span.SetName(op + " " + req.Params.Model)
+		span.SetName(op + " " + spanNamePart(req.Params.Model))
 		span.SetAttributes(attrGenAIModel.String(req.Params.Model))
 	}
 	return ctx, span

@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -99,6 +101,36 @@ func TestTraceParentRoundTrips(t *testing.T) {
 		"00-4bf92f3577b34da6a3ce929d0e0e473z-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-zz"} {
 		if sc := ParseTraceParent(bad); sc.IsValid() {
 			t.Errorf("%q reads as a valid span context %+v", bad, sc)
+		}
+	}
+}
+
+// TestSpanNamePartBounded: a model's or a tool's name goes into a span's
+// name whole up to maxSpanNamePart bytes, and is cut there beyond it, at
+// a character boundary.
+func TestSpanNamePartBounded(t *testing.T) {
+	if got := spanNamePart("gpt-x"); got != "gpt-x" {
+		t.Fatalf("a short name became %q", got)
+	}
+	long := strings.Repeat("a", maxSpanNamePart-1) + "é" + strings.Repeat("b", 4096)
+	got := spanNamePart(long)
+	if len(got) > maxSpanNamePart || !utf8.ValidString(got) || !strings.HasPrefix(long, got) || len(got) < maxSpanNamePart-3 {
+		t.Fatalf("a name of %d bytes became %d bytes (valid UTF-8 %v): want a prefix of at most %d, cut at a character", len(long), len(got), utf8.ValidString(got), maxSpanNamePart)
+	}
+	if got := spanNamePart(strings.Repeat("a", maxSpanNamePart+10)); len(got) != maxSpanNamePart {
+		t.Fatalf("an ASCII name was cut to %d bytes; want %d", len(got), maxSpanNamePart)
+	}
+}
+
+// TestSpanMethod: the standard methods name a span as they are; one a
+// client made up is "HTTP" in the name and "_OTHER" in the attribute.
+func TestSpanMethod(t *testing.T) {
+	for method, want := range map[string][2]string{
+		"GET": {"GET", "GET"}, "POST": {"POST", "POST"}, "DELETE": {"DELETE", "DELETE"}, "PATCH": {"PATCH", "PATCH"},
+		"get": {"HTTP", "_OTHER"}, "FROBNICATE": {"HTTP", "_OTHER"}, strings.Repeat("X", 10000): {"HTTP", "_OTHER"},
+	} {
+		if name, attr := SpanMethod(method); name != want[0] || attr != want[1] {
+			t.Errorf("SpanMethod(%.20q) = %q, %q; want %q, %q", method, name, attr, want[0], want[1])
 		}
 	}
 }

@@ -544,6 +544,13 @@ tracing: {enabled: maybe, endpoint: "grpc://127.0.0.1:4317", service_name: " "}
 	if got := strings.Join(problems(t, err), "\n"); !strings.Contains(got, `tracing.endpoint: "http://" names no host`) {
 		t.Errorf("an endpoint with no host: %s", got)
 	}
+	// A password in a refused endpoint is never shown.
+	for _, endpoint := range []string{"grpc://agent:hunter2@127.0.0.1:4317", "http://agent:hunter2@", "http://agent:hunter2@[::1"} {
+		_, err = parse(t, minimal+"\ntracing: {endpoint: \""+endpoint+"\"}\n")
+		if got := strings.Join(problems(t, err), "\n"); !strings.Contains(got, "tracing.endpoint:") || strings.Contains(got, "hunter2") {
+			t.Errorf("the endpoint %s is refused as:\n%s\nwant a problem of tracing.endpoint without its password", endpoint, got)
+		}
+	}
 	t.Setenv("AGENTHOST_TRACING_ENABLED", "true")
 	t.Setenv("AGENTHOST_TRACING_ENDPOINT", "https://collector.example:4318")
 	if cfg, err = parse(t, minimal); err != nil || !cfg.Tracing.Enabled || cfg.Tracing.Endpoint != "https://collector.example:4318" {

@@ -1337,13 +1337,19 @@ func (d *decoder) tracing(all map[string]any) Tracing {
 	}
 	if t.Endpoint != "" {
 		u, err := url.Parse(t.Endpoint)
+		shown := t.Endpoint // without a password it may carry
+		if err == nil && u.User != nil {
+			shown = u.Redacted()
+		}
 		switch {
 		case err != nil:
-			d.problem("tracing.endpoint", "%q is not a URL (%v): want the OTLP/HTTP receiver's base URL, such as http://127.0.0.1:4318", t.Endpoint, err)
+			// Neither the value nor the parser's error (which quotes it)
+			// is shown: it may carry a password.
+			d.problem("tracing.endpoint", "is not a URL: want the OTLP/HTTP receiver's base URL, such as http://127.0.0.1:4318")
 		case u.Scheme != "http" && u.Scheme != "https":
-			d.problem("tracing.endpoint", "%q has scheme %q: want an http or https URL of an OTLP/HTTP receiver, such as http://127.0.0.1:4318 (OTLP over gRPC is not supported)", t.Endpoint, u.Scheme)
+			d.problem("tracing.endpoint", "%q has scheme %q: want an http or https URL of an OTLP/HTTP receiver, such as http://127.0.0.1:4318 (OTLP over gRPC is not supported)", shown, u.Scheme)
 		case u.Host == "":
-			d.problem("tracing.endpoint", "%q names no host: want the OTLP/HTTP receiver's base URL, such as http://127.0.0.1:4318", t.Endpoint)
+			d.problem("tracing.endpoint", "%q names no host: want the OTLP/HTTP receiver's base URL, such as http://127.0.0.1:4318", shown)
 		}
 	}
 	if t.ServiceName == "" {

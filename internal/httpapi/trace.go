@@ -25,15 +25,19 @@ import (
 var tracer = otel.Tracer("github.com/agenthost/agenthost/internal/httpapi")
 
 // startRequestSpan starts the span of request r, under the trace context
-// its headers carry.
+// its headers carry. The span is named by r's method (runtime.SpanMethod:
+// one a client made up is "HTTP"), never by its path, which is anything
+// the client likes; the path is an attribute, which the TracerProvider's
+// limits bound (internal/tracing).
 func startRequestSpan(r *http.Request) (context.Context, trace.Span) {
 	if !runtime.TracingOn() {
 		return r.Context(), runtime.OffSpan
 	}
 	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
+	name, method := runtime.SpanMethod(r.Method)
+	ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
+		span.SetAttributes(attribute.String("http.request.method", method), attribute.String("url.path", r.URL.Path))
 	}
 	return ctx, span
 }
@@ -44,7 +48,8 @@ func startRequestSpan(r *http.Request) (context.Context, trace.Span) {
 func endRequestSpan(span trace.Span, inner *http.Request, status int, info *requestInfo) {
 	if span.IsRecording() {
 		if _, route, ok := strings.Cut(inner.Pattern, " "); ok {
-			span.SetName(inner.Method + " " + route)
+			name, _ := runtime.SpanMethod(inner.Method)
+			span.SetName(name + " " + route)
 			span.SetAttributes(attribute.String("http.route", route))
 		}
 		span.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("agenthost.request_id", info.requestID))

@@ -9,13 +9,14 @@
 // The export is configured the standard way: the SDK reads its own
 // variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_*,
 // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and
-// its argument, OTEL_BSP_*), and the config's tracing keys
+// its argument, OTEL_BSP_*, OTEL_SPAN_*_LIMIT), and the config's tracing keys
 // (config.Tracing) come on top: tracing.endpoint over the endpoint
 // variables, tracing.service_name under OTEL_SERVICE_NAME.
 package tracing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -72,7 +73,7 @@ func Start(ctx context.Context, cfg config.Tracing, version string, log *slog.Lo
 	}
 	// The sampler is the SDK's default, parent-based always-on, unless
 	// OTEL_TRACES_SAMPLER names another (the SDK reads it here).
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(spanLimits()))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
@@ -86,13 +87,36 @@ func Start(ctx context.Context, cfg config.Tracing, version string, log *slog.Lo
 	}, nil
 }
 
+// MaxAttributeValueLength is the length, in bytes, a span's attribute
+// value is cut to (the SDK cuts it at a character boundary) unless
+// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or
+// OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT sets another. Some values are chosen
+// by whoever sends a request or a Run (a request's path, a model's or a
+// tool's name), and a span must not grow with them.
+const MaxAttributeValueLength = 256
+
+// spanLimits are the SDK's span limits, as its OTEL_SPAN_* and
+// OTEL_ATTRIBUTE_* variables set them, with attribute values bounded by
+// MaxAttributeValueLength where they leave them unbounded.
+func spanLimits() sdktrace.SpanLimits {
+	limits := sdktrace.NewSpanLimits()
+	if limits.AttributeValueLengthLimit < 0 {
+		limits.AttributeValueLengthLimit = MaxAttributeValueLength
+	}
+	return limits
+}
+
 // tracesURL is the URL spans go to for a base URL: its /v1/traces, as the
 // SDK derives it from OTEL_EXPORTER_OTLP_ENDPOINT. A URL with a path of
 // its own is taken as it is.
 func tracesURL(base string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
-		return "", fmt.Errorf("tracing: tracing.endpoint %q: %w", base, err)
+		// Not the value itself, which may hold a password.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", fmt.Errorf("tracing: tracing.endpoint is not a URL (%v): set it to the OTLP/HTTP receiver's base URL, as http://collector:4318", err)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/traces"
@@ -100,15 +124,28 @@ func tracesURL(base string) (string, error) {
 	return u.String(), nil
 }
 
-// endpointForLog names where spans go, for the log line at start.
+// endpointForLog names where spans go, for the log line at start,
+// without the userinfo of its URL (withoutUserinfo).
 func endpointForLog(endpoint string) string {
 	if endpoint != "" {
-		return endpoint
+		return withoutUserinfo(endpoint)
 	}
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
 		if v := os.Getenv(k); v != "" {
-			return v + " (" + k + ")"
+			return withoutUserinfo(v) + " (" + k + ")"
 		}
 	}
 	return "https://localhost:4318 (the SDK's default)"
+}
+
+// withoutUserinfo is an endpoint's URL with its userinfo dropped: an
+// endpoint written as http://user:password@collector:4318 must not put
+// its password in the log. One that is not a URL is not logged at all.
+func withoutUserinfo(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "(not a URL)"
+	}
+	u.User = nil
+	return u.String()
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/agenthost/agenthost/internal/config"
@@ -83,5 +85,75 @@ func TestTracesURL(t *testing.T) {
 		if got, err := tracesURL(in); err != nil || got != want {
 			t.Errorf("tracesURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+// TestEndpointLoggedWithoutUserinfo: the log line at start names the
+// endpoint without the user and password its URL may carry, from the
+// config and from the SDK's variables alike; a tracing.endpoint that is
+// not a URL is refused without its value.
+func TestEndpointLoggedWithoutUserinfo(t *testing.T) {
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	recv := tracingtest.NewReceiver(t)
+	withUser := strings.Replace(recv.URL, "http://", "http://agent:hunter2@", 1)
+	for _, c := range []struct {
+		name, endpoint, env string
+	}{
+		{"tracing.endpoint", withUser, ""},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", withUser},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", c.env)
+			logs := &strings.Builder{}
+			stop, err := Start(context.Background(), config.Tracing{Enabled: true, Endpoint: c.endpoint, ServiceName: "x"}, "test",
+				slog.New(slog.NewTextHandler(logs, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop(context.Background())
+			if strings.Contains(logs.String(), "hunter2") || strings.Contains(logs.String(), "agent@") {
+				t.Errorf("the log names the endpoint's userinfo: %s", logs.String())
+			}
+			if !strings.Contains(logs.String(), strings.TrimPrefix(recv.URL, "http://")) {
+				t.Errorf("the log does not name the endpoint %s: %s", recv.URL, logs.String())
+			}
+		})
+	}
+	_, err := Start(context.Background(), config.Tracing{Enabled: true, Endpoint: "http://agent:hunter2@collector:43x8", ServiceName: "x"}, "test", quiet)
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "tracing.endpoint") {
+		t.Errorf("a tracing.endpoint that is not a URL: %v; want it refused, named, without its value", err)
+	}
+}
+
+// TestAttributeValuesBounded: an attribute value longer than
+// MaxAttributeValueLength reaches the receiver cut to it, unless
+// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT sets another bound.
+func TestAttributeValuesBounded(t *testing.T) {
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	for _, c := range []struct {
+		env  string
+		want int
+	}{{"", MaxAttributeValueLength}, {"1000", 1000}} {
+		t.Run("limit="+c.env, func(t *testing.T) {
+			t.Setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", c.env)
+			recv := tracingtest.NewReceiver(t)
+			stop, err := Start(context.Background(), config.Tracing{Enabled: true, Endpoint: recv.URL, ServiceName: "x"}, "test", quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := otel.Tracer("t").Start(context.Background(), "long")
+			span.SetAttributes(attribute.String("url.path", "/"+strings.Repeat("p", 4096)))
+			span.End()
+			if err := stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			spans := recv.Spans()
+			if len(spans) != 1 {
+				t.Fatalf("the receiver got %d spans; want 1", len(spans))
+			}
+			if got := len(spans[0].Attrs["url.path"]); got != c.want {
+				t.Fatalf("url.path of %d bytes reached the receiver; want it cut to %d", got, c.want)
+			}
+		})
 	}
 }
