@@ -128,11 +128,31 @@ func TestServePluginVersions(t *testing.T) {
 	mustReady(t, proc, 60*time.Second)
 	c := newClient(proc.Addr(), token)
 
+	// pending waits until the Run's slow job has started: its
+	// effect_pending is in the log, so the job's record is in the KV.
+	// (Waiting on the job alone is not enough: the Run waits on it from
+	// its dispatch, and a kill before the start wrote the record leaves
+	// nothing for a later attach.)
 	pending := func(id string) {
 		t.Helper()
-		c.waitRun(t, id, 60*time.Second, "waits on its slow job", func(r runView) bool {
-			return r.Waiting != nil && len(r.Waiting.Pending) > 0 && r.Waiting.Pending[0].Tool == "slow_job"
+		req, err := http.NewRequest("GET", c.Base+"/v1/runs/"+id+"/events", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		started := false
+		err = readSSE(resp.Body, func(ev sseEvent) bool {
+			started = ev.Event == string(loop.EventEffectPending)
+			return started
 		})
+		if !started {
+			t.Fatalf("run %s: no effect_pending of its slow job (%v)", id, err)
+		}
 	}
 	ended := func(id string) (runView, []loop.Event) {
 		t.Helper()
