@@ -192,15 +192,21 @@ func TestServePluginVersions(t *testing.T) {
 
 	// 2. A job of v1 pending at a kill -9; the restart has only v2, which
 	// does not take v1's attempts over: the policy (fail) settles it.
-	v1()
-	if r := runCLI(t, bin, nil, "reload", "--config", cfgPath); r.code != 0 {
-		t.Fatalf("agenthost reload back to v1: exit %d\n%s", r.code, r.stderr)
+	// startedByV1 reloads back to v1, leaves a job of v1 pending in a
+	// Run of session, and restarts with only v2 (attachesFrom: what its
+	// describe lists in attaches_from); it returns the Run's ID.
+	startedByV1 := func(session, attachesFrom string) string {
+		v1()
+		if r := runCLI(t, bin, nil, "reload", "--config", cfgPath); r.code != 0 {
+			t.Fatalf("agenthost reload back to v1: exit %d\n%s", r.code, r.stderr)
+		}
+		id := c.submit(t, session, "Please run a slow job for 4 seconds").ID
+		pending(id)
+		v2(attachesFrom)
+		restart()
+		return id
 	}
-	second := c.submit(t, "s2", "Please run a slow job for 4 seconds")
-	pending(second.ID)
-	v2("")
-	restart()
-	_, job = ended(second.ID)
+	_, job = ended(startedByV1("s2", ""))
 	var settled *loop.Event
 	for i, e := range job {
 		if e.Type == loop.EventEffectSettled {
@@ -215,15 +221,7 @@ func TestServePluginVersions(t *testing.T) {
 
 	// 3. The same, with a v2 that lists 1.0.0 in attaches_from: it
 	// attaches, and the log names it on the attempt.
-	v1()
-	if r := runCLI(t, bin, nil, "reload", "--config", cfgPath); r.code != 0 {
-		t.Fatalf("agenthost reload back to v1: exit %d\n%s", r.code, r.stderr)
-	}
-	third := c.submit(t, "s3", "Please run a slow job for 4 seconds")
-	pending(third.ID)
-	v2("1.0.0")
-	restart()
-	run, job = ended(third.ID)
+	run, job = ended(startedByV1("s3", "1.0.0"))
 	if run.Status != "completed" {
 		t.Fatalf("the Run whose job v2 took over: %s %+v", run.Status, run.Failure)
 	}
