@@ -22,11 +22,11 @@ var slowJobPluginLine = regexp.MustCompile(`slow-job: \{path: [^,]+, role: execu
 // client that spreads them over the nodes, while the slow-job plugin is
 // upgraded node by node to v2 (another file, version 2.0.0, attaches_from
 // 1.0.0): node 0 by a reload, node 1 by a clean restart, node 2 by a kill
-// -9 and a start, so that the others take its sessions over with v2 and
-// attach to jobs v1 started. Every acknowledged Run must complete, and
-// its log and the plugin's own counts must show no violation
-// (checkServedRuns: loop.CheckEnded, one attempt per job, each job run
-// once).
+// -9 and a start once node 0 has closed v1, so that whichever node takes
+// its sessions over attaches with v2 to the jobs v1 started. Every
+// acknowledged Run must complete, and its log and the plugin's own counts
+// must show no violation (checkServedRuns: loop.CheckEnded, one attempt
+// per job, each job run once).
 func TestThreeNodesUpgradeOneByOne(t *testing.T) {
 	conformance.SkipInShort(t, "three serve nodes and PostgreSQL, upgraded one by one")
 	c := startCluster(t, 3)
@@ -58,14 +58,27 @@ func TestThreeNodesUpgradeOneByOne(t *testing.T) {
 	addrs := []string{c.nodes[0].proc.Addr(), c.nodes[1].proc.Addr(), c.nodes[2].proc.Addr()}
 	addr := func(i int) string { mu.Lock(); defer mu.Unlock(); return addrs[i%3] }
 
-	const runs = 36
+	// The client holds Run beforeKill and the later ones back until
+	// resumed: node 0's v1 drains for its call_timeout and more, longer
+	// than the earlier Runs take, and node 2 must still be starting v1
+	// jobs when it is killed.
+	const runs, beforeKill = 36, 22
 	acked := make([]string, runs)
 	ackedCount := make(chan int, runs)
 	submitted := make(chan error, 1)
+	resume := make(chan struct{})
 	go func() {
 		pace := time.NewTicker(150 * time.Millisecond)
 		defer pace.Stop()
 		for i := 0; i < runs; i++ {
+			if i == beforeKill {
+				select {
+				case <-resume:
+				case <-time.After(3 * time.Minute):
+					submitted <- fmt.Errorf("the client was never resumed before Run %d", i)
+					return
+				}
+			}
 			body := map[string]any{"input": fmt.Sprintf("Please run a slow job for %d seconds", 2+i%3)}
 			key := map[string]string{"Idempotency-Key": fmt.Sprintf("rolling-%03d", i)}
 			for try := 0; ; try++ {
@@ -146,8 +159,16 @@ func TestThreeNodesUpgradeOneByOne(t *testing.T) {
 	mu.Lock()
 	addrs[1] = c.nodes[1].proc.Addr()
 	mu.Unlock()
-	// Node 2: a kill -9 while jobs run, and a start.
-	waitAcked(22)
+	// Node 2: a kill -9 while jobs run, and a start. Node 0 must have
+	// closed v1 first: while its v1 drains, node 0 attaches to v1's
+	// attempts with v1 itself, so had it taken node 2's sessions over,
+	// no v2 would take any attempt over and the test would not exercise
+	// attaches_from.
+	waitAcked(beforeKill)
+	waitUntil(t, 2*time.Minute, "node 0 closes v1 once its attempts end", func() (bool, error) {
+		return countLines(t, c.nodes[0].log, `plugin version closed: the attempts it held have ended" plugin=slow-job version=1.0.0`) > 0, nil
+	})
+	close(resume)
 	jobOfV1(2)
 	upgradeConfig(2)
 	c.nodes[2].proc.Kill()
