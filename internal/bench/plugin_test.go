@@ -152,6 +152,34 @@ func TestBenchPluginReportsEveryPathAgainstItsBaselines(t *testing.T) {
 	}
 }
 
+// TestBenchPluginLoadsThePluginItIsGiven times the loads of the C
+// calculator by name and of a .wasm file by path, not of the Go
+// calculator.
+func TestBenchPluginLoadsThePluginItIsGiven(t *testing.T) {
+	dir := benchPluginsDir(t)
+	file := plugincatalog.Path(dir, plugincatalog.CalculatorC)
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, plugin := range []string{plugincatalog.CalculatorC, file} {
+		out, err := runBench(t, dir, "plugin", "--calls", "1", "--warmup", "0", "--starts", "0", "--rounds", "1", "--loads", "1",
+			"--uncached=false", "--load-plugin", plugin, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, r := decodeBenchPlugin(t, out)
+		if p.LoadPlugin != plugin || r.Load.Plugin != plugin || r.Load.WasmBytes != st.Size() || r.Load.CachedMS <= 0 || r.Load.WazeroCachedMS <= 0 {
+			t.Fatalf("--load-plugin %s: params %+v, load %+v: want the loads of %s (%d bytes)", plugin, p, r.Load, file, st.Size())
+		}
+	}
+	_, err = runBench(t, dir, "plugin", "--quiet", "--calls", "1", "--rounds", "1", "--starts", "0", "--loads", "1", "--uncached=false",
+		"--load-plugin", filepath.Join(dir, "missing.wasm"))
+	if err == nil || !strings.Contains(err.Error(), "missing.wasm") {
+		t.Fatalf("a missing --load-plugin file: want an error naming it, got %v", err)
+	}
+}
+
 // TestBenchPluginTimesALoadWithAnEmptyCache checks the uncached load: a
 // full compile of a 3 MB plugin, about 4 s, but about 45 s under -race
 // (docs/DESIGN.md §9), so it is opt-in: AGENTHOST_BENCH_UNCACHED=1.
