@@ -55,8 +55,12 @@ type recoveryParams struct {
 	Store      string `json:"store"`
 	PostgreSQL string `json:"postgresql,omitempty"`
 	// LeaseTTL is both processes' lease_ttl, which a restart on
-	// PostgreSQL waits out.
+	// PostgreSQL without a NodeName waits out.
 	LeaseTTL time.Duration `json:"lease_ttl"`
+	// NodeName is, on PostgreSQL, both processes' node.name: the restart
+	// under it takes over the sessions of the killed child, its previous
+	// incarnation, at once, without waiting out its lease. "" waits.
+	NodeName string `json:"node_name,omitempty"`
 	// PluginCallPath is both processes' plugin_call_path.
 	PluginCallPath string `json:"plugin_call_path"`
 	// Guests is the build of the three plugins: go or c.
@@ -68,11 +72,12 @@ type recoveryParams struct {
 type recoveryResult struct {
 	// SubmitMS is the child's time to put every Run in flight.
 	SubmitMS float64 `json:"submit_ms"`
-	// LeaseWaitMS is, on PostgreSQL, the wait after the kill for the dead
-	// child's node lease to run out (lease_ttl): a shared store cannot
-	// tell a dead node from a slow one sooner. The times below start
-	// after it. 0 on Badger, whose directory lock makes the dead
-	// incarnation dead at once.
+	// LeaseWaitMS is, on PostgreSQL without a node name, the wait after
+	// the kill for the dead child's node lease to run out (lease_ttl): a
+	// shared store cannot tell a dead node from a slow one sooner. The
+	// times below start after it. 0 on Badger, whose directory lock makes
+	// the dead incarnation dead at once, and under a node name, whose lock
+	// does the same on PostgreSQL.
 	LeaseWaitMS float64 `json:"lease_wait_ms"`
 	// OpenMS is the time to open the store, load the plugins and start the
 	// runtime (node.Open).
@@ -177,9 +182,12 @@ plugin must have run no job twice.
 
 With --store postgres both processes use pgstore, on a throwaway PostgreSQL
 server the bench starts (fsync on) and stops, or on the server --dsn names.
-After the kill the bench first waits lease_ttl, for the dead child's node
-lease to run out (a shared store has no directory lock to tell a dead node
-at once): that wait is reported apart, and the times start after it.`,
+Both run under one node.name (--node-name), as a restarted serve does: the
+restart holds the name, so its previous incarnation is dead, and it takes
+the child's sessions over at once. With --node-name "" the bench first
+waits lease_ttl after the kill, for the dead child's node lease to run out
+(a shared store cannot tell a dead node from a slow one sooner): that wait
+is reported apart, and the times start after it.`,
 		Example: `  bin/agenthost bench recovery --runs 1000
   bin/agenthost bench recovery --runs 10000 --json
   bin/agenthost bench recovery --runs 10000 --cpuprofile recovery.pprof
@@ -211,7 +219,8 @@ at once): that wait is reported apart, and the times start after it.`,
 	f.IntVar(&p.Concurrency, "concurrency", 128, "Runs the child submits at once")
 	f.IntVar(&p.JobSeconds, "job-seconds", 1, "how long each slow job runs, in seconds (whole)")
 	f.BoolVar(&p.SyncWrites, "sync-writes", true, "the store's sync_writes (false: commits are not fsynced, as a crash test would lose them)")
-	f.DurationVar(&p.LeaseTTL, "lease-ttl", config.DefaultLeaseTTL, "both processes' lease_ttl; with --store postgres the restart waits it out first")
+	f.DurationVar(&p.LeaseTTL, "lease-ttl", config.DefaultLeaseTTL, "both processes' lease_ttl; with --store postgres and --node-name \"\" the restart waits it out first")
+	f.StringVar(&p.NodeName, "node-name", "bench-recovery", "with --store postgres, both processes' node.name, under which the restart takes the child's sessions over at once; \"\": none, the restart waits out the child's lease")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up when the child or the recovery takes longer than this")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process from the open until every Run is terminal to `FILE` (go tool pprof)")
 	f.StringVar(&traceFile, "trace", "", "write an execution trace of this process from the open until every Run is terminal to `FILE` (go tool trace): where the restart waits, not only where it burns CPU")
@@ -251,6 +260,11 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		return err
 	}
 	defer cleanup()
+	if p.Store != config.DriverPostgres {
+		p.NodeName = "" // Badger's directory lock tells a dead incarnation at once
+	} else if p.NodeName != "" {
+		store += fmt.Sprintf("node: {name: %q}\n", p.NodeName)
+	}
 	cfg, err := writeBenchConfig(dir, store+"plugin_call_path: "+p.PluginCallPath+"\n"+recoveryConfig(dir, cache, paths, p.SyncWrites, p.LeaseTTL))
 	if err != nil {
 		return fmt.Errorf("bench: recovery: config: %w", err)
@@ -264,14 +278,18 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		return err
 	}
 	var leaseWait time.Duration
-	if p.Store == config.DriverPostgres {
+	switch {
+	case p.Store == config.DriverPostgres && p.NodeName != "":
+		bf.progressf(cmd, "recovery: %d Runs in flight after %s; child killed with SIGKILL; restarting under node name %q, which takes its sessions over at once",
+			p.Runs, submit.Round(time.Millisecond), p.NodeName)
+	case p.Store == config.DriverPostgres:
 		// The child renewed its lease at most lease_ttl ago.
 		leaseWait = cfg.LeaseTTL + time.Second
 		bf.progressf(cmd, "recovery: %d Runs in flight after %s; child killed with SIGKILL; waiting %s for its node lease (lease_ttl %s) to run out",
 			p.Runs, submit.Round(time.Millisecond), leaseWait, cfg.LeaseTTL)
 		time.Sleep(leaseWait)
 		bf.progressf(cmd, "recovery: restarting")
-	} else {
+	default:
 		bf.progressf(cmd, "recovery: %d Runs in flight after %s; child killed with SIGKILL; restarting", p.Runs, submit.Round(time.Millisecond))
 	}
 
@@ -552,6 +570,10 @@ func awaitRecovery(ctx context.Context, rt recoveringNode, n int, start time.Tim
 	return at, nil
 }
 
+// nodeNameFreed bounds the wait for the server to free the killed child's
+// node name lock.
+const nodeNameFreed = 10 * time.Second
+
 // measureRecovery opens the system over the killed child's store and
 // times its recovery, then checks the event logs.
 func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logw io.Writer, n int, timeout time.Duration, memProfile string) (recoveryResult, error) {
@@ -559,6 +581,17 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	ctx := cmd.Context()
 	start := time.Now()
 	sys, err := node.Open(ctx, cfg, []string{recoveryTenant}, node.NewLogger(cfg, logw), node.Wiring{})
+	// Under a node name, the server frees the killed child's lock when it
+	// sees the child's connection closed, which may be a moment after
+	// the kill; the times include that wait.
+	for deadline := start.Add(nodeNameFreed); errors.Is(err, runtime.ErrNodeNameHeld) && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		sys, err = node.Open(ctx, cfg, []string{recoveryTenant}, node.NewLogger(cfg, logw), node.Wiring{})
+	}
 	if err != nil {
 		return res, fmt.Errorf("bench: recovery: reopening: %w", err)
 	}
