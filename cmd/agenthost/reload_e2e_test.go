@@ -156,12 +156,14 @@ func TestServeReloadsConfig(t *testing.T) {
 	if err := os.WriteFile(slowJob, withCustomSection(wasm, "reload-test", "v2"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	writeConfig(t, dir, reloadConfig(t, "new-token", "You are v2.", slowJob, 5, ""))
+	// Tenant late is added; tenants is the config's last mapping.
+	late := "  late:\n    tokens_sha256: [" + httpapi.HashToken("late-token") + "]\n    builder: prompt-builder\n    model: scripted-model\n"
+	writeConfig(t, dir, reloadConfig(t, "new-token", "You are v2.", slowJob, 5, "")+late)
 	r := runCLI(t, bin, nil, "reload", "--config", cfgPath)
 	if r.code != 0 {
 		t.Fatalf("agenthost reload: exit %d\n%s", r.code, r.stderr)
 	}
-	mustContain(t, "agenthost reload's report", r.stdout, "plugins.slow-job changed", "tenants.demo changed")
+	mustContain(t, "agenthost reload's report", r.stdout, "plugins.slow-job changed", "tenants.demo changed", "tenants.late added")
 
 	if code, _, _ := demo.Do("GET", "/v1/agents", nil, nil, nil); code != http.StatusUnauthorized {
 		t.Fatalf("the old token after the reload: %d, want 401", code)
@@ -245,7 +247,10 @@ func TestServeReloadsConfig(t *testing.T) {
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("/metrics: %d %v", code, err)
 	}
-	mustContain(t, "/metrics", string(raw), `agenthost_config_reloads_total{result="applied"} 1`, `agenthost_config_reloads_total{result="refused"} 2`)
+	// The metrics follow the reload: tenant late, added by it, has its
+	// active Runs counted; the plugins in force have theirs.
+	mustContain(t, "/metrics", string(raw), `agenthost_config_reloads_total{result="applied"} 1`, `agenthost_config_reloads_total{result="refused"} 2`,
+		`agenthost_runs_active{status="pending",tenant="late"} 0`, `agenthost_plugin_instance_waits_total{plugin="slow-job"}`)
 	stopWatching()
 	if watched.Load() == 0 || failed.Load() != 0 {
 		t.Fatalf("tenant watch's requests during the reloads: %d, %d failed", watched.Load(), failed.Load())

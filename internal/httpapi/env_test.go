@@ -83,7 +83,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	e.rt, err = runtime.New(ropts)
 	require.NoError(t, err)
 	require.NoError(t, e.m.RegisterRuntime(e.rt))
-	require.NoError(t, e.m.RegisterActiveRuns(e.store, []string{"acme", "globex"}, 1000, nil))
+	require.NoError(t, e.m.RegisterActiveRuns(e.store, func() []string { return []string{"acme", "globex"} }, 1000, nil))
 	require.NoError(t, e.rt.Start(context.Background()))
 	conformance.Eventually(t, "the runtime's first recovery pass", e.rt.Ready)
 	cfg.Runtime = e.rt

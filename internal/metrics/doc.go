@@ -9,7 +9,7 @@
 //	ledger := httpapi.NewUsageLedger()
 //	rt, _ := runtime.New(runtime.Options{…, Observer: metrics.Tee{m, ledger}})
 //	m.RegisterRuntime(rt)
-//	m.RegisterActiveRuns(store, tenantIDs, 10000, log)
+//	m.RegisterActiveRuns(store, tenantsInForce, 10000, log)
 //	tool := m.Executor("slow-job", hostExecutor) // and m.Builder(name, hostBuilder)
 //	… httpapi.Config{Metrics: m.Handler()}
 //	… after each retention pass: m.Pruned(stats)

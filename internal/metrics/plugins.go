@@ -241,34 +241,46 @@ func ErrorClass(err error) string {
 // HTTPRefusals reads one plugin's agenthost_http refusals: requests to a
 // host or port not on its allow-list (denied), and dials refused for the
 // address a host name resolved to (refused). serve passes one for each
-// loaded plugin, from host.Plugin.HTTPStats.
+// plugin in force, from host.Plugin.HTTPStats.
 type HTTPRefusals func() (denied, refused int64)
 
 // RegisterPluginHTTP registers agenthost_plugin_http_refused_total{plugin,
-// reason}, read at scrape time: reason "host" for a destination off the
-// allow-list, "address" for a host name that resolved to an address no
-// plugin may reach (loopback, private, link-local, ...), the one to
-// alert on.
-func (m *Metrics) RegisterPluginHTTP(plugins map[string]HTTPRefusals) error {
-	for plugin, read := range plugins {
-		for _, reason := range []string{"host", "address"} {
-			c := prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name:        "agenthost_plugin_http_refused_total",
-				Help:        "agenthost_http requests a plugin made that the host refused, by plugin and reason (host: not on the allow-list; address: a host name resolved to an address no plugin may reach).",
-				ConstLabels: prometheus.Labels{"plugin": plugin, "reason": reason},
-			}, func() float64 {
-				denied, refused := read()
-				if reason == "host" {
-					return float64(denied)
-				}
-				return float64(refused)
-			})
-			if err := m.reg.Register(c); err != nil {
-				return err
-			}
-		}
+// reason}, read at scrape time from the plugins plugins returns then (the
+// plugins in force: a reload adds, removes and replaces some): reason
+// "host" for a destination off the allow-list, "address" for a host name
+// that resolved to an address no plugin may reach (loopback, private,
+// link-local, ...), the one to alert on. A plugin a reload loaded from
+// another file counts from 0 again, as after a restart.
+func (m *Metrics) RegisterPluginHTTP(plugins func() map[string]HTTPRefusals) error {
+	desc := prometheus.NewDesc("agenthost_plugin_http_refused_total",
+		"agenthost_http requests a plugin made that the host refused, by plugin and reason (host: not on the allow-list; address: a host name resolved to an address no plugin may reach).",
+		[]string{"plugin", "reason"}, nil)
+	return m.reg.Register(&pluginCounters[HTTPRefusals]{descs: []*prometheus.Desc{desc}, plugins: plugins,
+		collect: func(ch chan<- prometheus.Metric, plugin string, read HTTPRefusals) {
+			denied, refused := read()
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(denied), plugin, "host")
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(refused), plugin, "address")
+		}})
+}
+
+// pluginCounters is a collector of counters by plugin, read at scrape time
+// from the plugins in force then.
+type pluginCounters[R any] struct {
+	descs   []*prometheus.Desc
+	plugins func() map[string]R
+	collect func(ch chan<- prometheus.Metric, plugin string, read R)
+}
+
+func (c *pluginCounters[R]) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
 	}
-	return nil
+}
+
+func (c *pluginCounters[R]) Collect(ch chan<- prometheus.Metric) {
+	for plugin, read := range c.plugins() {
+		c.collect(ch, plugin, read)
+	}
 }
 
 // RegisterModelBudgets registers, for each model budget (by plugin ID),
@@ -300,32 +312,27 @@ func (m *Metrics) RegisterModelBudgets(budgets map[string]*budget.Budget) error 
 
 // InstanceWaits reads one plugin's waits for an instance: the calls that
 // waited and their waits in seconds, summed. serve passes one for each
-// loaded plugin, from host.Plugin.InstanceWaits.
+// plugin in force, from host.Plugin.InstanceWaits.
 type InstanceWaits func() (waits int64, seconds float64)
 
-// RegisterInstanceWaits registers, read at scrape time,
+// RegisterInstanceWaits registers, read at scrape time from the plugins
+// plugins returns then (the plugins in force),
 // agenthost_plugin_instance_waits_total{plugin}, the calls that found
 // every one of their tenant's max_instances instances busy (or no room
 // under max_instance_memory) and waited for one, and
-// agenthost_plugin_instance_wait_seconds_total{plugin}, their waits.
-func (m *Metrics) RegisterInstanceWaits(plugins map[string]InstanceWaits) error {
-	for plugin, read := range plugins {
-		labels := prometheus.Labels{"plugin": plugin}
-		waits := prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "agenthost_plugin_instance_waits_total",
-			Help:        "Plugin calls that waited for an instance: max_instances of their tenant's were busy, or max_instance_memory left no room for another.",
-			ConstLabels: labels,
-		}, func() float64 { n, _ := read(); return float64(n) })
-		seconds := prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "agenthost_plugin_instance_wait_seconds_total",
-			Help:        "Seconds plugin calls spent waiting for an instance, summed.",
-			ConstLabels: labels,
-		}, func() float64 { _, s := read(); return s })
-		for _, c := range []prometheus.Collector{waits, seconds} {
-			if err := m.reg.Register(c); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+// agenthost_plugin_instance_wait_seconds_total{plugin}, their waits. A
+// plugin a reload loaded from another file counts from 0 again.
+func (m *Metrics) RegisterInstanceWaits(plugins func() map[string]InstanceWaits) error {
+	waits := prometheus.NewDesc("agenthost_plugin_instance_waits_total",
+		"Plugin calls that waited for an instance: max_instances of their tenant's were busy, or max_instance_memory left no room for another.",
+		[]string{"plugin"}, nil)
+	seconds := prometheus.NewDesc("agenthost_plugin_instance_wait_seconds_total",
+		"Seconds plugin calls spent waiting for an instance, summed.",
+		[]string{"plugin"}, nil)
+	return m.reg.Register(&pluginCounters[InstanceWaits]{descs: []*prometheus.Desc{waits, seconds}, plugins: plugins,
+		collect: func(ch chan<- prometheus.Metric, plugin string, read InstanceWaits) {
+			n, s := read()
+			ch <- prometheus.MustNewConstMetric(waits, prometheus.CounterValue, float64(n), plugin)
+			ch <- prometheus.MustNewConstMetric(seconds, prometheus.CounterValue, s, plugin)
+		}})
 }

@@ -99,14 +99,16 @@ type RunIndex interface {
 }
 
 // RegisterActiveRuns registers agenthost_runs_active, read from the store's
-// status index at scrape time for each tenant: the Runs pending, running
-// and waiting, counted up to limit per status (a value at limit means "at
-// least"). It reads the index, so it is right after a restart too.
-func (m *Metrics) RegisterActiveRuns(store RunIndex, tenants []string, limit int, log *slog.Logger) error {
+// status index at scrape time for each tenant tenants returns then (the
+// tenants in force: a reload adds and removes some): the Runs pending,
+// running and waiting, counted up to limit per status (a value at limit
+// means "at least"). It reads the index, so it is right after a restart
+// too.
+func (m *Metrics) RegisterActiveRuns(store RunIndex, tenants func() []string, limit int, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return m.reg.Register(&activeRuns{store: store, tenants: append([]string(nil), tenants...), limit: limit, log: log,
+	return m.reg.Register(&activeRuns{store: store, tenants: tenants, limit: limit, log: log,
 		desc: prometheus.NewDesc("agenthost_runs_active",
 			"Runs of the tenant in a non-terminal status (pending, running, waiting), read from the store's index; capped at the configured limit per status.",
 			[]string{"tenant", "status"}, nil)})
@@ -114,7 +116,7 @@ func (m *Metrics) RegisterActiveRuns(store RunIndex, tenants []string, limit int
 
 type activeRuns struct {
 	store   RunIndex
-	tenants []string
+	tenants func() []string
 	limit   int
 	log     *slog.Logger
 	desc    *prometheus.Desc
@@ -125,7 +127,7 @@ func (a *activeRuns) Describe(ch chan<- *prometheus.Desc) { ch <- a.desc }
 func (a *activeRuns) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, t := range a.tenants {
+	for _, t := range a.tenants() {
 		for _, st := range []loop.Status{loop.StatusPending, loop.StatusRunning, loop.StatusWaiting} {
 			ids, err := a.store.RunsByStatus(ctx, t, st, "", a.limit)
 			if err != nil {

@@ -253,6 +253,14 @@ func (s *System) commitReload(b *reloadBuild, before, after func()) {
 	}
 }
 
+// pluginsInForce are the plugins of the config in force, by plugin ID: a
+// copy, which a reload that commits afterwards does not change.
+func (s *System) pluginsInForce() map[string]*host.Plugin {
+	s.tenants.rebuild.Lock()
+	defer s.tenants.rebuild.Unlock()
+	return maps.Clone(s.plugins)
+}
+
 // retire closes a plugin version or MCP manager no build uses any more
 // after drain, or when the system closes, whichever comes first. It is
 // forgotten once closed.

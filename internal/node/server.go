@@ -114,17 +114,28 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			if err := m.RegisterRuntime(s.runtime); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
-			if err := m.RegisterActiveRuns(s.store, tenantIDs, activeRunsScrapeLimit, log); err != nil {
+			// The tenants and plugins in force at each scrape: a reload
+			// changes them.
+			tenantsNow := func() []string { return slices.Sorted(maps.Keys(s.tenants.load().tenants)) }
+			if err := m.RegisterActiveRuns(s.store, tenantsNow, activeRunsScrapeLimit, log); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
 			if err := m.RegisterCommitGroups(s.store); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
 			}
-			refusals := map[string]metrics.HTTPRefusals{}
-			waits := map[string]metrics.InstanceWaits{}
-			for id, p := range s.plugins {
-				refusals[id] = func() (int64, int64) { st := p.HTTPStats(); return st.Denied, st.Refused }
-				waits[id] = func() (int64, float64) { st := p.InstanceWaits(); return st.Waits, st.Waited.Seconds() }
+			refusals := func() map[string]metrics.HTTPRefusals {
+				out := map[string]metrics.HTTPRefusals{}
+				for id, p := range s.pluginsInForce() {
+					out[id] = func() (int64, int64) { st := p.HTTPStats(); return st.Denied, st.Refused }
+				}
+				return out
+			}
+			waits := func() map[string]metrics.InstanceWaits {
+				out := map[string]metrics.InstanceWaits{}
+				for id, p := range s.pluginsInForce() {
+					out[id] = func() (int64, float64) { st := p.InstanceWaits(); return st.Waits, st.Waited.Seconds() }
+				}
+				return out
 			}
 			if err := m.RegisterPluginHTTP(refusals); err != nil {
 				return fmt.Errorf("serve: metrics: %w", err)
