@@ -9,6 +9,9 @@
 #   make warm-cache  build the conformance plugins and fill the wazero cache, without -race
 #   make lint    gofmt -l, go vet and go mod tidy -diff; fails on any finding
 #   make bench   the go test benchmarks (figures in docs/BENCHMARKS.md)
+#   make bench-peers agenthost against DBOS Transact on one throwaway PostgreSQL
+#                (benchpeers/, a module of its own; downloads its dependencies the
+#                first time; not part of make test)
 #   make plugins the Go example plugins, into build/plugins/NAME.wasm, and the
 #                conformance plugins (agenthost bench loads some), into build/plugins/conformance/
 #   make plugins-c  the C example plugins, every examples/plugins/*-c (needs clang,
@@ -26,7 +29,7 @@ TESTFLAGS ?=
 PLUGINS  := build/plugins
 QUESTION ?= What is (2+3)*4?
 
-.PHONY: build check fmt-check test deps lint bench clean warm-cache plugins plugins-c plugins-as run
+.PHONY: build check fmt-check test deps lint bench bench-peers clean warm-cache plugins plugins-c plugins-as run
 
 build:
 	$(GO) build ./...
@@ -115,6 +118,15 @@ test: deps lint warm-cache
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(TESTFLAGS) ./...
+
+# The peer comparison (docs/BENCHMARKS.md, "agenthost and DBOS"): benchpeers is
+# a module of its own, so that DBOS is never a dependency of agenthost, and go
+# vet ./... and go test ./... here never build it. First its test on a tiny
+# workload, then the comparison: PEERSFLAGS=--concurrency 16 --runs 600, say.
+PEERSFLAGS ?= --runs 300 --rounds 3 --concurrency 1,16
+bench-peers: plugins
+	cd benchpeers && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd benchpeers && $(GO) run . --plugins ../$(PLUGINS) --cache-dir ../.cache/wazero $(PEERSFLAGS)
 
 clean:
 	rm -rf $(BIN) .cache build .agenthost

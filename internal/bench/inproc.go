@@ -19,7 +19,8 @@ import (
 // same way (2 model steps, 2 calculate calls, the same answer) at once
 // and without Wasm, so that what is measured is the runtime and the store
 // alone. The binary links no package conformance (it links testing), so
-// they live here.
+// they live here. ModelReply and Calculate are their answers, exported
+// for the peer bench (benchpeers), whose steps give the same ones.
 
 // inProcessBuilder is prompt-builder's twin: the Run's own transcript and
 // the tools.
@@ -42,6 +43,17 @@ func (inProcessModel) Start(_ context.Context, c runtime.EffectCall) (abi.Effect
 	if err := json.Unmarshal(c.Input.Effect.Request, &req); err != nil {
 		return abi.EffectReply{}, fmt.Errorf("bench: in-process model: %w", err)
 	}
+	raw, err := json.Marshal(ModelReply(req))
+	if err != nil {
+		return abi.EffectReply{}, err
+	}
+	return abi.EffectReply{State: abi.StateDone, Outcome: raw}, nil
+}
+
+// ModelReply is the in-process model's reply to req: until req holds a
+// tool result for each of the bench question's sums, the calculate calls
+// for all of them at once; then the answer, made of the results.
+func ModelReply(req abi.ModelRequest) abi.ModelOutcome {
 	var results []string
 	for _, m := range req.Messages {
 		if m.Role == abi.MessageTool {
@@ -61,11 +73,7 @@ func (inProcessModel) Start(_ context.Context, c runtime.EffectCall) (abi.Effect
 		}
 		out.Message.Content = strings.Join(parts, " and ") + "."
 	}
-	raw, err := json.Marshal(out)
-	if err != nil {
-		return abi.EffectReply{}, err
-	}
-	return abi.EffectReply{State: abi.StateDone, Outcome: raw}, nil
+	return out
 }
 
 func (m inProcessModel) Poll(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
@@ -85,23 +93,31 @@ type inProcessCalculator struct{}
 
 func (inProcessCalculator) Start(_ context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
 	var req struct {
-		Arguments struct {
-			Expression string `json:"expression"`
-		} `json:"arguments"`
+		Arguments json.RawMessage `json:"arguments"`
 	}
 	_ = json.Unmarshal(c.Input.Effect.Request, &req)
-	a, b, _ := strings.Cut(req.Arguments.Expression, "+")
-	x, errA := strconv.Atoi(strings.TrimSpace(a))
-	y, errB := strconv.Atoi(strings.TrimSpace(b))
-	out := abi.ToolOutcome{Content: strconv.Itoa(x + y)}
-	if errA != nil || errB != nil {
-		out = abi.ToolOutcome{Content: fmt.Sprintf("cannot calculate %q", req.Arguments.Expression), IsError: true}
-	}
-	raw, err := json.Marshal(out)
+	raw, err := json.Marshal(Calculate(req.Arguments))
 	if err != nil {
 		return abi.EffectReply{}, err
 	}
 	return abi.EffectReply{State: abi.StateDone, Outcome: raw}, nil
+}
+
+// Calculate is the in-process calculator's outcome for a calculate call's
+// arguments ({"expression": "2+3"}): the sum of two whole numbers, or an
+// error outcome for anything else.
+func Calculate(arguments json.RawMessage) abi.ToolOutcome {
+	var args struct {
+		Expression string `json:"expression"`
+	}
+	_ = json.Unmarshal(arguments, &args)
+	a, b, _ := strings.Cut(args.Expression, "+")
+	x, errA := strconv.Atoi(strings.TrimSpace(a))
+	y, errB := strconv.Atoi(strings.TrimSpace(b))
+	if errA != nil || errB != nil {
+		return abi.ToolOutcome{Content: fmt.Sprintf("cannot calculate %q", args.Expression), IsError: true}
+	}
+	return abi.ToolOutcome{Content: strconv.Itoa(x + y)}
 }
 
 func (t inProcessCalculator) Poll(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
@@ -120,8 +136,7 @@ func (inProcessCalculator) Cancel(context.Context, runtime.EffectCall) (abi.Canc
 // the config of benchRunsConfig wires the Wasm ones (its limits, the
 // metrics' timing under the same plugin names).
 func inProcessTenant(m *metrics.Metrics) *runtime.Tenant {
-	calc := abi.Tool{Name: "calculate", Description: "Evaluates an arithmetic expression.", Idempotent: true, Approval: abi.ApprovalNever,
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"]}`)}
+	calc := CalculateTool()
 	return &runtime.Tenant{
 		ID:          benchTenant,
 		Builder:     m.Builder(plugincatalog.PromptBuilder, inProcessBuilder{}),
@@ -131,4 +146,10 @@ func inProcessTenant(m *metrics.Metrics) *runtime.Tenant {
 		Tools: []runtime.Tool{{Descriptor: calc, Executor: m.Executor(plugincatalog.Calculator, inProcessCalculator{}),
 			Spec: loop.ToolSpec{Name: calc.Name, Policy: loop.DefaultToolPolicy(true)}}},
 	}
+}
+
+// CalculateTool is the calculate tool as calculator describes it.
+func CalculateTool() abi.Tool {
+	return abi.Tool{Name: "calculate", Description: "Evaluates an arithmetic expression.", Idempotent: true, Approval: abi.ApprovalNever,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"]}`)}
 }

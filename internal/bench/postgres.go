@@ -89,20 +89,34 @@ func startBenchPostgres(ctx context.Context, cmd *cobra.Command, bf *benchFlags,
 			}
 		}
 	}
-	conn, err := pgx.Connect(ctx, b.dsn)
+	v, err := PostgresVersion(ctx, b.dsn)
 	if err != nil {
 		b.stop()
-		return nil, fmt.Errorf("bench: --dsn %s: %s", pgstore.RedactDSN(dsn), pgstore.RedactError(err, dsn))
+		if !b.own {
+			return nil, fmt.Errorf("bench: --dsn: %w", err)
+		}
+		return nil, err
+	}
+	b.version = v
+	return b, nil
+}
+
+// PostgresVersion is the version number of the server dsn names: "15.18"
+// of "15.18 (Debian 15.18-0+deb12u1)".
+func PostgresVersion(ctx context.Context, dsn string) (string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", fmt.Errorf("bench: PostgreSQL %s: %s", pgstore.RedactDSN(dsn), pgstore.RedactError(err, dsn))
 	}
 	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&b.version); err != nil {
-		b.stop()
-		return nil, fmt.Errorf("bench: PostgreSQL: %w", err)
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "", fmt.Errorf("bench: PostgreSQL: %w", err)
 	}
-	if f := strings.Fields(b.version); len(f) > 0 {
-		b.version = f[0] // "15.18 (Debian 15.18-0+deb12u1)" → "15.18"
+	if f := strings.Fields(v); len(f) > 0 {
+		v = f[0]
 	}
-	return b, nil
+	return v, nil
 }
 
 // where names the server for the bench's notes.

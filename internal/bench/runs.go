@@ -456,44 +456,15 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams, dsn string) er
 			}
 			store = "store: {driver: postgres, dsn: " + strconv.Quote(p.pg.dsn) + ", postgres: {schema: " + schema + "}}\n"
 		}
-		yaml, err := benchRunsConfigOn(bf, sub, p, store, cp)
-		if err != nil {
-			return err
-		}
-		cfg, err := writeBenchConfig(sub, yaml)
-		if err != nil {
-			return err
-		}
 		if len(callPaths) > 1 {
 			bf.progressf(cmd, "plugin_call_path %s:", cp)
 		}
-		m := metrics.New()
-		rt, closeRuntime, err := openRunsRuntime(ctx, cmd, bf, cfg, p, m)
+		t, closeTarget, err := openRunsTarget(ctx, cmd, bf, p, sub, store, cp, &session)
 		if err != nil {
 			return err
 		}
-		defer closeRuntime()
-		execute := func() (loop.Run, error) {
-			res, err := rt.Execute(ctx, runtime.Request{Tenant: benchTenant, Session: fmt.Sprintf("s%d", session.Add(1)), Input: p.Question})
-			if err != nil {
-				return loop.Run{}, err
-			}
-			return res.Run, checkBenchRun(res.Run)
-		}
-		// One Run first: it checks the plugins answer as the bench expects
-		// and leaves the instance pools warm.
-		if _, err := execute(); err != nil {
-			return err
-		}
-		path := cp
-		if p.InProcess {
-			path = "" // no plugin is called
-		}
-		targets = append(targets, levelTarget{path: path, rt: rt, m: m, one: func() (time.Duration, error) {
-			t0 := time.Now()
-			_, err := execute()
-			return time.Since(t0), err
-		}})
+		defer closeTarget()
+		targets = append(targets, t)
 	}
 	var bare bareRounds
 	if p.pg != nil {
@@ -527,6 +498,49 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams, dsn string) er
 		tables = append(tables, callPathsTable(levels))
 	}
 	return bf.emit(cmd.OutOrStdout(), benchOutput{Bench: "runs", Started: started, Machine: bf.thisMachine(), Params: p, Result: levels}, tables...)
+}
+
+// openRunsTarget opens the runtime `bench runs` drives on plugin_call_path
+// callPath, its config written into dir over the store section store
+// ("": Badger in dir), and runs one Run on it first: it checks the plugins
+// answer as the bench expects and leaves the instance pools warm. Each Run
+// is a new session, numbered by session. The returned func stops the
+// runtime.
+func openRunsTarget(ctx context.Context, cmd *cobra.Command, bf *benchFlags, p *runsParams, dir, store, callPath string,
+	session *atomic.Int64) (levelTarget, func(), error) {
+	yaml, err := benchRunsConfigOn(bf, dir, p, store, callPath)
+	if err != nil {
+		return levelTarget{}, nil, err
+	}
+	cfg, err := writeBenchConfig(dir, yaml)
+	if err != nil {
+		return levelTarget{}, nil, err
+	}
+	m := metrics.New()
+	rt, closeRuntime, err := openRunsRuntime(ctx, cmd, bf, cfg, p, m)
+	if err != nil {
+		return levelTarget{}, nil, err
+	}
+	execute := func() (loop.Run, error) {
+		res, err := rt.Execute(ctx, runtime.Request{Tenant: benchTenant, Session: fmt.Sprintf("s%d", session.Add(1)), Input: p.Question})
+		if err != nil {
+			return loop.Run{}, err
+		}
+		return res.Run, checkBenchRun(res.Run)
+	}
+	if _, err := execute(); err != nil {
+		closeRuntime()
+		return levelTarget{}, nil, err
+	}
+	path := callPath
+	if p.InProcess {
+		path = "" // no plugin is called
+	}
+	return levelTarget{path: path, rt: rt, m: m, one: func() (time.Duration, error) {
+		t0 := time.Now()
+		_, err := execute()
+		return time.Since(t0), err
+	}}, closeRuntime, nil
 }
 
 // sdkSchemaSuffix ends the PostgreSQL schema of the extism-sdk runtime of

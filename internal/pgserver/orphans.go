@@ -176,18 +176,28 @@ func processStartTime(pid int) string {
 // procStat reads a process's state and start time (fields 3 and 22 of
 // /proc/PID/stat).
 func procStat(pid int) (state, started string, ok bool) {
+	fields, ok := procStatFields(pid)
+	if !ok {
+		return "", "", false
+	}
+	return fields[0], fields[19], true
+}
+
+// procStatFields reads /proc/PID/stat's fields from the third on (the
+// state): fields[i] is field i+3 of proc(5).
+func procStatFields(pid int) ([]string, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return "", "", false
+		return nil, false
 	}
 	// The command name (field 2) is in parentheses and may hold spaces.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return "", "", false
+		return nil, false
 	}
 	fields := strings.Fields(string(b[i+1:]))
 	if len(fields) < 20 {
-		return "", "", false
+		return nil, false
 	}
-	return fields[0], fields[19], true
+	return fields, true
 }

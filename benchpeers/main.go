@@ -1,0 +1,113 @@
+// Command benchpeers measures agenthost against a peer durable-execution
+// system, DBOS Transact, on the Run of `agenthost bench runs`: a model
+// step, two tool steps in parallel, a model step, each result committed
+// before the next step acts. It starts one throwaway PostgreSQL server
+// (fsync on, as `bench runs --store postgres` starts it), opens agenthost
+// with its in-process plugins, agenthost with its Wasm plugins and DBOS
+// on it, each in a schema of its own, runs them in alternating rounds at
+// each concurrency, and prints Runs/s, latency, the server's CPU per Run
+// and agenthost's ratios to DBOS.
+//
+// It is a module of its own (go.mod here) so that DBOS is never a
+// dependency of agenthost; `make bench-peers` runs it. The agenthost side
+// is opened and driven by internal/bench, as `bench runs` drives it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/agenthost/agenthost/pgstore"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := newCommand().ExecuteContext(ctx); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	p := &params{}
+	var conc, systems string
+	cmd := &cobra.Command{
+		Use:   "benchpeers",
+		Short: "agenthost against DBOS Transact, same Runs, same PostgreSQL, alternating rounds",
+		Long: `benchpeers runs the Run of agenthost bench runs (a model step, two tool steps in
+parallel, a model step, each result committed before the next acts) on
+agenthost with its in-process plugins, on agenthost with its Wasm plugins
+and on DBOS Transact, all on one throwaway PostgreSQL server it starts
+(fsync, full_page_writes and synchronous_commit on, shared_buffers 64 MB,
+a Unix socket) and stops. At each concurrency it runs --runs Runs a system
+in --rounds rounds, the systems in turn in an order that rotates with the
+round, and reports each system's Runs/s, latency, and the server's CPU
+(all its processes) per Run, and agenthost's ratios to DBOS.
+
+The Wasm plugins are make plugins' (--plugins); docs/BENCHMARKS.md gives the
+figures and what each system does per Run that the other does not.`,
+		Example: `  make bench-peers
+  go run . --runs 300 --rounds 3 --concurrency 1,16
+  go run . --systems in-process,dbos --concurrency 16 --json`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := p.check(conc, systems); err != nil {
+				return err
+			}
+			return compare(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), p)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&p.Runs, "runs", "n", 300, "Runs a system per concurrency level")
+	f.IntVar(&p.Rounds, "rounds", 3, "rounds per level, each running Runs/rounds Runs on every system in turn")
+	f.StringVar(&conc, "concurrency", "1,16", "comma-separated numbers of concurrent clients, one level each (also --clients)")
+	f.StringVar(&systems, "systems", strings.Join(allSystems, ","), "the systems to run, comma-separated: in-process (agenthost, Go twins of the plugins), wasm (agenthost, the Wasm plugins), dbos")
+	f.IntVar(&p.PoolSize, "pool-size", 4, "instances per agenthost plugin kept warm (the config's plugins.ID.pool_size), as bench runs")
+	f.IntVar(&p.MaxConns, "max-conns", pgstore.DefaultMaxConns, "working PostgreSQL connections a system may hold: pgstore's pool (its change feed holds 2 more), DBOS's pool less its listener's")
+	f.StringVar(&p.plugins, "plugins", "../build/plugins", "the `DIR` that make plugins builds the plugins into")
+	f.StringVar(&p.cacheDir, "cache-dir", "../.cache/wazero", "the wazero compilation cache (\"\" for none)")
+	f.StringVar(&p.workDir, "work-dir", "", "where the agenthost configs go (default: the system's temp dir)")
+	f.BoolVar(&p.json, "json", false, "print the result as JSON on stdout instead of tables")
+	f.BoolVarP(&p.quiet, "quiet", "q", false, "print no progress on stderr")
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "clients" {
+			name = "concurrency"
+		}
+		return pflag.NormalizedName(name)
+	})
+	return cmd
+}
+
+// check parses --concurrency and --systems into p and checks the numbers.
+func (p *params) check(conc, systems string) error {
+	for _, f := range strings.Split(conc, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			return fmt.Errorf("--concurrency %q: want comma-separated positive numbers, like 1,16", conc)
+		}
+		p.Concurrency = append(p.Concurrency, c)
+	}
+	for _, s := range strings.Split(systems, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allSystems, s) || slices.Contains(p.Systems, s) {
+			return fmt.Errorf("--systems %q: want some of %s, each once", systems, strings.Join(allSystems, ","))
+		}
+		p.Systems = append(p.Systems, s)
+	}
+	if p.Runs < 1 || p.Rounds < 1 || p.Runs < p.Rounds {
+		return fmt.Errorf("--runs %d --rounds %d: both must be at least 1, and --runs at least --rounds", p.Runs, p.Rounds)
+	}
+	if p.PoolSize < 1 || p.MaxConns < 1 {
+		return fmt.Errorf("--pool-size %d --max-conns %d: both must be at least 1", p.PoolSize, p.MaxConns)
+	}
+	return nil
+}

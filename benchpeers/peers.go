@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agenthost/agenthost/internal/bench"
+	"github.com/agenthost/agenthost/internal/benchkit"
+	"github.com/agenthost/agenthost/internal/pgserver"
+)
+
+// The systems compared, by their --systems names.
+const (
+	sysInProcess = "in-process" // agenthost, the Go twins of the plugins
+	sysWasm      = "wasm"       // agenthost, the default Wasm plugins
+	sysDBOS      = "dbos"       // DBOS Transact
+)
+
+var allSystems = []string{sysInProcess, sysWasm, sysDBOS}
+
+// systemTitles name the systems in the tables.
+var systemTitles = map[string]string{
+	sysInProcess: "agenthost in-process",
+	sysWasm:      "agenthost Wasm",
+	sysDBOS:      "DBOS",
+}
+
+// params are the comparison's parameters, as --json reports them.
+type params struct {
+	Runs        int      `json:"runs"`
+	Concurrency []int    `json:"concurrency"`
+	Rounds      int      `json:"rounds"`
+	Systems     []string `json:"systems"`
+	PoolSize    int      `json:"pool_size"`
+	// MaxConns is each system's working connections: pgstore's pool (its
+	// change feed holds 2 more) and DBOS's pool less the one its
+	// notification listener holds.
+	MaxConns   int    `json:"max_conns"`
+	PostgreSQL string `json:"postgresql"`
+	DBOS       string `json:"dbos"`
+
+	plugins, cacheDir, workDir string
+	quiet, json                bool
+}
+
+// level is one system's figures at one concurrency, over all its rounds.
+type level struct {
+	System      string  `json:"system"`
+	Concurrency int     `json:"concurrency"`
+	Runs        int     `json:"runs"`
+	Seconds     float64 `json:"seconds"`
+	RunsPerSec  float64 `json:"runs_per_sec"`
+	P50ms       float64 `json:"p50_ms"`
+	P95ms       float64 `json:"p95_ms"`
+	P99ms       float64 `json:"p99_ms"`
+	// ServerCPUMsPerRun is the PostgreSQL server's CPU (all its processes,
+	// user and system) during the system's rounds, per Run;
+	// BenchCPUMsPerRun is this process's, where the system runs.
+	ServerCPUMsPerRun float64 `json:"server_cpu_ms_per_run"`
+	BenchCPUMsPerRun  float64 `json:"bench_cpu_ms_per_run"`
+	// WriteTxPerRun is the transactions that wrote (took a transaction
+	// ID) per Run, and WALKBPerRun the WAL they wrote, in kB.
+	WriteTxPerRun float64 `json:"write_tx_per_run"`
+	WALKBPerRun   float64 `json:"wal_kb_per_run"`
+}
+
+// ratio is an agenthost level over DBOS's at the same concurrency,
+// measured in the same rounds.
+type ratio struct {
+	System      string `json:"system"`
+	Concurrency int    `json:"concurrency"`
+	// RunsPerSec > 1: agenthost is faster; P50 and ServerCPUPerRun < 1:
+	// agenthost is quicker, and costs PostgreSQL less.
+	RunsPerSec      float64 `json:"runs_per_sec"`
+	P50             float64 `json:"p50"`
+	ServerCPUPerRun float64 `json:"server_cpu_per_run"`
+}
+
+type result struct {
+	Levels []level `json:"levels"`
+	Ratios []ratio `json:"ratios,omitempty"`
+}
+
+// system is one system under measure: run runs one Run and returns its
+// latency.
+type system struct {
+	name  string
+	run   func() (time.Duration, error)
+	close func()
+}
+
+// compare starts the throwaway PostgreSQL server, opens the systems on it
+// and measures them in alternating rounds at every concurrency; it
+// prints the result on w, and its progress on log.
+func compare(ctx context.Context, w, log io.Writer, p *params) error {
+	started := time.Now()
+	progress := func(format string, args ...any) {
+		if !p.quiet {
+			fmt.Fprintf(log, "benchpeers: "+format+"\n", args...)
+		}
+	}
+	maxConc := slices.Max(p.Concurrency)
+	progress("starting a throwaway PostgreSQL server (fsync on)")
+	srv, err := pgserver.Start(ctx, pgserver.Options{Fsync: true, MaxConnections: len(p.Systems)*(p.MaxConns+2) + maxConc + 20,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("benchpeers: starting PostgreSQL: %w", err)
+	}
+	defer func() { _ = srv.Stop() }()
+	if err := srv.CreateDatabase(ctx, "bench"); err != nil {
+		return fmt.Errorf("benchpeers: %w", err)
+	}
+	dsn := srv.DSN("bench")
+	if p.PostgreSQL, err = bench.PostgresVersion(ctx, dsn); err != nil {
+		return err
+	}
+	p.DBOS = moduleVersion("github.com/dbos-inc/dbos-transact-golang")
+
+	var systems []system
+	defer func() {
+		for _, s := range systems {
+			s.close()
+		}
+	}()
+	for _, name := range p.Systems {
+		progress("opening %s", systemTitles[name])
+		s, err := openSystem(ctx, name, dsn, p)
+		if err != nil {
+			return err
+		}
+		systems = append(systems, s)
+	}
+
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("benchpeers: PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	meter := &serverMeter{srv: srv, conn: conn}
+	var res result
+	for _, c := range p.Concurrency {
+		progress("concurrency %d: %d Runs a system in %d rounds, the systems in turn", c, p.Runs, p.Rounds)
+		lvls, err := measureLevel(ctx, meter, p, c, systems)
+		if err != nil {
+			return err
+		}
+		res.Levels = append(res.Levels, lvls...)
+	}
+	res.Ratios = ratios(res.Levels)
+	tables := []bench.Table{levelsTable(p, res.Levels)}
+	if len(res.Ratios) > 0 { // DBOS ran, and agenthost
+		tables = append(tables, ratiosTable(res.Ratios))
+	}
+	return bench.Emit(w, p.json, "(this checkout)", "peers", started, p, res, tables...)
+}
+
+// openSystem opens one system on the database dsn names.
+func openSystem(ctx context.Context, name, dsn string, p *params) (system, error) {
+	switch name {
+	case sysInProcess, sysWasm:
+		t, err := bench.OpenRunsTarget(ctx, bench.RunsTargetOptions{DSN: dsn, Schema: "agenthost_" + strings.ReplaceAll(name, "-", "_"),
+			InProcess: name == sysInProcess, Plugins: p.plugins, CacheDir: p.cacheDir, WorkDir: p.workDir, PoolSize: p.PoolSize, MaxConns: p.MaxConns})
+		if err != nil {
+			return system{}, err
+		}
+		return system{name: name, run: t.Run, close: t.Close}, nil
+	case sysDBOS:
+		d, err := openDBOS(ctx, dsn, p.MaxConns+1)
+		if err != nil {
+			return system{}, err
+		}
+		return system{name: name, run: d.Run, close: d.Close}, nil
+	}
+	return system{}, fmt.Errorf("benchpeers: no system %q", name)
+}
+
+// acc is what one system's rounds of a level have summed so far.
+type acc struct {
+	lat                         []time.Duration
+	runTime, serverCPU, selfCPU time.Duration
+	writeTx, walBytes           int64
+}
+
+// serverMeter reads what the server has done so far: its CPU time, the
+// transaction IDs it has handed out (one for each transaction that
+// wrote) and the WAL it has written.
+type serverMeter struct {
+	srv  *pgserver.Server
+	conn *pgx.Conn
+}
+
+type serverSample struct {
+	cpu          time.Duration
+	nextXID, wal int64
+}
+
+func (m *serverMeter) read(ctx context.Context) (serverSample, error) {
+	var s serverSample
+	// Neither function takes a transaction ID, nor writes WAL.
+	err := m.conn.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").
+		Scan(&s.nextXID, &s.wal)
+	if err != nil {
+		return s, fmt.Errorf("benchpeers: reading the server's counters: %w", err)
+	}
+	s.cpu, err = m.srv.CPUTime()
+	return s, err
+}
+
+// measureLevel runs every system's Runs at concurrency c in p.Rounds
+// rounds; each round runs the systems one after the other, in an order
+// that rotates with the round, so that a noisy machine's drift hits them
+// alike. Around each system's part of a round it reads the server's CPU
+// time and counters and this process's CPU time.
+func measureLevel(ctx context.Context, meter *serverMeter, p *params, c int, systems []system) ([]level, error) {
+	accs := make([]acc, len(systems))
+	for r := 0; r < p.Rounds; r++ {
+		n := p.Runs / p.Rounds
+		if r < p.Runs%p.Rounds {
+			n++
+		}
+		for i := range systems {
+			k := (i + r) % len(systems)
+			s, a := systems[k], &accs[k]
+			lat := make([]time.Duration, n)
+			var failed atomic.Pointer[error]
+			server0, err := meter.read(ctx)
+			if err != nil {
+				return nil, err
+			}
+			self0 := selfCPUTime()
+			t0 := time.Now()
+			benchkit.Parallel(c, n, func(i int) {
+				d, err := s.run()
+				lat[i] = d
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			})
+			a.runTime += time.Since(t0)
+			a.selfCPU += selfCPUTime() - self0
+			server1, err := meter.read(ctx)
+			if err != nil {
+				return nil, err
+			}
+			a.serverCPU += server1.cpu - server0.cpu
+			a.writeTx += server1.nextXID - server0.nextXID
+			a.walBytes += server1.wal - server0.wal
+			if e := failed.Load(); e != nil {
+				return nil, fmt.Errorf("benchpeers: %s, concurrency %d: %w", systemTitles[s.name], c, *e)
+			}
+			a.lat = append(a.lat, lat...)
+		}
+	}
+	out := make([]level, len(systems))
+	for k, a := range accs {
+		runs := float64(len(a.lat))
+		l := benchkit.Summarize(a.lat)
+		out[k] = level{System: systems[k].name, Concurrency: c, Runs: len(a.lat), Seconds: a.runTime.Seconds(),
+			RunsPerSec: runs / a.runTime.Seconds(), P50ms: ms(l.P50), P95ms: ms(l.P95), P99ms: ms(l.P99),
+			ServerCPUMsPerRun: ms(a.serverCPU) / runs, BenchCPUMsPerRun: ms(a.selfCPU) / runs,
+			WriteTxPerRun: float64(a.writeTx) / runs, WALKBPerRun: float64(a.walBytes) / 1000 / runs}
+	}
+	return out, nil
+}
+
+// ratios are the agenthost levels over DBOS's at the same concurrency.
+func ratios(levels []level) []ratio {
+	var out []ratio
+	for _, d := range levels {
+		if d.System != sysDBOS {
+			continue
+		}
+		for _, a := range levels {
+			if a.System == sysDBOS || a.Concurrency != d.Concurrency {
+				continue
+			}
+			out = append(out, ratio{System: a.System, Concurrency: a.Concurrency, RunsPerSec: a.RunsPerSec / d.RunsPerSec,
+				P50: a.P50ms / d.P50ms, ServerCPUPerRun: a.ServerCPUMsPerRun / d.ServerCPUMsPerRun})
+		}
+	}
+	return out
+}
+
+func levelsTable(p *params, levels []level) bench.Table {
+	t := bench.Table{
+		Title: fmt.Sprintf("Durable Runs, agenthost and DBOS %s in alternating rounds (PostgreSQL %s, a throwaway server on a Unix socket, fsync on)",
+			p.DBOS, p.PostgreSQL),
+		Header: []string{"clients", "system", "Runs", "Runs/s", "p50 ms", "p95 ms", "p99 ms", "PG CPU ms/Run", "bench CPU ms/Run", "write tx/Run", "WAL kB/Run"},
+	}
+	for _, l := range levels {
+		t.Rows = append(t.Rows, []string{strconv.Itoa(l.Concurrency), systemTitles[l.System], strconv.Itoa(l.Runs),
+			fmt.Sprintf("%.0f", l.RunsPerSec), fmt.Sprintf("%.1f", l.P50ms), fmt.Sprintf("%.1f", l.P95ms), fmt.Sprintf("%.1f", l.P99ms),
+			fmt.Sprintf("%.2f", l.ServerCPUMsPerRun), fmt.Sprintf("%.2f", l.BenchCPUMsPerRun),
+			fmt.Sprintf("%.2f", l.WriteTxPerRun), fmt.Sprintf("%.1f", l.WALKBPerRun)})
+	}
+	t.Notes = []string{
+		"A Run: a model step, two tool steps in parallel, a model step, each result committed before the next step acts (agenthost: 6 commits, CreateRun included; DBOS: the workflow's status, 4 steps, its result).",
+		"PG CPU: the server's processes (backends, WAL writer, checkpointer…), user and system, during the system's rounds; bench CPU: this process's, where the system runs.",
+		"write tx: transaction IDs the server handed out (transactions that wrote); WAL: the bytes of WAL written. Idle systems' background work (leases, pollers) falls into the others' rounds.",
+		fmt.Sprintf("Each system has %d working connections (pgstore's pool; DBOS's pool less its listener's); agenthost's plugins have pool_size %d.", p.MaxConns, p.PoolSize),
+	}
+	return t
+}
+
+func ratiosTable(rs []ratio) bench.Table {
+	t := bench.Table{Title: "agenthost ÷ DBOS (same rounds)", Header: []string{"clients", "agenthost", "Runs/s", "p50", "PG CPU/Run"}}
+	for _, r := range rs {
+		t.Rows = append(t.Rows, []string{strconv.Itoa(r.Concurrency), systemTitles[r.System],
+			fmt.Sprintf("%.2f", r.RunsPerSec), fmt.Sprintf("%.2f", r.P50), fmt.Sprintf("%.2f", r.ServerCPUPerRun)})
+	}
+	t.Notes = []string{"Runs/s > 1: agenthost is faster; p50 and PG CPU/Run < 1: agenthost is quicker, and costs PostgreSQL less."}
+	return t
+}
+
+// selfCPUTime is this process's CPU time so far, user and system.
+func selfCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// moduleVersion is the version of module path this binary was built
+// with.
+func moduleVersion(path string) string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range info.Deps {
+			if d.Path == path {
+				return d.Version
+			}
+		}
+	}
+	return "(unknown version)"
+}
+
+// ms is a duration in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agenthost/agenthost/internal/pgserver"
+)
+
+// The comparison on a tiny workload: every system at every concurrency
+// runs its Runs, each Run commits every step's result (at least the 6
+// write transactions of a Run's start, its 4 steps and its end), and the
+// ratios are there. It needs PostgreSQL's binaries and make plugins'
+// output; make bench-peers runs it.
+func TestComparisonOfATinyWorkload(t *testing.T) {
+	if _, err := pgserver.FindBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	cache := "../.cache/wazero"
+	if c := os.Getenv("AGENTHOST_TEST_CACHE"); c != "" {
+		cache = filepath.Join(c, "wazero")
+	}
+	cmd := newCommand()
+	var out, progress bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&progress)
+	cmd.SetArgs([]string{"--runs", "4", "--rounds", "2", "--clients", "1,2", "--json", "--cache-dir", cache, "--work-dir", t.TempDir()})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	var got struct {
+		Bench  string `json:"bench"`
+		Params params `json:"params"`
+		Result result `json:"result"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if got.Bench != "peers" || got.Params.PostgreSQL == "" || got.Params.DBOS == "" {
+		t.Errorf("bench %q, PostgreSQL %q, DBOS %q; want peers and both versions", got.Bench, got.Params.PostgreSQL, got.Params.DBOS)
+	}
+	if len(got.Result.Levels) != 6 || len(got.Result.Ratios) != 4 {
+		t.Fatalf("%d levels and %d ratios; want 6 (3 systems at 2 concurrencies) and 4: %s", len(got.Result.Levels), len(got.Result.Ratios), out.String())
+	}
+	for _, l := range got.Result.Levels {
+		if l.Runs != 4 || l.RunsPerSec <= 0 || l.P50ms <= 0 || l.ServerCPUMsPerRun < 0 {
+			t.Errorf("%s at %d clients: %+v; want 4 Runs, each measured", l.System, l.Concurrency, l)
+		}
+		if l.WriteTxPerRun < 6 || l.WALKBPerRun <= 0 {
+			t.Errorf("%s at %d clients: %.2f write transactions and %.1f kB of WAL a Run; want at least 6, and WAL: a durable step is a commit",
+				l.System, l.Concurrency, l.WriteTxPerRun, l.WALKBPerRun)
+		}
+	}
+	for _, r := range got.Result.Ratios {
+		if r.RunsPerSec <= 0 || r.P50 <= 0 {
+			t.Errorf("ratio %+v: want positive ratios", r)
+		}
+	}
+}
