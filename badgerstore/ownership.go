@@ -166,6 +166,30 @@ func (s *Store) claimInTxn(txn *badger.Txn, tenant, session, nodeID string, nowM
 	return epoch, writeJSON(txn, ownerKey(tenant, session), ownerRecord{Owner: nodeID, Epoch: epoch})
 }
 
+// claimAtCreation claims a session for nodeID in the transaction that
+// creates a Run in it (runtime.CreateRun.Claimant), as ClaimSession
+// would, but only when no one owns it or nodeID does already: it returns
+// the claim's epoch, or 0 when it makes none (another incarnation owns
+// the session, or nodeID's lease ran out).
+func (s *Store) claimAtCreation(txn *badger.Txn, tenant, session, nodeID string) (uint64, error) {
+	self, err := s.alive(txn, nodeID, s.opts.Clock.Now().UnixMilli())
+	if err != nil || !self {
+		return 0, err
+	}
+	var o ownerRecord
+	if _, err := readJSON(txn, ownerKey(tenant, session), &o); err != nil {
+		return 0, err
+	}
+	switch o.Owner {
+	case nodeID:
+		return o.Epoch, nil
+	case "":
+		o = ownerRecord{Owner: nodeID, Epoch: o.Epoch + 1}
+		return o.Epoch, writeJSON(txn, ownerKey(tenant, session), o)
+	}
+	return 0, nil
+}
+
 // ClaimSessions implements runtime.Ownership: one transaction, and so one
 // synced write, for the whole batch. A Badger conflict with a concurrent
 // writer (a claim, a Run created in one of the sessions) runs it again

@@ -332,6 +332,11 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 			return 0, true, err
 		}
 		res = runtime.CreateResult{Run: c.Run, Ordinal: ord}
+		if c.Claimant != "" {
+			if res.Epoch, err = s.claimAtCreation(txn, t, session, c.Claimant); err != nil {
+				return 0, true, err
+			}
+		}
 		return held, true, nil
 	}
 	err = s.writeRun(ctx, t, len(snap)+len(evb)+commitKeysBytes, apply)

@@ -243,7 +243,16 @@ func (s *MemStore) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.
 	if c.CommandID != "" {
 		s.createCmds[memCmdKey{tenant, c.CommandID}] = c.Run.ID
 	}
-	return runtime.CreateResult{Run: decodeRun(snap), Ordinal: r.ordinal}, nil
+	res := runtime.CreateResult{Run: decodeRun(snap), Ordinal: r.ordinal}
+	// The claimant claims the session when no one owns it, or holds it.
+	if c.Claimant != "" && s.alive(c.Claimant, s.clock.Now().UnixMilli()) && (sess.owner == "" || sess.owner == c.Claimant) {
+		if sess.owner == "" {
+			sess.owner = c.Claimant
+			sess.epoch++
+		}
+		res.Epoch = sess.epoch
+	}
+	return res, nil
 }
 
 // LoadRun implements runtime.Store.

@@ -48,6 +48,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"CreateRun with a repeated command ID returns the first Run and writes nothing", testCreateIdempotent},
 		{"a commit that expects a stale Seq is a version conflict and writes nothing", testVersionConflict},
 		{"a commit from an old epoch is fenced after a takeover", testFencing},
+		{"a creation claims an unowned session for its claimant, as ClaimSession would", testCreationClaims},
 		{"a commit records the further command IDs it applies, and is refused if one was applied", testAlsoCommandIDs},
 		{"ClaimSessions claims a batch as ClaimSession would each, and reads each claimed session's active Runs", testClaimSessions},
 		{"ClaimSessions refused for an expired node writes nothing", testClaimSessionsRefusedForAnExpiredNodeWritesNothing},

@@ -286,3 +286,71 @@ func testOrphans(t *testing.T, h *harness) {
 	}
 	h.checkIndexes("t", "owned", "unowned")
 }
+
+// testCreationClaims: a creation with a Claimant claims the session for it
+// when no one owns it, as ClaimSession would (epoch 1 for a new session;
+// the same epoch when the claimant holds it already), and claims nothing
+// when another live incarnation owns it, when the claimant's lease ran
+// out or it is unknown, or when the creation writes no Run. The claim
+// fences like any other: after a takeover, the claimant's commit at its
+// epoch is refused.
+func testCreationClaims(t *testing.T, h *harness) {
+	h.register("node-a", 10*time.Second)
+	h.register("node-b", 10*time.Second)
+	create := func(session, id, claimant, cmd string) runtime.CreateResult {
+		t.Helper()
+		req := h.createReq("t", session, id, cmd)
+		req.Claimant = claimant
+		res, err := h.s.CreateRun(h.ctx, req)
+		if err != nil {
+			t.Fatalf("CreateRun %s in %s by %q: %v", id, session, claimant, err)
+		}
+		return res
+	}
+	if res := create("s", "r1", "node-a", "k1"); res.Epoch != 1 || res.Ordinal != 1 {
+		t.Fatalf("the first Run of a new session: epoch %d, ordinal %d; want 1, 1", res.Epoch, res.Ordinal)
+	}
+	if e := h.claim("t", "s", "node-a"); e != 1 {
+		t.Fatalf("node-a claiming the session its creation claimed: epoch %d, want 1", e)
+	}
+	if res := create("s", "r2", "node-a", ""); res.Epoch != 1 || res.Ordinal != 2 {
+		t.Fatalf("a second Run by the owner: epoch %d, ordinal %d; want 1, 2", res.Epoch, res.Ordinal)
+	}
+	if res := create("s", "r3", "node-b", ""); res.Epoch != 0 || res.Ordinal != 3 {
+		t.Fatalf("a Run by another live node: epoch %d, ordinal %d; want 0, 3", res.Epoch, res.Ordinal)
+	}
+	if res := create("plain", "p1", "", ""); res.Epoch != 0 {
+		t.Fatalf("a creation without a claimant: epoch %d", res.Epoch)
+	}
+	if res := create("other", "o1", "node-b", "k1"); !res.Duplicate || res.Epoch != 0 {
+		t.Fatalf("a repeated command: %+v; want a duplicate and no claim", res)
+	}
+	used := h.createReq("t", "other", "r1", "")
+	used.Claimant = "node-b"
+	_, err := h.s.CreateRun(h.ctx, used)
+	h.wantErr(err, runtime.ErrRunExists, "a used run ID")
+	if res := create("ghost", "g1", "node-x", ""); res.Epoch != 0 {
+		t.Fatalf("an unknown claimant: epoch %d", res.Epoch)
+	}
+	if got, want := h.active("", "", 10), []string{"t/ghost:@0", "t/plain:@0", "t/s:node-a@1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("active sessions: %v, want %v", got, want)
+	}
+
+	// node-a stalls past its lease: its creations claim nothing, and its
+	// session passes to node-c, which fences node-a's commits at the
+	// epoch its creation claimed.
+	h.clock.Advance(11 * time.Second)
+	if res := create("late", "l1", "node-a", ""); res.Epoch != 0 {
+		t.Fatalf("a claimant whose lease ran out: epoch %d", res.Epoch)
+	}
+	h.register("node-c", 10*time.Second)
+	if e := h.claim("t", "late", "node-c"); e != 1 {
+		t.Fatalf("node-c claiming the session node-a's late creation left: epoch %d, want 1", e)
+	}
+	if e := h.claim("t", "s", "node-c"); e != 2 {
+		t.Fatalf("takeover by node-c: epoch %d, want 2", e)
+	}
+	_, err = h.s.Commit(h.ctx, h.step(h.load("t", "r1"), 1, "", started()))
+	h.wantErr(err, runtime.ErrFenced, "node-a's commit at the epoch its creation claimed, after the takeover")
+	h.checkIndexes("t", "s", "plain", "other", "ghost", "late")
+}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/benchkit"
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -60,27 +62,13 @@ func BenchmarkCommit(b *testing.B) {
 // server: parallel one-row INSERT transactions of an event-sized row,
 // through a pool of the same size.
 func BenchmarkBareInsert(b *testing.B) {
-	dsn := benchDSN(b)
+	bare := openBare(b, benchDSN(b))
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = DefaultMaxConns
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bare (id bigserial PRIMARY KEY, body bytea NOT NULL)`); err != nil {
-		b.Fatal(err)
-	}
-	body := []byte(`{"seq":7,"type":"effect_pending","at":1764590000000,"effect_id":"r1.m1","attempt":1,"handle":"` + strings.Repeat("h", 32) + `"}`)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := pool.Exec(ctx, `INSERT INTO bare (body) VALUES ($1)`, body); err != nil {
+			if _, err := bare.pool.Exec(ctx, sqlBareInsert, bare.body); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -118,3 +106,180 @@ func BenchmarkRun(b *testing.B) {
 }
 
 var _ runtime.Store = (*Store)(nil)
+
+// BenchmarkSubmit measures putting Runs in flight through the runtime on
+// pgstore, as `agenthost bench recovery` does before its kill, against
+// bare one-row INSERT commits on the same server, in alternating rounds at
+// the same concurrency so that a noisy machine's drift hits both alike.
+// Each Run has a session of its own and calls one slow job that stays
+// pending (the runtime's clock stands still). It reports the submissions'
+// acknowledgements (Runtime.Submit's return: the Run is durable) per
+// second and their p50 and p99, Runs put in flight (Execute until the Run
+// waits on its pending job) per second and their p50, the write
+// transactions per Run put in flight (the transaction IDs the server
+// assigned: each is a synced commit), and both rates over the bare commit
+// rate. A first round, not measured, fills the pools and prepares the
+// statements:
+//
+//	AGENTHOST_BENCH_FSYNC=1 go test -run '^$' -bench Submit -benchtime 4x ./pgstore
+func BenchmarkSubmit(b *testing.B) {
+	for _, c := range []int{16, 128} {
+		b.Run(fmt.Sprintf("concurrency=%d", c), func(b *testing.B) {
+			benchSubmit(b, c)
+		})
+	}
+}
+
+func benchSubmit(b *testing.B, c int) {
+	ctx := context.Background()
+	dsn := benchDSN(b)
+	clock := conformance.NewFakeClock(time.Time{})
+	s, err := Open(ctx, Options{DSN: dsn, Schema: freshSchema(b, dsn), Clock: clock, Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	tools := &conformance.ScriptedTools{SlowPolls: 1 << 30}
+	tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
+		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 4}}
+	for _, tl := range tools.Tools() {
+		tenant.Tools = append(tenant.Tools, runtime.Tool{Descriptor: tl, Spec: loop.ToolSpec{Name: tl.Name, Policy: loop.Policy{Mode: loop.PolicyFail}}, Executor: tools})
+	}
+	rt, err := runtime.New(runtime.Options{Store: s, Tenants: runtime.TenantMap{"acme": tenant}, Clock: clock, Logger: quietLogger(), MaxConcurrentCalls: 512})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := rt.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Halt()
+	bare := openBare(b, dsn)
+	// nextXID is the next transaction ID the server will assign; reading
+	// it assigns none.
+	nextXID := func() int64 {
+		var n int64
+		query(b, dsn, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`, &n)
+		return n
+	}
+	idle := func() {
+		for !rt.Idle() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	perRound := max(2*c, 64)
+	var (
+		session                         atomic.Int64
+		acks, inflight                  []time.Duration
+		ackTime, inflightTime, bareTime time.Duration
+		writes                          int64
+	)
+	const input = `call:slow()|answer:$results`
+	for round := range 1 + 3*b.N {
+		measured := round > 0
+		ack := make([]time.Duration, perRound)
+		t0 := time.Now()
+		benchkit.Parallel(c, perRound, func(i int) {
+			t := time.Now()
+			_, _, err := rt.Submit(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", session.Add(1)), Input: input})
+			ack[i] = time.Since(t)
+			if err != nil {
+				b.Errorf("submit: %v", err)
+			}
+		})
+		d := time.Since(t0)
+		idle() // the submitted Runs' drivers are done before the next round
+		if measured {
+			ackTime += d
+			acks = append(acks, ack...)
+		}
+
+		fly := make([]time.Duration, perRound)
+		x0 := nextXID()
+		t0 = time.Now()
+		benchkit.Parallel(c, perRound, func(i int) {
+			t := time.Now()
+			res, err := rt.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", session.Add(1)), Input: input})
+			fly[i] = time.Since(t)
+			if err == nil && (res.Kind != runtime.ResultWaiting || res.Waiting == nil || len(res.Waiting.Pending) != 1) {
+				err = fmt.Errorf("run %s came back %s (status %s), not waiting on its slow job", res.Run.ID, res.Kind, res.Run.Status)
+			}
+			if err != nil {
+				b.Errorf("execute: %v", err)
+			}
+		})
+		d = time.Since(t0)
+		idle()
+		if measured {
+			inflightTime += d
+			writes += nextXID() - x0
+			inflight = append(inflight, fly...)
+		}
+
+		d, err = bare.round(ctx, c, perRound)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if measured {
+			bareTime += d
+		}
+		if b.Failed() {
+			b.FailNow()
+		}
+	}
+	n := float64(3 * b.N * perRound)
+	barePerSec := n / bareTime.Seconds()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(n/ackTime.Seconds(), "acks/s")
+	b.ReportMetric(ms(benchkit.Percentile(acks, 0.50)), "ack-p50-ms")
+	b.ReportMetric(ms(benchkit.Percentile(acks, 0.99)), "ack-p99-ms")
+	b.ReportMetric(n/inflightTime.Seconds(), "inflight/s")
+	b.ReportMetric(ms(benchkit.Percentile(inflight, 0.50)), "inflight-p50-ms")
+	b.ReportMetric(float64(writes)/n, "writes/run")
+	b.ReportMetric(barePerSec, "bare-commits/s")
+	b.ReportMetric(n/ackTime.Seconds()/barePerSec, "ack-ratio")
+	b.ReportMetric(n/inflightTime.Seconds()/barePerSec, "inflight-ratio")
+}
+
+// bareInserts is the baseline of the benchmarks: one-row INSERT
+// transactions of an event-sized row through a pool of the store's size.
+type bareInserts struct {
+	pool *pgxpool.Pool
+	body []byte
+}
+
+func openBare(b *testing.B, dsn string) *bareInserts {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = DefaultMaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bare (id bigserial PRIMARY KEY, body bytea NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"seq":7,"type":"effect_pending","at":1764590000000,"effect_id":"r1.m1","attempt":1,"handle":"` + strings.Repeat("h", 32) + `"}`)
+	return &bareInserts{pool: pool, body: body}
+}
+
+const sqlBareInsert = `INSERT INTO bare (body) VALUES ($1)`
+
+// round commits n INSERTs from c goroutines and returns the time taken.
+func (bi *bareInserts) round(ctx context.Context, c, n int) (time.Duration, error) {
+	var failed atomic.Pointer[error]
+	start := time.Now()
+	benchkit.Parallel(c, n, func(int) {
+		if _, err := bi.pool.Exec(ctx, sqlBareInsert, bi.body); err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+	})
+	d := time.Since(start)
+	if p := failed.Load(); p != nil {
+		return d, *p
+	}
+	return d, nil
+}

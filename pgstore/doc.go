@@ -105,7 +105,12 @@
 // BEGIN; create the session row if missing; lock it (its last ordinal,
 // owner and epoch); one statement that looks the run ID and the creation
 // command up and writes the Run only if neither was used (and, if it
-// refuses, deletes the session row again when it is empty); COMMIT.
+// refuses, deletes the session row again when it is empty); COMMIT. When
+// the creation names a Claimant whose lease is live and the session has
+// no owner, the statement that writes the Run also claims the session for
+// it (owner, epoch plus one), under the session's row lock, as
+// ClaimSession's take would: the session's driver then needs no claim of
+// its own, a transaction and a synced write fewer per new session.
 // ClaimSession decides with one read when it writes nothing, and takes a
 // session over in one round trip of the same shape. KVSet is two round
 // trips: the locked reads, then Go decides and the writes and COMMIT

@@ -23,34 +23,6 @@ const (
 	sqlEnsureSession = `INSERT INTO sessions (tenant, session) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	sqlLockSession   = `SELECT last_ordinal, owner, epoch FROM sessions WHERE tenant = $1 AND session = $2 FOR UPDATE`
 
-	// sqlCreate looks the run ID and the creation command up and, if
-	// neither was used, writes the new Run at the session's next ordinal:
-	// the Run, its first event, its creation command, and the session's
-	// last ordinal and live count. A refused creation deletes the
-	// session's row again if it is empty (no Run, never claimed), which
-	// leaves the store as it was. Parameters: $1 tenant, $2 session, $3
-	// run, $4 live (0 or 1), $5 seq, $6 status, $7 has_executing, $8
-	// updated_at, $9 creation command (NULL for none), $10 executing, $11
-	// snapshot, $12 the first event, $13 the bytes the Run holds (its
-	// stored_bytes: $11, $12 and $9). It returns whether the run ID is
-	// used, the ordinal and snapshot of the Run the command created (NULL
-	// when none), and the new Run's ordinal (NULL when it wrote nothing).
-	sqlCreate = `WITH x AS (SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $3) AS used),
-		d AS (SELECT r.ordinal, r.snapshot FROM create_commands c
-			JOIN runs r ON r.tenant = c.tenant AND r.run_id = c.run_id
-			WHERE c.tenant = $1 AND c.command_id = $9),
-		ok AS (SELECT s.last_ordinal + 1 AS ord FROM sessions s, x
-			WHERE s.tenant = $1 AND s.session = $2 AND NOT x.used AND NOT EXISTS (SELECT 1 FROM d)),
-		u AS (UPDATE sessions SET last_ordinal = ok.ord, live_count = live_count + $4
-			FROM ok WHERE sessions.tenant = $1 AND sessions.session = $2),
-		j AS (DELETE FROM sessions WHERE tenant = $1 AND session = $2 AND NOT EXISTS (SELECT 1 FROM ok)
-			AND last_ordinal = 0 AND owner = '' AND epoch = 0 AND live_count = 0),
-		e AS (INSERT INTO events (tenant, run_id, seq, body) SELECT $1, $3, 1, $12 FROM ok),
-		c AS (INSERT INTO create_commands (tenant, command_id, run_id) SELECT $1, $9, $3 FROM ok WHERE $9::text IS NOT NULL),
-		w AS (INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, has_executing, updated_at, create_cmd, executing, snapshot, stored_bytes)
-			SELECT $1, $3, $2, ok.ord, $5, $6, $4 > 0, $7, $8, $9, $10, $11, $13 FROM ok RETURNING ordinal)
-		SELECT x.used, d.ordinal, d.snapshot, (SELECT ordinal FROM w) FROM x LEFT JOIN d ON true`
-
 	sqlLockSessionEpoch = `SELECT owner, epoch FROM sessions WHERE tenant = $1 AND session = $2 FOR UPDATE`
 
 	// sqlLockRun locks and reads a Run, and looks a command ID up ($3,
@@ -59,6 +31,46 @@ const (
 			(SELECT c.seq FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = $3)
 		FROM runs r WHERE r.tenant = $1 AND r.run_id = $2 FOR UPDATE OF r`
 )
+
+// sqlCreate looks the run ID and the creation command up and, if neither
+// was used, writes the new Run at the session's next ordinal: the Run,
+// its first event, its creation command, and the session's last ordinal
+// and live count. If the claimant ($14, empty for none) is alive at $15 (now,
+// or NULL) and the session has no owner, the same write claims the
+// session for it, as ClaimSession's take would (owner $14, epoch + 1).
+// A refused creation claims nothing and deletes the session's row again
+// if it is empty (no Run, never claimed), which leaves the store as it
+// was. Parameters: $1 tenant, $2 session, $3 run, $4 live (0 or 1), $5
+// seq, $6 status, $7 has_executing, $8 updated_at, $9 creation command
+// (NULL for none), $10 executing, $11 snapshot, $12 the first event, $13
+// the bytes the Run holds (its stored_bytes: $11, $12 and $9). It returns
+// whether the run ID is used, the ordinal and snapshot of the Run the
+// command created (NULL when none), the new Run's ordinal (NULL when it
+// wrote nothing) and the epoch of the claimant's claim on the session,
+// taken or held already (NULL when none).
+var sqlCreate = `WITH x AS (SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $3) AS used),
+		d AS (SELECT r.ordinal, r.snapshot FROM create_commands c
+			JOIN runs r ON r.tenant = c.tenant AND r.run_id = c.run_id
+			WHERE c.tenant = $1 AND c.command_id = $9),
+		ok AS (SELECT s.last_ordinal + 1 AS ord, s.epoch,
+				CASE WHEN $14::text <> '' AND (s.owner = '' OR s.owner = $14)
+					AND coalesce((SELECT ` + alive + ` FROM nodes n, (SELECT ` + dbNow(15) + ` AS now) AS c WHERE n.node_id = $14), false)
+					THEN s.owner = '' END AS take
+			FROM sessions s, x
+			WHERE s.tenant = $1 AND s.session = $2 AND NOT x.used AND NOT EXISTS (SELECT 1 FROM d)),
+		u AS (UPDATE sessions SET last_ordinal = ok.ord, live_count = live_count + $4,
+				owner = CASE WHEN ok.take THEN $14 ELSE sessions.owner END,
+				epoch = CASE WHEN ok.take THEN ok.epoch + 1 ELSE sessions.epoch END
+			FROM ok WHERE sessions.tenant = $1 AND sessions.session = $2),
+		j AS (DELETE FROM sessions WHERE tenant = $1 AND session = $2 AND NOT EXISTS (SELECT 1 FROM ok)
+			AND last_ordinal = 0 AND owner = '' AND epoch = 0 AND live_count = 0),
+		e AS (INSERT INTO events (tenant, run_id, seq, body) SELECT $1, $3, 1, $12 FROM ok),
+		c AS (INSERT INTO create_commands (tenant, command_id, run_id) SELECT $1, $9, $3 FROM ok WHERE $9::text IS NOT NULL),
+		w AS (INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, has_executing, updated_at, create_cmd, executing, snapshot, stored_bytes)
+			SELECT $1, $3, $2, ok.ord, $5, $6, $4 > 0, $7, $8, $9, $10, $11, $13 FROM ok RETURNING ordinal)
+		SELECT x.used, d.ordinal, d.snapshot, (SELECT ordinal FROM w),
+			(SELECT CASE WHEN ok.take THEN ok.epoch + 1 WHEN NOT ok.take THEN ok.epoch END FROM ok)
+		FROM x LEFT JOIN d ON true`
 
 // commitSQL is the statement that locks and reads a Run, looks its
 // command ID up, and writes the commit if the checks Go makes on the same
@@ -144,9 +156,10 @@ func optional(s string) *string {
 // BEGIN; create the session's row if missing; lock it (its last ordinal,
 // owner and epoch); in a statement of its own, look the run ID and the
 // creation command up and, if neither was used, write the Run, its first
-// event, its place in the session and its creation command (sqlCreate);
-// COMMIT. Go decides from what that statement read (duplicate, run ID
-// used) and checks that the write agrees.
+// event, its place in the session and its creation command, and claim the
+// session for c.Claimant when no one owns it (sqlCreate); COMMIT. Go
+// decides from what that statement read (duplicate, run ID used) and
+// checks that the write agrees.
 func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
 	if err := c.Check(); err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run: %w", err)
@@ -166,6 +179,7 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	}
 	defer s.leave()
 	t, id, session := c.Run.Tenant, c.Run.ID, c.Run.Session
+	now := s.nowParam()
 	var (
 		res   runtime.CreateResult
 		dup   []byte
@@ -179,20 +193,21 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		b.Queue(sqlLockSession, t, session)
 		b.Queue(sqlCreate, t, session, id, boolInt(!c.Run.Status.Terminal()), c.Run.Seq, string(c.Run.Status),
 			enc.executing != nil, c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb,
-			int64(len(enc.snapshot)+len(evb)+len(c.CommandID)))
+			int64(len(enc.snapshot)+len(evb)+len(c.CommandID)), c.Claimant, now)
 		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
 		var (
 			last, epoch            int64
 			used                   bool
 			dupOrdinal, newOrdinal *int64
+			claimEpoch             *int64
 		)
 		err := execAll(br, 2)
 		if err == nil {
 			_, err = queryOne(br, &last, &owner, &epoch)
 		}
 		if err == nil {
-			_, err = queryOne(br, &used, &dupOrdinal, &dup, &newOrdinal)
+			_, err = queryOne(br, &used, &dupOrdinal, &dup, &newOrdinal, &claimEpoch)
 		}
 		if err == nil {
 			err = execAll(br, 1)
@@ -212,8 +227,16 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		default:
 			res = runtime.CreateResult{Ordinal: last + 1}
 		}
-		if wrote := refused == nil && !res.Duplicate; wrote != (newOrdinal != nil) || wrote && *newOrdinal != last+1 {
+		wrote := refused == nil && !res.Duplicate
+		if wrote != (newOrdinal != nil) || wrote && *newOrdinal != last+1 || !wrote && claimEpoch != nil {
 			return fmt.Errorf("pgstore: create run %s/%s: the write's checks and the rows read disagree: %w", t, id, runtime.ErrStoreUnavailable)
+		}
+		if claimEpoch != nil {
+			// A claim taken (no owner) or held already (the claimant's).
+			if taken := owner == ""; !taken && owner != c.Claimant || taken && *claimEpoch != epoch+1 || !taken && *claimEpoch != epoch {
+				return fmt.Errorf("pgstore: create run %s/%s: the claim of the session and the rows read disagree: %w", t, id, runtime.ErrStoreUnavailable)
+			}
+			res.Epoch, owner = uint64(*claimEpoch), c.Claimant
 		}
 		return refused
 	})

@@ -12,10 +12,14 @@
 //
 // (*Runtime).Submit builds the RunCreated event from the tenant's spec,
 // folds it into the zero Run with loop.Apply, and commits it with
-// Store.CreateRun; its return is the acknowledgement. It then kicks the
-// session: (*Runtime).kick starts one driver goroutine per session, which
-// runs (*Runtime).driveSession: claim the session for its fencing epoch,
-// find the head Run with Store.ActiveRuns, and advance it.
+// Store.CreateRun; its return is the acknowledgement. The creation names
+// this node as its Claimant, so that a store claims a session no one owns
+// in the same transaction (CreateResult.Epoch, kept in the session
+// table). It then kicks the session: (*Runtime).kick starts one driver
+// goroutine per session, which runs (*Runtime).driveSession: claim the
+// session for its fencing epoch (unless the creation did), find the head
+// Run with Store.ActiveRuns (for a new session whose creation claimed it,
+// the Run just created), and advance it.
 //
 // (*Runtime).advance takes the Run's advance lock, reloads the snapshot
 // with Store.LoadRun (the runtime keeps no Run state between advances),
@@ -132,7 +136,10 @@
 //
 // goTracked and kick add to Runtime.wg and to the count behind Idle under
 // Runtime.mu, only while the runtime is not stopped (goTracked: nor its
-// lease lost), so Stop's wait for wg sees every one of them.
+// lease lost), so Stop's wait for wg sees every one of them. A submission
+// (submit) adds to Runtime.wg alone, the same way, for the caller's
+// goroutine: Stop releases the session claims in the session table only
+// once the claims the submissions under way made are in it.
 //
 // Every mutex of the runtime, what it guards, and what may be taken while
 // it is held (each struct says the same at its fields):

@@ -14,7 +14,9 @@ import (
 )
 
 // claimOrder is a Store that records the order in which sessions are first
-// claimed, and holds the claim of one session until release is closed.
+// claimed, and holds the claim of one session until release is closed. Its
+// creations claim no session (CreateRun.Claimant is dropped): each
+// session's driver claims it.
 type claimOrder struct {
 	runtime.Store
 	hold    string
@@ -40,6 +42,11 @@ func (s *claimOrder) ClaimSession(ctx context.Context, tenant, session, node str
 		}
 	}
 	return s.Store.ClaimSession(ctx, tenant, session, node, nowMS)
+}
+
+func (s *claimOrder) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
+	c.Claimant = ""
+	return s.Store.CreateRun(ctx, c)
 }
 
 func (s *claimOrder) claimed() []string {

@@ -110,11 +110,24 @@ func (rt *Runtime) Submit(ctx context.Context, req Request) (loop.Run, bool, err
 // submit creates a Run of tenant t as agent, the child of parent when that
 // is set, and hands it to its session's driver (Submit).
 func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit bool, req Request, parent *loop.ParentRef) (loop.Run, bool, error) {
+	// A submission is work Stop waits for: a claim the creation makes is
+	// in the session table before Stop releases what the table holds.
 	rt.mu.Lock()
-	stopped := rt.stopped
+	stopped, expired := rt.stopped, rt.expired
+	if !stopped {
+		rt.wg.Add(1)
+	}
 	rt.mu.Unlock()
 	if stopped {
 		return loop.Run{}, false, fmt.Errorf("runtime: submit: %w", ErrClosed)
+	}
+	defer rt.wg.Done()
+	// The creation claims the session for this node when no one owns it
+	// (Store.CreateRun), which spares the session's driver a claim of
+	// its own; a node whose lease ran out claims nothing.
+	claimant := rt.nodeID
+	if expired {
+		claimant = ""
 	}
 	now := rt.nowMS()
 	spec := t.specAs(agent, implicit, req.Session, req.RunID, req.Input, req.Metadata)
@@ -133,9 +146,12 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 	// find the Run the moment it is stored) can start it and report that
 	// before its creation is reported.
 	unlock := rt.lockRun(runKey(req.Tenant, req.RunID))
-	res, err := rt.store.CreateRun(ctx, CreateRun{Run: run, Event: ev, CommandID: req.IdempotencyKey})
+	res, err := rt.store.CreateRun(ctx, CreateRun{Run: run, Event: ev, CommandID: req.IdempotencyKey, Claimant: claimant})
 	if err == nil && !res.Duplicate {
 		rt.opts.Observer.RunStatus(req.Tenant, "", res.Run.Status)
+		if res.Epoch > 0 {
+			rt.sessions.setCreatedClaim(req.Tenant, req.Session, res.Epoch, res.Ordinal == 1, res.Run.ID)
+		}
 	}
 	unlock()
 	EndSpan(span, err)

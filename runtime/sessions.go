@@ -28,8 +28,9 @@ type sessionState struct {
 	dirty           bool   // it was kicked while driven: drive it again
 	idleScans       int    // watchdog scans in a row that found no active Run
 	// recovered holds the active Runs recovery's claim read (their IDs,
-	// head first) until the session's driver takes them for its first
-	// pass (takeRecovered); hasRecovered says they are there.
+	// head first), or the first Run of a session its creation claimed
+	// (setCreatedClaim), until the session's driver takes them for its
+	// first pass (takeRecovered); hasRecovered says they are there.
 	recovered    []string
 	hasRecovered bool
 }
@@ -101,6 +102,22 @@ func (t *sessionTable) setRecoveredClaim(tenant, session string, epoch uint64, a
 	s.recovered, s.hasRecovered = make([]string, len(active)), true
 	for i, r := range active {
 		s.recovered[i] = r.ID
+	}
+}
+
+// setCreatedClaim records the claim a Run's creation made or found on its
+// session (CreateResult.Epoch). When the Run is the session's first
+// (first), it is the session's one active Run as of the creation's
+// commit, and the driver's first pass takes it as the head without
+// reading the session's active Runs (takeRecovered); a Run created in the
+// session since then kicks the session again, and that pass reads them.
+func (t *sessionTable) setCreatedClaim(tenant, session string, epoch uint64, first bool, runID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.getLocked(tenant, session)
+	s.epoch, s.claimed = epoch, true
+	if first {
+		s.recovered, s.hasRecovered = []string{runID}, true
 	}
 }
 

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,5 +55,61 @@ func TestIdleSessionsAreForgottenByTheWatchdog(t *testing.T) {
 	}
 	if n := e.Runtime.Recovery().WatchdogReports; n != 0 {
 		t.Fatalf("the watchdog reported %d Runs", n)
+	}
+}
+
+// ownershipCalls is a Store that counts the session claims and the reads
+// of a session's active Runs the runtime makes.
+type ownershipCalls struct {
+	runtime.Store
+	claims, activeReads atomic.Int64
+}
+
+func (s *ownershipCalls) ClaimSession(ctx context.Context, tenant, session, node string, nowMS int64) (uint64, error) {
+	s.claims.Add(1)
+	return s.Store.ClaimSession(ctx, tenant, session, node, nowMS)
+}
+
+func (s *ownershipCalls) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.Run, error) {
+	s.activeReads.Add(1)
+	return s.Store.ActiveRuns(ctx, tenant, session)
+}
+
+// A submission into a new session claims it in the creation's transaction
+// (CreateRun.Claimant): the session's driver neither claims it again nor
+// reads its active Runs before it starts the Run. Stop releases such a
+// claim like any other, so another node takes the session at once.
+func TestASubmissionClaimsItsNewSession(t *testing.T) {
+	clock := conformance.NewFakeClock(time.Time{})
+	store := &ownershipCalls{Store: conformance.NewMemStore(clock, conformance.KVLimits{})}
+	tenant := &runtime.Tenant{ID: "acme", Builder: &conformance.EchoBuilder{}, Model: &conformance.ScriptedModel{},
+		Limits: loop.Limits{MaxSteps: 4, MaxToolCallsPerStep: 4, MaxParallelToolCalls: 2}}
+	rt, err := runtime.New(runtime.Options{Store: store, Tenants: runtime.TenantMap{"acme": tenant}, Clock: clock, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Halt)
+	for i := range 3 {
+		res, err := rt.Execute(ctx, runtime.Request{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Input: "ask:Which city?|answer:ok"})
+		if err != nil || res.Kind != runtime.ResultWaiting || res.Waiting.Input == nil {
+			t.Fatalf("run %d: %v, %s; want a wait for input", i, err, res.Kind)
+		}
+	}
+	conformance.Eventually(t, "the drivers to finish", rt.Idle)
+	if c, a := store.claims.Load(), store.activeReads.Load(); c != 0 || a != 0 {
+		t.Fatalf("the drivers of 3 new sessions claimed %d times and read active Runs %d times; want 0 and 0", c, a)
+	}
+	if err := rt.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RegisterNode(ctx, "node-b", clock.Now().Add(time.Minute).UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := store.Store.ClaimSession(ctx, "acme", "s1", "node-b", clock.Now().UnixMilli()); err != nil || e != 2 {
+		t.Fatalf("node-b claiming s1 after the submitting node stopped: epoch %d, %v; want 2", e, err)
 	}
 }

@@ -251,6 +251,16 @@ type CreateRun struct {
 	Run       loop.Run
 	Event     loop.Event
 	CommandID string // optional: an idempotency key, scoped to the tenant
+	// Claimant is optional: the node that submits the Run. When it is set
+	// and the creation writes the Run, a store may also claim the Run's
+	// session for it in the creation's transaction, as ClaimSession would
+	// (the node's lease is live; the session has no owner, and its epoch
+	// goes up by one, or the node owns it already), and report the claim
+	// in CreateResult.Epoch. It saves the session's driver a claim of its
+	// own: a transaction, and a synced write, per new session. A store
+	// that does not claim leaves Epoch 0, and so do the claims it would
+	// refuse (another node owns the session, the node's lease ran out).
+	Claimant string
 }
 
 // CreateResult is what Store.CreateRun returns.
@@ -258,6 +268,11 @@ type CreateResult struct {
 	Run       loop.Run
 	Ordinal   int64 // the Run's position in its session, from 1
 	Duplicate bool
+	// Epoch is the epoch of CreateRun.Claimant's claim on the session,
+	// which the creation made or found (ClaimSession's answer, from the
+	// same transaction); 0 when it made none: the runtime claims the
+	// session when it drives it.
+	Epoch uint64
 }
 
 // Commit is the input of Store.Commit.

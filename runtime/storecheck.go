@@ -27,8 +27,8 @@ func CheckName(what, name string) error {
 }
 
 // Check validates a CreateRun before any store reads: the IDs follow the
-// grammar, c.Event is the RunCreated event of c.Run, and c.Run is a first
-// snapshot (Seq 1). Every Store implementation calls it, so they refuse the
+// grammar, c.Claimant (when set) is a valid node ID, c.Event is the
+// RunCreated event of c.Run, and c.Run is a first snapshot (Seq 1). Every Store implementation calls it, so they refuse the
 // same requests with the same errors (loop.ErrInvalidID, ErrInvalidRequest).
 func (c CreateRun) Check() error {
 	for _, id := range [][2]string{{"tenant", c.Run.Tenant}, {"session", c.Run.Session}, {"run", c.Run.ID}} {
@@ -38,6 +38,11 @@ func (c CreateRun) Check() error {
 	}
 	if len(c.CommandID) > MaxCommandIDLen {
 		return fmt.Errorf("%w: command id of run %s is %d bytes; the limit is %d", ErrInvalidRequest, c.Run.ID, len(c.CommandID), MaxCommandIDLen)
+	}
+	if c.Claimant != "" {
+		if err := CheckName("node id", c.Claimant); err != nil {
+			return err
+		}
 	}
 	ev := c.Event
 	if ev.Type != loop.EventRunCreated || ev.Spec == nil {
