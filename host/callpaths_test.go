@@ -252,11 +252,71 @@ func (sd *cpSide) kvDump() map[string]string {
 	return m
 }
 
+// events are the events the calls emitted, the model deltas of one
+// attempt in a row merged into one (mergeDeltas).
 func (sd *cpSide) events() []string {
 	var out []string
-	for _, e := range sd.sink.all() {
+	for _, e := range mergeDeltas(sd.sink.all()) {
 		b, _ := json.Marshal(e.ev)
 		out = append(out, fmt.Sprintf("%+v %s", e.scope, b))
+	}
+	return out
+}
+
+// mergeDeltas merges the model deltas that one attempt emits in a row
+// into one: the text and each tool call's arguments concatenated, in
+// order. How a streamed answer is cut into deltas follows how its bytes
+// arrive from the model's server (a plugin emits what each read brought),
+// which is the network's timing, not the call path's; the answer they
+// make up is what the paths must agree on.
+func mergeDeltas(evs []emitted) []emitted {
+	var out []emitted
+	sameAttempt := func(a, b runtime.EmitScope) bool {
+		a.DeltaSeq, b.DeltaSeq = 0, 0
+		return a == b
+	}
+	for _, e := range evs {
+		if n := len(out); n > 0 && e.ev.Type == abi.EmitModelDelta && e.ev.Delta != nil &&
+			out[n-1].ev.Type == abi.EmitModelDelta && out[n-1].ev.Delta != nil && sameAttempt(out[n-1].scope, e.scope) {
+			merged := *out[n-1].ev.Delta
+			merged.Text += e.ev.Delta.Text
+			merged.ToolCalls = append(slices.Clone(merged.ToolCalls), e.ev.Delta.ToolCalls...)
+			out[n-1].ev.Delta = &merged
+			continue
+		}
+		if e.ev.Type == abi.EmitModelDelta {
+			e.scope.DeltaSeq = 0
+		}
+		out = append(out, e)
+	}
+	for i := range out {
+		if d := out[i].ev.Delta; d != nil && len(d.ToolCalls) > 1 {
+			out[i].ev.Delta = &abi.ModelDelta{Text: d.Text, ToolCalls: mergeToolCallPieces(d.ToolCalls)}
+		}
+	}
+	return out
+}
+
+// mergeToolCallPieces merges the pieces of each tool call (by Index) into
+// one, its first ID and name and its arguments concatenated, in the order
+// of the calls' first pieces.
+func mergeToolCallPieces(pieces []abi.ToolCallDelta) []abi.ToolCallDelta {
+	var out []abi.ToolCallDelta
+	at := map[int]int{}
+	for _, p := range pieces {
+		i, ok := at[p.Index]
+		if !ok {
+			at[p.Index] = len(out)
+			out = append(out, p)
+			continue
+		}
+		if out[i].ID == "" {
+			out[i].ID = p.ID
+		}
+		if out[i].Name == "" {
+			out[i].Name = p.Name
+		}
+		out[i].Arguments += p.Arguments
 	}
 	return out
 }
@@ -362,6 +422,24 @@ func TestCallPathsAgree(t *testing.T) {
 			if !reflect.DeepEqual(descs[CallPathNative], descs[CallPathSDK]) {
 				t.Errorf("%s: describe at load differs:\n\tnative:     %+v\n\textism-sdk: %+v", cp.name, descs[CallPathNative], descs[CallPathSDK])
 			}
+			// A call that ran past its call timeout on one path only says
+			// how fast the machine was then (a loaded one, under -race),
+			// not what the paths do: it runs again on both, on plugins
+			// loaded with a call timeout of cpSlowCallTimeout, and those
+			// results are the ones compared.
+			for i, c := range calls {
+				if i >= len(results[CallPathNative]) || i >= len(results[CallPathSDK]) {
+					break
+				}
+				a, b := results[CallPathNative][i], results[CallPathSDK][i]
+				if a.timedOut() == b.timedOut() || a.class == "hung" || b.class == "hung" {
+					continue
+				}
+				again := runOnBothUntimed(t, native, sdk, spec, c)
+				t.Logf("plugin %s, export %s, input %q (call %d of %d) ran past its call timeout (%s) on one path only; run again on both with a timeout of %s",
+					cp.name, c.export, c.name, i+1, len(calls), spec.Limits.withDefaults().CallTimeout, cpSlowCallTimeout)
+				results[CallPathNative][i], results[CallPathSDK][i] = again[CallPathNative], again[CallPathSDK]
+			}
 			bad := 0
 			for i, c := range calls {
 				if i >= len(results[CallPathNative]) || i >= len(results[CallPathSDK]) {
@@ -389,6 +467,50 @@ func TestCallPathsAgree(t *testing.T) {
 			t.Logf("%s: %d calls agree on both paths", cp.name, len(calls)-bad)
 		})
 	}
+}
+
+// cpSlowCallTimeout is the call timeout of a call run again because it
+// ran past the plugin's own on one path only: long enough for any call
+// that ends, on any machine that runs the suite.
+const cpSlowCallTimeout = 5 * time.Minute
+
+// timedOut reports whether the call, raw or through its adapter, ran past
+// its call timeout.
+func (r cpResult) timedOut() bool {
+	return r.class == string(abi.ClassPluginTimeout) || strings.Contains(r.adapter, "class "+string(abi.ClassPluginTimeout))
+}
+
+// runOnBothUntimed runs c once more on each side, on a plugin of spec
+// loaded with a call timeout of cpSlowCallTimeout, and returns what each
+// gave. The clocks are not advanced again.
+func runOnBothUntimed(t *testing.T, native, sdk *cpSide, spec PluginSpec, c cpCall) map[CallPath]cpResult {
+	t.Helper()
+	spec.Limits.CallTimeout = cpSlowCallTimeout
+	c.advance = 0
+	out := map[CallPath]cpResult{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, sd := range []*cpSide{native, sdk} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			r := cpResult{class: "load", err: "the plugin did not load again"}
+			if p, err := sd.h.Load(ctx, spec); err != nil {
+				r.err = err.Error()
+			} else {
+				var ok bool
+				if r, ok = sd.doWithin(ctx, p, c, watchdog(p)); ok {
+					p.Close(ctx)
+				}
+			}
+			mu.Lock()
+			out[sd.path] = r
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // genericCalls is the corpus every export of a plugin gets: empty,
@@ -1159,5 +1281,38 @@ func dropIdle(p *Plugin, tenant string) {
 	}
 	for _, in := range pl.idleSnapshot() {
 		pl.evict(context.Background(), in)
+	}
+}
+
+// TestStreamedDeltasCompareByTheAnswerTheyMake checks mergeDeltas: the
+// same answer cut into deltas two ways compares equal; another answer, or
+// the same pieces from two attempts, does not.
+func TestStreamedDeltasCompareByTheAnswerTheyMake(t *testing.T) {
+	scope := runtime.EmitScope{Tenant: "acme", Session: "s1", RunID: "run1", EffectID: "run1.m5", Plugin: "anthropic", Attempt: 1}
+	delta := func(seq int64, attempt int, d abi.ModelDelta) emitted {
+		s := scope
+		s.DeltaSeq, s.Attempt = seq, attempt
+		return emitted{scope: s, ev: abi.EmitEvent{Type: abi.EmitModelDelta, Delta: &d}}
+	}
+	progress := emitted{scope: scope, ev: abi.EmitEvent{Type: "progress", Message: "working"}}
+	render := func(evs []emitted) []string {
+		sd := &cpSide{env: &env{sink: &recordSink{events: evs}}}
+		return sd.events()
+	}
+	oneRead := render([]emitted{progress,
+		delta(1, 1, abi.ModelDelta{Text: "hello from claude-test", ToolCalls: []abi.ToolCallDelta{{Index: 0, ID: "c1", Name: "calculate", Arguments: `{"expression":"6*7"}`}}})})
+	twoReads := render([]emitted{progress,
+		delta(1, 1, abi.ModelDelta{Text: "hello from claude-te", ToolCalls: []abi.ToolCallDelta{{Index: 0, ID: "c1", Name: "calculate", Arguments: `{"expression":`}}}),
+		delta(2, 1, abi.ModelDelta{Text: "st", ToolCalls: []abi.ToolCallDelta{{Index: 0, Arguments: `"6*7"}`}}})})
+	if !slices.Equal(oneRead, twoReads) {
+		t.Fatalf("one answer cut two ways compares unequal:\n\t%q\n\t%q", oneRead, twoReads)
+	}
+	other := render([]emitted{progress, delta(1, 1, abi.ModelDelta{Text: "hello from claude-tess"})})
+	if slices.Equal(oneRead, other) {
+		t.Fatalf("another answer compares equal: %q", other)
+	}
+	attempts := render([]emitted{progress, delta(1, 1, abi.ModelDelta{Text: "hello from claude-te"}), delta(1, 2, abi.ModelDelta{Text: "st"})})
+	if len(attempts) != 3 {
+		t.Fatalf("the deltas of two attempts were merged: %q", attempts)
 	}
 }
