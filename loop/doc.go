@@ -38,8 +38,10 @@
 //     turns every later one into a no-op.
 //  3. Treat ErrStaleAttempt and ErrAlreadySettled from Apply as "drop and
 //     log": a late or duplicated outcome never settles anything.
-//  4. Reload the authoritative snapshot after every commit and call Decide
-//     again; never act on Actions computed from an older snapshot.
+//  4. Decide again after every commit, on the authoritative snapshot:
+//     read back from the store, or the one the driver's own accepted
+//     commit wrote (the stored one) provided the next commit expects its
+//     Seq; never act on Actions computed from an older snapshot.
 //  5. Honour WakeAt: deliver TimerFired with the current time at or after
 //     the requested instant. Nothing in a Run waits forever only because
 //     the driver keeps that promise.

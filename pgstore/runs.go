@@ -506,7 +506,9 @@ func (s *Store) SessionRuns(ctx context.Context, tenant, session string, after i
 }
 
 // CompletedRunsBefore implements runtime.Store, through runs_by_session
-// read backwards from the Run's ordinal.
+// read backwards from the Run's ordinal, in one statement: the Run's row
+// (none: no such Run in the session), joined to the completed Runs
+// before it (a NULL snapshot: none).
 func (s *Store) CompletedRunsBefore(ctx context.Context, tenant, session, runID string, limit int) ([]loop.Run, error) {
 	if err := checkIDs("tenant", tenant, "session", session, "run", runID); err != nil {
 		return nil, fmt.Errorf("pgstore: completed runs before: %w", err)
@@ -515,20 +517,44 @@ func (s *Store) CompletedRunsBefore(ctx context.Context, tenant, session, runID 
 		return nil, err
 	}
 	defer s.leave()
-	var ord int64
-	err := s.pool.QueryRow(ctx, `SELECT ordinal FROM runs WHERE tenant = $1 AND run_id = $2 AND session = $3`, tenant, runID, session).Scan(&ord)
-	if errors.Is(err, pgx.ErrNoRows) {
+	what := "completed runs before " + tenant + "/" + runID
+	rows, err := s.pool.Query(ctx, `SELECT h.ordinal, h.snapshot FROM runs r
+		LEFT JOIN LATERAL (SELECT ordinal, snapshot FROM runs
+			WHERE tenant = r.tenant AND session = r.session AND ordinal < r.ordinal AND status = $4
+			ORDER BY ordinal DESC LIMIT $5) h ON true
+		WHERE r.tenant = $1 AND r.run_id = $2 AND r.session = $3
+		ORDER BY h.ordinal DESC`, tenant, runID, session, string(loop.StatusCompleted), limitParam(limit))
+	if err != nil {
+		return nil, fail(what, err)
+	}
+	defer rows.Close()
+	var (
+		out   []loop.Run
+		found bool
+	)
+	for rows.Next() {
+		found = true
+		var (
+			ord  *int64
+			snap []byte
+		)
+		if err := rows.Scan(&ord, &snap); err != nil {
+			return nil, fail(what, err)
+		}
+		if ord == nil {
+			continue
+		}
+		r, err := runcodec.Unmarshal(snap)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: %s: decode the snapshot at ordinal %d: %w", what, *ord, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail(what, err)
+	}
+	if !found {
 		return nil, fmt.Errorf("pgstore: completed runs before %s/%s in session %s: %w", tenant, runID, session, runtime.ErrRunNotFound)
-	}
-	if err != nil {
-		return nil, fail("completed runs before "+tenant+"/"+runID, err)
-	}
-	var out []loop.Run
-	err = s.scanRuns(ctx, func(_ int64, r loop.Run) { out = append(out, r) },
-		`SELECT ordinal, snapshot FROM runs WHERE tenant = $1 AND session = $2 AND ordinal < $3 AND status = $4 ORDER BY ordinal DESC LIMIT $5`,
-		tenant, session, ord, string(loop.StatusCompleted), limitParam(limit))
-	if err != nil {
-		return nil, fail("completed runs before "+tenant+"/"+runID, err)
 	}
 	slices.Reverse(out)
 	return out, nil

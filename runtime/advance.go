@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"time"
 
 	"github.com/agenthost/agenthost/internal/runcodec"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime/internal/attempts"
 	"github.com/agenthost/agenthost/runtime/internal/settlequeue"
 )
 
@@ -46,6 +48,11 @@ type advanceReq struct {
 	// input qualifies an input from outside (IfSeq); what names it.
 	input inputOptions
 	what  string
+	// seen is the Run as the caller has just read it from the store (the
+	// driver's read of the session's active Runs), which the advance's
+	// first attempt takes instead of reading it again: a guess that its
+	// commit checks, as a snapshot of rt.owned is (guessRun).
+	seen *loop.Run
 }
 
 // advanceKind is what prompts an advance.
@@ -71,8 +78,14 @@ const (
 // driveHead is the session driver's advance of the session's head Run,
 // under the epoch of its claim. It is the one advance that may start a
 // pending Run: only the driver knows the Run is the session's head.
-func driveHead(tenant, session, runID string, epoch uint64) advanceReq {
-	return advanceReq{kind: advanceDrive, tenant: tenant, session: session, runID: runID, epoch: epoch}
+// head is the Run as the driver read it (its ID alone when the driver
+// has only that).
+func driveHead(tenant, session string, head loop.Run, epoch uint64) advanceReq {
+	req := advanceReq{kind: advanceDrive, tenant: tenant, session: session, runID: head.ID, epoch: epoch}
+	if head.Seq > 0 {
+		req.seen = &head
+	}
+	return req
 }
 
 // settleOutcome commits the settlement queued as qs, of an attempt of run
@@ -220,8 +233,50 @@ func (rt *Runtime) afterUncertainCommit(req advanceReq) {
 // row; something else is committing to the Run in a tight loop.
 var errAdvanceGaveUp = errors.New("runtime: too many version conflicts")
 
-// advance reloads a Run, applies req.pre, folds the internal actions
-// (start, plan, dispatch, finish) into one commit, and then performs what
+// guessRun is the snapshot an advance may start from without reading the
+// Run from the store: the one the caller has just read (req.seen, taken
+// once), or else the one this node last committed of the Run while it
+// owns the session (rt.owned), with the epoch it committed it under (0
+// for req.seen: the advance's own claim fences it). ok is false when the
+// advance must read the Run: reload is set, the session is not known
+// yet, or the advance takes an input from outside, which it must judge
+// on the store's snapshot since it may refuse it without a commit.
+//
+// A guess is checked by the commit that follows it, which expects its Seq
+// under the session's epoch: a stale one is refused (ErrVersionConflict,
+// ErrFenced), the advance drops it and reads the Run. An advance that
+// would return without a commit (nothing to write, a refusal) reads the
+// Run and decides again, so that nothing is decided on an unchecked
+// guess (docs/DESIGN.md §5.4).
+func (rt *Runtime) guessRun(req *advanceReq, reload bool) (run loop.Run, epoch uint64, ok bool) {
+	seen := req.seen
+	req.seen = nil
+	if reload || req.session == "" || req.fromOutside() {
+		return loop.Run{}, 0, false
+	}
+	if seen != nil {
+		run, epoch, ok = *seen, 0, true
+	} else {
+		run, epoch, ok = rt.owned.Snapshot(sessionKey(req.tenant, req.session), req.runID)
+	}
+	if hook := rt.guessHook.Load(); ok && hook != nil && !(*hook)(run) {
+		return loop.Run{}, 0, false
+	}
+	return run, epoch, ok
+}
+
+// ownerCommitted records the snapshot this node has just committed, as
+// the session's owner under epoch, for the Run's next advance
+// (guessRun): only while it still holds that claim.
+func (rt *Runtime) ownerCommitted(tenant, session string, next loop.Run, epoch uint64) {
+	if held, ok := rt.sessions.claimed(tenant, session); ok && held == epoch {
+		rt.owned.Committed(sessionKey(tenant, session), next, epoch)
+	}
+}
+
+// advance reads a Run (or takes a guess of it: guessRun), applies
+// req.pre, folds the internal actions (start, plan, dispatch, finish)
+// into one commit, and then performs what
 // the commit obliges: executor calls for the dispatched effects, cancels,
 // and Watcher wake-ups. It returns the authoritative snapshot after the
 // commit.
@@ -253,6 +308,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		// already taken. It starts nothing new (a driver's next Run).
 		return loop.Run{}, fmt.Errorf("runtime: advance of %s: %w", req.runID, ErrClosed)
 	}
+	reload := false // read the Run from the store, not rt.owned
 	for attempt := 0; ; attempt++ {
 		if attempt >= 64 {
 			return loop.Run{}, fmt.Errorf("%w: run %s", errAdvanceGaveUp, req.runID)
@@ -262,12 +318,23 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			// its own: advance the Run as it stands, as after a duplicate.
 			req.pre, req.commandID, req.queued = nil, nil, nil
 		}
-		run, err := rt.store.LoadRun(ctx, req.tenant, req.runID)
-		if errors.Is(err, ErrRunNotFound) {
-			return loop.Run{}, err
+		run, guessEpoch, guessed := rt.guessRun(&req, reload)
+		reload = false
+		if !guessed {
+			run, err = rt.store.LoadRun(ctx, req.tenant, req.runID)
+			if errors.Is(err, ErrRunNotFound) {
+				return loop.Run{}, err
+			}
+			if err != nil {
+				return loop.Run{}, fmt.Errorf("%w: load %s: %w", errStoreFailed, req.runID, err)
+			}
 		}
-		if err != nil {
-			return loop.Run{}, fmt.Errorf("%w: load %s: %w", errStoreFailed, req.runID, err)
+		// reread drops a guessed snapshot and reads the Run from the
+		// store on the next attempt: what the guess decided is not
+		// checked by a commit of it.
+		reread := func() {
+			rt.owned.Drop(sessionKey(req.tenant, req.session), req.runID)
+			reload = true
 		}
 		if req.session == "" {
 			req.session = run.Session
@@ -278,6 +345,10 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			return run, err
 		}
 		if run.Status.Terminal() {
+			if guessed { // a guess is never terminal; be sure all the same
+				reread()
+				continue
+			}
 			err := fmt.Errorf("%w: run %s is %s", loop.ErrTerminal, run.ID, run.Status)
 			if req.pre != nil && !req.fromExecutor() {
 				return run, err
@@ -311,6 +382,12 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 				return loop.Run{}, fmt.Errorf("%w: claim %s/%s: %w", errStoreFailed, req.tenant, req.session, err)
 			}
 		}
+		if guessed && (guest || guessEpoch != 0 && guessEpoch != epoch) {
+			// A snapshot committed under another epoch: the session may
+			// have changed hands since.
+			reread()
+			continue
+		}
 		var (
 			batch []loop.Event
 			next  loop.Run
@@ -319,6 +396,14 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		if guest {
 			batch, next, err = guestInput(run, req, rt.nowMS())
 		} else {
+			if guessed && req.queued != nil && rt.attempts.BusyRun(attempts.RunPrefixOf(req.tenant, req.session, req.runID)) > 1 {
+				// Other attempts of the Run are in flight: let those that
+				// have answered queue their settlements, so that this
+				// commit takes them along. A load used to give them that
+				// time; a guess gives none, and the tool calls of a step
+				// that answer at once would each commit on its own.
+				goruntime.Gosched()
+			}
 			batch, next, fx, err = rt.foldActions(ctx, tenant, run, req, epoch)
 		}
 		committed := false
@@ -326,6 +411,12 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		settleMerged := func() {
 			rt.settles.Done(merged, committed)
 			merged = nil
+		}
+		if err != nil && guessed {
+			// Refused on a guess: judge it again on the store's snapshot.
+			settleMerged()
+			reread()
+			continue
 		}
 		if err != nil {
 			settleMerged()
@@ -339,6 +430,13 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 				continue
 			}
 			return run, err
+		}
+		if len(batch) == 0 && guessed {
+			// Nothing to commit: no commit checks the guess, so decide
+			// again on the store's snapshot.
+			settleMerged()
+			reread()
+			continue
 		}
 		if len(batch) == 0 {
 			if guest {
@@ -377,7 +475,11 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		cancel()
 		if err != nil || res.Duplicate {
 			rt.unreserveDispatches(next, fx)
+			rt.owned.Drop(sessionKey(req.tenant, req.session), req.runID)
 		} else {
+			if !guest {
+				rt.ownerCommitted(req.tenant, req.session, next, epoch)
+			}
 			committed = true
 			rt.stats.MergedSettlements.Add(int64(len(merged)))
 			// The merged settlements are durable with this commit: their
@@ -588,6 +690,10 @@ func (rt *Runtime) history(ctx context.Context, run loop.Run) ([]abi.Message, er
 			limit = a.HistoryRuns
 		}
 	}
+	sk := sessionKey(run.Tenant, run.Session)
+	if msgs, ok := rt.owned.History(sk, run.ID); ok {
+		return msgs, nil
+	}
 	earlier, err := rt.store.CompletedRunsBefore(ctx, run.Tenant, run.Session, run.ID, limit)
 	if err != nil {
 		return nil, err
@@ -596,6 +702,10 @@ func (rt *Runtime) history(ctx context.Context, run loop.Run) ([]abi.Message, er
 	for _, r := range earlier {
 		msgs = append(msgs, r.Transcript...)
 	}
+	// Read once per Run: the session's completed Runs before a live one
+	// do not change while it runs (ownedruns.Cache.SetHistory).
+	msgs = msgs[:len(msgs):len(msgs)]
+	rt.owned.SetHistory(sk, run.ID, msgs)
 	return msgs, nil
 }
 

@@ -21,9 +21,10 @@
 // Run with Store.ActiveRuns (for a new session whose creation claimed it,
 // the Run just created), and advance it.
 //
-// (*Runtime).advance takes the Run's advance lock, reloads the snapshot
-// with Store.LoadRun (the runtime keeps no Run state between advances),
-// and calls (*Runtime).foldActions. foldActions applies the event that prompted the
+// (*Runtime).advance takes the Run's advance lock, reads the snapshot
+// with Store.LoadRun, or takes the one this node last committed while it
+// owns the session, or the driver has just read (guessRun, ownedruns: a
+// guess its commit checks), and calls (*Runtime).foldActions. foldActions applies the event that prompted the
 // advance with loop.Apply, then loops on loop.Decide, turning every action
 // that needs no outside answer into an event of the same batch: start,
 // plan a model step (calling Builder.Build), dispatch an effect, finish.
@@ -149,7 +150,8 @@
 //     other lock of the runtime is held when it is taken, and a goroutine
 //     holds at most one Run's. Under it, advance takes, one at a time,
 //     Runtime.mu, sessionTable.mu, attempts.Table.mu,
-//     settlequeue.Queue.mu, backlog.Backlog.mu, watcher.Watcher.mu and
+//     settlequeue.Queue.mu, ownedruns.Cache.mu, backlog.Backlog.mu,
+//     watcher.Watcher.mu and
 //     Hub.mu (Publish, then a tail.mu), and calls the store, the builder
 //     and the Observer, and waits for a call token (launch).
 //   - Runtime.mu: the lifecycle flags (started, stopped, expired), the
@@ -167,6 +169,9 @@
 //     lets it go before it waits.
 //   - settlequeue.Queue.mu: the queued settlements and their taken and
 //     committed marks. A leaf.
+//   - ownedruns.Cache.mu: the snapshots this node committed and the
+//     histories its builders were given, of the live Runs of the sessions
+//     it owns (guessRun, history, forgetRun, boundary). A leaf.
 //   - attempts.Table.mu: every attempt's phase, holds and deferrals, and
 //     each Run's busy count. A leaf.
 //   - watcher.Watcher.mu: the heap of items, its index, the armed timer and

@@ -151,6 +151,9 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 		rt.opts.Observer.RunStatus(req.Tenant, "", res.Run.Status)
 		if res.Epoch > 0 {
 			rt.sessions.setCreatedClaim(req.Tenant, req.Session, res.Epoch, res.Ordinal == 1, res.Run.ID)
+			// The creation is this owner's commit of the Run: its first
+			// advance starts from it (guessRun), not from a LoadRun.
+			rt.ownerCommitted(req.Tenant, req.Session, res.Run, res.Epoch)
 		}
 	}
 	unlock()

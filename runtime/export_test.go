@@ -70,3 +70,19 @@ func TrackedKeys(rt *Runtime) []string { return rt.attempts.Describe() }
 // QueuedSettlements returns how many settlements wait in the settlement
 // queue for their commit.
 func QueuedSettlements(rt *Runtime) int { return rt.settles.Len() }
+
+// SetGuessHook sets a function rt's advances call with each snapshot
+// they may take as a guess instead of loading the Run (guessRun), under
+// the Run's advance lock; when it returns false the advance loads the Run
+// (nil: none, every guess is taken).
+func SetGuessHook(rt *Runtime, f func(loop.Run) bool) {
+	if f == nil {
+		rt.guessHook.Store(nil)
+		return
+	}
+	rt.guessHook.Store(&f)
+}
+
+// OwnedRuns returns how many Runs the runtime keeps a committed snapshot
+// or a history of (ownedruns).
+func OwnedRuns(rt *Runtime) int { return rt.owned.Len() }

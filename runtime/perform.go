@@ -165,6 +165,7 @@ func (rt *Runtime) check(err error) error {
 // forgetRun drops the bookkeeping of a Run that has ended.
 func (rt *Runtime) forgetRun(run loop.Run) {
 	rt.attempts.ForgetRun(attempts.RunPrefixOf(run.Tenant, run.Session, run.ID))
+	rt.owned.Forget(sessionKey(run.Tenant, run.Session), run.ID)
 }
 
 // effectCall builds the input of an executor call.

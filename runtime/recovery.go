@@ -155,6 +155,7 @@ func (rt *Runtime) RecoverNow(ctx context.Context) (sessions int, err error) {
 		// claimed again: forget the cached claim.
 		if o.Owner != rt.nodeID {
 			rt.sessions.dropClaim(o.Tenant, o.Session)
+			rt.owned.ForgetSession(sessionKey(o.Tenant, o.Session))
 		}
 		refs = append(refs, o)
 	}

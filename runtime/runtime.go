@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/agenthost/runtime/internal/attempts"
 	"github.com/agenthost/agenthost/runtime/internal/backlog"
 	"github.com/agenthost/agenthost/runtime/internal/driverslots"
+	"github.com/agenthost/agenthost/runtime/internal/ownedruns"
 	"github.com/agenthost/agenthost/runtime/internal/settlequeue"
 	"github.com/agenthost/agenthost/runtime/internal/watcher"
 )
@@ -137,6 +138,10 @@ type Runtime struct {
 	// settles queues the settlements waiting for their commit, so that
 	// one commit takes those of a Run that arrive together.
 	settles *settlequeue.Queue
+	// owned keeps the snapshots this node committed, and the histories
+	// its builders were given, of the live Runs of the sessions it owns,
+	// so that an advance need not read them back (guessRun).
+	owned *ownedruns.Cache
 	// commits counts the Run commits under way; drives wait while they
 	// are MaxCallsInFlight or more.
 	commits *backlog.Backlog
@@ -203,6 +208,11 @@ type Runtime struct {
 	// runtime's own, so that a runtime another test left running never
 	// calls it, and atomic, since a test sets it while the runtime runs.
 	watcherFireHook atomic.Pointer[func()]
+	// guessHook, when set (tests, through export_test.go), is called
+	// with each snapshot an advance may take as a guess (guessRun), under
+	// the Run's advance lock; false makes the advance load the Run
+	// instead.
+	guessHook atomic.Pointer[func(loop.Run) bool]
 }
 
 // Stats is a snapshot of the runtime's counters, taken by Stats.
@@ -319,6 +329,7 @@ func New(opts Options) (*Runtime, error) {
 		commits:  backlog.New(opts.MaxCallsInFlight),
 		attempts: attempts.New(),
 		settles:  settlequeue.New(),
+		owned:    ownedruns.New(),
 		sessions: newSessionTable(),
 		waiters:  map[string][]waiter{},
 		runLocks: map[string]*runLock{},

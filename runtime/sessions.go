@@ -241,6 +241,7 @@ func (rt *Runtime) boundary(tenant, session string, cause error) {
 	rt.stats.Boundaries.Add(1)
 	_, held := rt.sessions.claimed(tenant, session)
 	rt.sessions.remove(tenant, session)
+	rt.owned.ForgetSession(sessionKey(tenant, session))
 	rt.attempts.ForgetSettledIn(tenant + "/" + session + "/")
 	if held || !errors.Is(cause, ErrSessionOwned) {
 		rt.log.Warn("ownership boundary: this node stops driving the session", "tenant", tenant, "session", session, "err", cause)
@@ -338,12 +339,12 @@ func (rt *Runtime) driveSession(tenant, session string) {
 		// The head Run: from the Runs recovery's claim read, on the first
 		// pass after a takeover of a session with one active Run (the
 		// advance reloads the Run itself); otherwise from the store.
-		var headID string
+		var headRun loop.Run // its ID alone, when recovery read it
 		if ids, ok := rt.sessions.takeRecovered(tenant, session); ok && len(ids) <= 1 {
 			if len(ids) == 0 {
 				return
 			}
-			headID = ids[0]
+			headRun.ID = ids[0]
 		} else {
 			runs, err := rt.store.ActiveRuns(ctx, tenant, session)
 			if err != nil {
@@ -358,9 +359,9 @@ func (rt *Runtime) driveSession(tenant, session string) {
 			for _, queued := range runs[1:] {
 				rt.notifyRun(tenant, queued.ID, Result{Kind: ResultWaiting, Run: queued, Waiting: &Waiting{Queued: true}})
 			}
-			headID = runs[0].ID
+			headRun = runs[0]
 		}
-		head, err := rt.advance(ctx, driveHead(tenant, session, headID, epoch))
+		head, err := rt.advance(ctx, driveHead(tenant, session, headRun, epoch))
 		if errors.Is(err, errStoreFailed) && !rt.stopping() {
 			if retry("advancing the head Run", err) {
 				continue

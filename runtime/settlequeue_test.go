@@ -12,10 +12,12 @@ import (
 	"github.com/agenthost/agenthost/runtime"
 )
 
-// heldLoads is a Store whose LoadRun, once armed, holds the first load of
-// a Run that finds two tool calls executing until release is closed: the
-// advance of the first tool's settlement then waits, holding the Run's
-// lock, while the second settlement queues behind it.
+// heldLoads is a Store whose LoadRun, once armed, holds the first
+// snapshot of a Run that finds two tool calls executing until release is
+// closed, whether an advance loads it or takes it as a guess (hold, set
+// as the runtime's guess hook): the advance of the first tool's
+// settlement then waits, holding the Run's lock, while the second
+// settlement queues behind it.
 type heldLoads struct {
 	runtime.Store
 	armed   atomic.Bool
@@ -26,13 +28,22 @@ type heldLoads struct {
 
 func (s *heldLoads) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
 	r, err := s.Store.LoadRun(ctx, tenant, runID)
+	if err == nil {
+		_ = s.hold(r)
+	}
+	return r, err
+}
+
+// hold holds the first snapshot, once armed, with two tool calls
+// executing; it lets every guess be taken.
+func (s *heldLoads) hold(r loop.Run) bool {
 	executing := 0
 	for _, e := range r.Effects {
 		if e.Kind == abi.KindTool && e.State == loop.EffectExecuting {
 			executing++
 		}
 	}
-	if err == nil && executing == 2 && s.armed.Load() {
+	if executing == 2 && s.armed.Load() {
 		hold := false
 		s.once.Do(func() { hold = true })
 		if hold {
@@ -40,7 +51,7 @@ func (s *heldLoads) LoadRun(ctx context.Context, tenant, runID string) (loop.Run
 			<-s.release
 		}
 	}
-	return r, err
+	return true
 }
 
 // Two tool calls of a step that answer together are settled in one
@@ -58,6 +69,7 @@ func TestSettlementsThatArriveTogetherShareACommit(t *testing.T) {
 				return hl
 			}
 			e := conformance.NewRuntimeEnv(t, hh, nil)
+			runtime.SetGuessHook(e.Runtime, hl.hold)
 			hl.armed.Store(true)
 			done := make(chan runtime.Result, 1)
 			go func() { done <- e.Execute("s1", `call:echo({"text":"a"}),echo({"text":"b"})|answer:$results`) }()

@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,6 +57,12 @@ type benchPostgres struct {
 	version string // the server's version
 	own     bool   // this process started the server
 	stop    func()
+	// srv is the server this process started (nil for --dsn): the bench
+	// reads its CPU time.
+	srv *pgserver.Server
+	// stmts reads pg_stat_statements, where the server has it (nil
+	// otherwise).
+	stmts *pgx.Conn
 }
 
 // startBenchPostgres gets the bench its PostgreSQL; maxConns is the most
@@ -63,7 +71,7 @@ func startBenchPostgres(ctx context.Context, cmd *cobra.Command, bf *benchFlags,
 	b := &benchPostgres{schema: pgstore.DefaultSchema}
 	if dsn == "" {
 		bf.progressf(cmd, "starting a throwaway PostgreSQL server (fsync on)")
-		srv, err := pgserver.Start(ctx, pgserver.Options{Fsync: true, MaxConnections: maxConns + 20, Logger: slog.New(slog.DiscardHandler)})
+		srv, err := pgserver.Start(ctx, pgserver.Options{Fsync: true, MaxConnections: maxConns + 20, TrackStatements: true, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, fmt.Errorf("bench: starting PostgreSQL: %w", err)
 		}
@@ -71,7 +79,7 @@ func startBenchPostgres(ctx context.Context, cmd *cobra.Command, bf *benchFlags,
 			_ = srv.Stop()
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		b.dsn, b.own, b.stop = srv.DSN("bench"), true, func() { _ = srv.Stop() }
+		b.dsn, b.own, b.srv, b.stop = srv.DSN("bench"), true, srv, func() { _ = srv.Stop() }
 	} else {
 		var suffix [4]byte
 		_, _ = rand.Read(suffix[:])
@@ -98,6 +106,7 @@ func startBenchPostgres(ctx context.Context, cmd *cobra.Command, bf *benchFlags,
 		return nil, err
 	}
 	b.version = v
+	b.openStatements(ctx)
 	return b, nil
 }
 
@@ -117,6 +126,109 @@ func PostgresVersion(ctx context.Context, dsn string) (string, error) {
 		v = f[0]
 	}
 	return v, nil
+}
+
+// openStatements opens the connection that reads pg_stat_statements, if
+// the server has it: the server the bench starts loads it, and the bench
+// creates the extension there; on the server --dsn names, the bench uses
+// it if the database has it already, and creates nothing. Without it the
+// bench reports no statement counts.
+func (b *benchPostgres) openStatements(ctx context.Context) {
+	conn, err := pgx.Connect(ctx, b.dsn)
+	if err != nil {
+		return
+	}
+	if b.own {
+		_, err = conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+	}
+	if err == nil {
+		_, err = b.readStatements(ctx, conn)
+	}
+	if err != nil {
+		_ = conn.Close(ctx)
+		return
+	}
+	b.stmts = conn
+	stop := b.stop
+	b.stop = func() { _ = conn.Close(context.Background()); stop() }
+}
+
+// serverCounts is what the server has done so far: the statements it
+// executed, by normalized statement text (pg_stat_statements; nil where
+// there is none), and its CPU time (-1 where it is not known).
+type serverCounts struct {
+	stmts map[string]int64
+	cpu   time.Duration
+}
+
+// counts reads the server's counts now.
+func (b *benchPostgres) counts(ctx context.Context) (serverCounts, error) {
+	c := serverCounts{cpu: -1}
+	if b.srv != nil {
+		var err error
+		if c.cpu, err = b.srv.CPUTime(); err != nil {
+			return c, fmt.Errorf("bench: PostgreSQL's CPU time: %w", err)
+		}
+	}
+	if b.stmts != nil {
+		var err error
+		if c.stmts, err = b.readStatements(ctx, b.stmts); err != nil {
+			return c, fmt.Errorf("bench: reading pg_stat_statements: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// readStatements reads the calls of each statement of the bench's
+// database, but for the reads of pg_stat_statements itself.
+func (b *benchPostgres) readStatements(ctx context.Context, conn *pgx.Conn) (map[string]int64, error) {
+	rows, err := conn.Query(ctx, `SELECT query, sum(calls)::bigint FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND query NOT LIKE '%pg_stat_statements%'
+		GROUP BY query`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			q string
+			n int64
+		)
+		if err := rows.Scan(&q, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[q] += n
+	}
+	return out, rows.Err()
+}
+
+// serverSpent is what the server did between pairs of counts: its
+// statements by text (nil: not known) and its CPU time.
+type serverSpent struct {
+	stmts    map[string]int64
+	cpu      time.Duration
+	cpuKnown bool
+}
+
+// add adds the difference between counts c0 and c1 to sp.
+func (sp *serverSpent) add(c0, c1 serverCounts) {
+	if c0.cpu >= 0 && c1.cpu >= 0 {
+		sp.cpu += c1.cpu - c0.cpu
+		sp.cpuKnown = true
+	}
+	if c0.stmts == nil || c1.stmts == nil {
+		return
+	}
+	if sp.stmts == nil {
+		sp.stmts = map[string]int64{}
+	}
+	for q, n := range c1.stmts {
+		if d := n - c0.stmts[q]; d > 0 {
+			sp.stmts[q] += d
+		}
+	}
 }
 
 // where names the server for the bench's notes.
@@ -209,4 +321,65 @@ func (b *barePostgres) Round(c, n int) (time.Duration, error) {
 func (b *barePostgres) Close() error {
 	b.pool.Close()
 	return nil
+}
+
+// measure runs work between two counts of the server, added to sp; with
+// pg nil (the store is Badger) it just runs work.
+func (b *benchPostgres) measure(ctx context.Context, sp *serverSpent, work func() error) error {
+	if b == nil {
+		return work()
+	}
+	c0, err := b.counts(ctx)
+	if err != nil {
+		return err
+	}
+	if err := work(); err != nil {
+		return err
+	}
+	c1, err := b.counts(ctx)
+	if err != nil {
+		return err
+	}
+	sp.add(c0, c1)
+	return nil
+}
+
+// statementCount is how many times a statement ran, per Run.
+type statementCount struct {
+	Statement string  `json:"statement"`
+	PerRun    float64 `json:"per_run"`
+}
+
+// maxStatementText bounds a statement's text in the bench's output.
+const maxStatementText = 160
+
+// perRun sets the level's server figures from what the server spent on
+// its Runs (sp) and on its bare commits (bare).
+func (sp *serverSpent) perRun(lvl *runsLevel, bare serverSpent, bareCommits int) {
+	runs := float64(lvl.Runs)
+	if sp.cpuKnown {
+		lvl.ServerCPUMsPerRun = float64(sp.cpu) / float64(time.Millisecond) / runs
+	}
+	if bare.cpuKnown && bareCommits > 0 {
+		lvl.BareServerCPUMsPerCommit = float64(bare.cpu) / float64(time.Millisecond) / float64(bareCommits)
+	}
+	if sp.stmts == nil {
+		return
+	}
+	var total int64
+	for q, n := range sp.stmts {
+		total += n
+		text := strings.Join(strings.Fields(q), " ")
+		if len(text) > maxStatementText {
+			text = text[:maxStatementText] + "…"
+		}
+		lvl.Statements = append(lvl.Statements, statementCount{Statement: text, PerRun: float64(n) / runs})
+	}
+	slices.SortFunc(lvl.Statements, func(a, b statementCount) int {
+		if c := cmp.Compare(b.PerRun, a.PerRun); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Statement, b.Statement)
+	})
+	lvl.StatementsPerRun = float64(total) / runs
 }

@@ -153,6 +153,17 @@ type runsLevel struct {
 	// commits per Run; Ratio is RunsPerSec over it (the goal is 0.5).
 	BareRunsPerSec float64 `json:"bare_runs_per_sec"`
 	Ratio          float64 `json:"ratio"`
+	// On PostgreSQL: the statements the server executed per Run (from
+	// pg_stat_statements: everything the node sent while the Runs ran,
+	// the change feed's notifications and the lease renewals too, but
+	// the BEGIN and COMMIT of pgx's pipelined batches, which PostgreSQL
+	// 15 does not count there), and by statement; and the server's CPU
+	// time per Run and per bare commit (from /proc, a server the bench
+	// started).
+	StatementsPerRun         float64          `json:"statements_per_run,omitempty"`
+	ServerCPUMsPerRun        float64          `json:"server_cpu_ms_per_run,omitempty"`
+	BareServerCPUMsPerCommit float64          `json:"bare_server_cpu_ms_per_commit,omitempty"`
+	Statements               []statementCount `json:"statements,omitempty"`
 	// Where a Run's time goes, summed over the concurrent Runs and
 	// divided by the Runs: time in the plugins' calls (the builder's
 	// build, the model's and the tools' executor calls) and in the
@@ -494,6 +505,9 @@ func benchRuns(cmd *cobra.Command, bf *benchFlags, p *runsParams, dsn string) er
 		levels = append(levels, lvls...)
 	}
 	tables := []table{runsTableOn("Durable Runs end to end ("+p.storeTitle()+")", p.baseline(), levels), spentTable(levels)}
+	if slices.ContainsFunc(levels, func(l runsLevel) bool { return len(l.Statements) > 0 }) {
+		tables = append(tables, statementsTable(levels))
+	}
 	if len(callPaths) > 1 {
 		tables = append(tables, callPathsTable(levels))
 	}
@@ -625,6 +639,9 @@ type levelAcc struct {
 	commits0          int64
 	effects0          int64
 	spent0            spent
+	// What the PostgreSQL server spent on the Runs, and on the bare
+	// commits.
+	server, bareServer serverSpent
 }
 
 // runsLevelsOf is runsLevelOf on several targets: each round runs every
@@ -636,6 +653,7 @@ func runsLevelsOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, targ
 	var firstErr atomic.Pointer[error]
 	progress := bf.startMeter(cmd, fmt.Sprintf("concurrency %d: Runs", c), int64(p.Runs*len(targets)), done.get)
 	defer progress.Stop()
+	ctx := benchContext(cmd)
 	accs := make([]*levelAcc, len(targets))
 	for i, t := range targets {
 		a := &levelAcc{t: t, commits0: t.rt.Stats().Commits, effects0: t.rt.Stats().EffectsSettled}
@@ -657,16 +675,22 @@ func runsLevelsOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, targ
 			a := accs[(i+r)%len(accs)]
 			roundLat := make([]time.Duration, n)
 			c0 := a.t.rt.Stats().Commits
-			t0 := time.Now()
-			benchkit.Parallel(c, n, func(i int) {
-				d, err := a.t.one()
-				roundLat[i] = d
-				if err != nil { // the first failed Run ends the bench, with its error
-					firstErr.CompareAndSwap(nil, &err)
-				}
-				done.Add(1)
+			err := p.pg.measure(ctx, &a.server, func() error {
+				t0 := time.Now()
+				benchkit.Parallel(c, n, func(i int) {
+					d, err := a.t.one()
+					roundLat[i] = d
+					if err != nil { // the first failed Run ends the bench, with its error
+						firstErr.CompareAndSwap(nil, &err)
+					}
+					done.Add(1)
+				})
+				a.runTime += time.Since(t0)
+				return nil
 			})
-			a.runTime += time.Since(t0)
+			if err != nil {
+				return nil, err
+			}
 			a.lat = append(a.lat, roundLat...)
 			if p := firstErr.Load(); p != nil {
 				if a.t.path != "" {
@@ -676,7 +700,11 @@ func runsLevelsOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, targ
 			}
 			// As many bare commits as the round's Runs made (CreateRun included).
 			k := int(a.t.rt.Stats().Commits-c0) + n
-			d, err := bare.Round(c, k)
+			var d time.Duration
+			err = p.pg.measure(ctx, &a.bareServer, func() (err error) {
+				d, err = bare.Round(c, k)
+				return err
+			})
 			if err != nil {
 				return nil, err
 			}
@@ -718,6 +746,7 @@ func (a *levelAcc) level(c int) (runsLevel, error) {
 		lvl.BareRunsPerSec = lvl.BareCommitsPerSec / lvl.CommitsPerRun
 		lvl.Ratio = lvl.RunsPerSec / lvl.BareRunsPerSec
 	}
+	a.server.perRun(&lvl, a.bareServer, a.bareCommits)
 	spent1, err := spentSoFar(a.t.m)
 	if err != nil {
 		return lvl, err
@@ -761,10 +790,51 @@ func runsTableOn(title, baseline string, levels []runsLevel) table {
 		"bare Runs/s = " + baseline + " commits/s at the same concurrency ÷ commits/Run; ratio = Runs/s ÷ bare Runs/s (goal: 0.5).",
 		"effects/s counts settled model and tool effects (4 a Run). Latency is submit to completion of one Run.",
 	}
+	if serverFigures(levels) {
+		t.Header = append(t.Header, "stmts/Run", "server CPU ms/Run", "bare server CPU ms/commit")
+		for i, l := range levels {
+			t.Rows[i] = append(t.Rows[i], orNA(l.StatementsPerRun, "%.1f"), orNA(l.ServerCPUMsPerRun, "%.2f"), orNA(l.BareServerCPUMsPerCommit, "%.3f"))
+		}
+		t.Notes = append(t.Notes, "stmts/Run: statements the PostgreSQL server executed while the Runs ran, per Run (pg_stat_statements; the BEGIN and COMMIT of pipelined batches are not counted); "+
+			"server CPU: user+system time of the server's processes (/proc), per Run and per bare commit; n/a: not known on this server.")
+	}
 	for _, l := range levels {
 		if l.PluginErrors > 0 || len(l.FailedEffects) > 0 {
 			t.Notes = append(t.Notes, fmt.Sprintf("clients %d: %d plugin calls failed; effect attempts not done: %v (retried by policy; the Runs still completed)",
 				l.Concurrency, l.PluginErrors, l.FailedEffects))
+		}
+	}
+	return t
+}
+
+// serverFigures tells whether levels have figures of the PostgreSQL
+// server: statements or CPU time.
+func serverFigures(levels []runsLevel) bool {
+	for _, l := range levels {
+		if l.StatementsPerRun > 0 || l.ServerCPUMsPerRun > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// orNA formats v, or "n/a" when it is 0 (not measured).
+func orNA(v float64, format string) string {
+	if v == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// statementsTable is the statements the PostgreSQL server executed per
+// Run, by statement, at each level.
+func statementsTable(levels []runsLevel) table {
+	byPath := manyCallPaths(levels)
+	t := table{Title: "PostgreSQL statements per Run, by statement (pg_stat_statements)",
+		Header: pathHeader(byPath, "clients", "per Run", "statement")}
+	for _, l := range levels {
+		for _, st := range l.Statements {
+			t.Rows = append(t.Rows, pathRow(byPath, strconv.Itoa(l.Concurrency), l.PluginCallPath, fmt.Sprintf("%.2f", st.PerRun), st.Statement))
 		}
 	}
 	return t

@@ -142,7 +142,8 @@ func TestBenchRunsStartsItsOwnPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"pgstore on PostgreSQL ", "a throwaway server on a Unix socket, fsync on", "in-process Go twins", "bare PostgreSQL commits/s", "ratio"} {
+	for _, want := range []string{"pgstore on PostgreSQL ", "a throwaway server on a Unix socket, fsync on", "in-process Go twins", "bare PostgreSQL commits/s", "ratio",
+		"stmts/Run", "server CPU ms/Run", "PostgreSQL statements per Run, by statement", "FOR UPDATE"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}

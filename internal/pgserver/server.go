@@ -35,6 +35,11 @@ type Options struct {
 	// Logger hears about starts, stops and orphaned servers removed; nil
 	// discards.
 	Logger *slog.Logger
+	// TrackStatements preloads pg_stat_statements, utility statements
+	// tracked too, so that a database where CREATE EXTENSION
+	// pg_stat_statements is run counts the statements it executes: for
+	// the bench's statements per Run.
+	TrackStatements bool
 }
 
 const (
@@ -105,7 +110,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := s.makeDir(opts.Dir); err != nil {
 		return nil, err
 	}
-	if err := s.initCluster(ctx, opts.Fsync, maxConnections); err != nil {
+	if err := s.initCluster(ctx, opts.Fsync, maxConnections, opts.TrackStatements); err != nil {
 		s.abandon()
 		return nil, err
 	}
@@ -187,7 +192,7 @@ func (s *Server) layOut() error {
 
 // initCluster runs initdb and appends this package's settings to
 // postgresql.conf (a later line wins over initdb's).
-func (s *Server) initCluster(ctx context.Context, fsync bool, maxConnections int) error {
+func (s *Server) initCluster(ctx context.Context, fsync bool, maxConnections int, trackStatements bool) error {
 	args := []string{"-D", s.dataDir(), "--username=postgres", "--auth=trust", "-E", "UTF8", "--locale=C"}
 	if !fsync {
 		args = append(args, "--no-sync")
@@ -210,6 +215,9 @@ jit = off
 logging_collector = off
 log_line_prefix = '%%m [%%p] '
 `, strings.ReplaceAll(s.sockDir(), "'", "''"), Port, maxConnections, onOff, onOff)
+	if trackStatements {
+		conf += "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track_utility = on\n"
+	}
 	f, err := os.OpenFile(filepath.Join(s.dataDir(), "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return fmt.Errorf("pgserver: configuring the cluster: %w", err)

@@ -1,0 +1,121 @@
+package runtime_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/loop"
+	"github.com/agenthost/agenthost/plugins/abi"
+	"github.com/agenthost/agenthost/runtime"
+)
+
+// readCounting is a Store that counts the loads of each Run and the reads
+// of the history before it.
+type readCounting struct {
+	runtime.Store
+	mu      sync.Mutex
+	loads   map[string]int
+	history map[string]int
+}
+
+func (s *readCounting) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
+	s.mu.Lock()
+	s.loads[runID]++
+	s.mu.Unlock()
+	return s.Store.LoadRun(ctx, tenant, runID)
+}
+
+func (s *readCounting) CompletedRunsBefore(ctx context.Context, tenant, session, runID string, limit int) ([]loop.Run, error) {
+	s.mu.Lock()
+	s.history[runID]++
+	s.mu.Unlock()
+	return s.Store.CompletedRunsBefore(ctx, tenant, session, runID, limit)
+}
+
+func (s *readCounting) counts(runID string) (loads, history int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loads[runID], s.history[runID]
+}
+
+// The owner of a session reads back no snapshot it committed itself: each
+// advance of a Run after the first starts from the snapshot of its
+// previous commit, the first from the one the driver read, and the
+// session's history is read once for the Run's two model steps.
+func TestAnOwnersAdvancesReadNoSnapshotBack(t *testing.T) {
+	for name, h := range harnesses() {
+		t.Run(name, func(t *testing.T) {
+			var s *readCounting
+			hh := h
+			hh.NewStore = func(t *testing.T, clock runtime.Clock) runtime.Store {
+				s = &readCounting{Store: h.NewStore(t, clock), loads: map[string]int{}, history: map[string]int{}}
+				return s
+			}
+			e := conformance.NewRuntimeEnv(t, hh, nil)
+			res := e.Execute("s1", `call:echo({"text":"a"})|answer:$results`)
+			if res.Kind != runtime.ResultTerminal || res.Run.Status != loop.StatusCompleted || res.Run.Result != "a" {
+				t.Fatalf("result %s, run %s with %q", res.Kind, res.Run.Status, res.Run.Result)
+			}
+			if c := e.Runtime.Stats().Commits; c != 4 {
+				t.Fatalf("%d commits after the creation, want 4", c)
+			}
+			if loads, history := s.counts(res.Run.ID); loads != 0 || history != 1 {
+				t.Fatalf("the Run's 4 advances loaded it %d times and read the history %d times; want 0 and 1", loads, history)
+			}
+			conformance.Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() })
+			if n := runtime.OwnedRuns(e.Runtime); n != 0 {
+				t.Fatalf("%d Runs still cached after the Run ended, want 0", n)
+			}
+		})
+	}
+}
+
+// A cancel request committed to a Run under its owner's epoch but not by
+// the owner, as a guest node commits an input (guestInput), makes the
+// snapshot the owner committed last stale. Whichever way the owner learns
+// of it (its next advance on that guess refused by the store as a version
+// conflict, or a kick that reads the Run), it acts on the cancel: the Run
+// ends cancelled, its log whole.
+func TestAGuestsInputUnderTheOwnersEpochIsNotLostOnAGuess(t *testing.T) {
+	for name, h := range harnesses() {
+		t.Run(name, func(t *testing.T) {
+			e := conformance.NewRuntimeEnv(t, h, nil)
+			created := submitT(t, e, `call:block()|answer:$results`)
+			conformance.Eventually(t, "the block tool to start", func() bool { return e.Tools.Calls(abi.ExportStart) == 1 })
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cur, err := e.Store.LoadRun(ctx, "acme", created.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := loop.Event{Type: loop.EventCancelRequested, Seq: cur.Seq + 1, At: e.Clock.Now().UnixMilli(), Reason: "by a guest"}
+			next, err := loop.Apply(cur, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owners, err := e.Store.ActiveSessions(ctx, "", "", 0)
+			if err != nil || len(owners) != 1 {
+				t.Fatalf("active sessions %+v, %v", owners, err)
+			}
+			if _, err := e.Store.Commit(ctx, runtime.Commit{Tenant: "acme", Session: "s1", RunID: created.ID, CommandID: "guest-cancel",
+				ExpectedSeq: cur.Seq, Epoch: owners[0].Epoch, Events: []loop.Event{ev}, Run: next}); err != nil {
+				t.Fatal(err)
+			}
+			e.Plugins.Release()
+			run := e.UntilTerminal(e.Runtime, created.ID, 100*time.Millisecond)
+			if run.Status != loop.StatusCancelled {
+				t.Fatalf("run %s with %q; want cancelled", run.Status, run.Result)
+			}
+			evs, err := e.Store.Events(ctx, "acme", run.ID, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := loop.CheckEnded(evs); err != nil {
+				t.Fatalf("event log: %v", err)
+			}
+		})
+	}
+}
