@@ -135,24 +135,7 @@ func TestServePluginVersions(t *testing.T) {
 	// nothing for a later attach.)
 	pending := func(id string) {
 		t.Helper()
-		req, err := http.NewRequest("GET", c.Base+"/v1/runs/"+id+"/events", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		started := false
-		err = readSSE(resp.Body, func(ev sseEvent) bool {
-			started = ev.Event == string(loop.EventEffectPending)
-			return started
-		})
-		if !started {
-			t.Fatalf("run %s: no effect_pending of its slow job (%v)", id, err)
-		}
+		c.waitEvent(t, proc.Addr(), token, id, loop.EventEffectPending)
 	}
 	ended := func(id string) (runView, []loop.Event) {
 		t.Helper()
