@@ -167,54 +167,59 @@ func getU64(txn *badger.Txn, k key) (uint64, error) {
 }
 
 // addLive adds delta to a session's count of non-terminal Runs, deleting
-// the key at zero, so that OrphanedSessions reads only sessions with work.
-func addLive(txn *badger.Txn, tenant, session string, delta int64) error {
+// the key at zero, so that OrphanedSessions reads only sessions with work,
+// and returns the count left.
+func addLive(txn *badger.Txn, tenant, session string, delta int64) (left int64, err error) {
 	k := liveKey(tenant, session)
 	n, err := getU64(txn, k)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	next := int64(n) + delta
 	if next <= 0 {
-		return txn.Delete(k)
+		return 0, txn.Delete(k)
 	}
-	return txn.Set(k, be64(uint64(next)))
+	return next, txn.Set(k, be64(uint64(next)))
 }
 
 // writeIndexes moves a Run's index entries from what old says to what now
-// says, in the caller's transaction. old is nil for a new Run.
-func writeIndexes(txn *badger.Txn, tenant, runID string, old *runHeader, now runHeader) error {
+// says, in the caller's transaction. old is nil for a new Run. It reports
+// whether the write ended the session's last live Run
+// (runtime.CommitResult.SessionIdle).
+func writeIndexes(txn *badger.Txn, tenant, runID string, old *runHeader, now runHeader) (sessionIdle bool, err error) {
 	ord := uint64(now.Ordinal)
 	if old == nil || old.Status != now.Status {
 		if old != nil {
 			if err := txn.Delete(statusPrefix(tenant, string(old.Status)).raw(runID)); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if err := txn.Set(statusPrefix(tenant, string(now.Status)).raw(runID), nil); err != nil {
-			return err
+			return false, err
 		}
 	}
 	wasLive := old == nil || !old.Status.Terminal()
 	switch {
 	case old == nil && !now.Status.Terminal():
 		if err := txn.Set(activePrefix(tenant, now.Session).u64(ord), []byte(runID)); err != nil {
-			return err
+			return false, err
 		}
-		if err := addLive(txn, tenant, now.Session, 1); err != nil {
-			return err
+		if _, err := addLive(txn, tenant, now.Session, 1); err != nil {
+			return false, err
 		}
 	case wasLive && now.Status.Terminal():
 		if old != nil {
 			if err := txn.Delete(activePrefix(tenant, now.Session).u64(ord)); err != nil {
-				return err
+				return false, err
 			}
-			if err := addLive(txn, tenant, now.Session, -1); err != nil {
-				return err
+			left, err := addLive(txn, tenant, now.Session, -1)
+			if err != nil {
+				return false, err
 			}
+			sessionIdle = left == 0
 		}
 		if err := txn.Set(terminalKey(now.UpdatedAt, tenant, runID), nil); err != nil {
-			return err
+			return false, err
 		}
 	}
 	prev := map[string]runtime.EffectRecord{}
@@ -231,18 +236,18 @@ func writeIndexes(txn *badger.Txn, tenant, runID string, old *runHeader, now run
 		}
 		b, err := json.Marshal(e)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if err := txn.Set(executingPrefix(tenant, now.Session).u64(ord).str(e.EffectID), b); err != nil {
-			return err
+			return false, err
 		}
 	}
 	for id := range prev {
 		if err := txn.Delete(executingPrefix(tenant, now.Session).u64(ord).str(id)); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return sessionIdle, nil
 }
 
 // CreateRun implements runtime.Store.
@@ -328,7 +333,7 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 				return 0, true, err
 			}
 		}
-		if err := writeIndexes(txn, t, id, nil, h); err != nil {
+		if _, err := writeIndexes(txn, t, id, nil, h); err != nil {
 			return 0, true, err
 		}
 		res = runtime.CreateResult{Run: c.Run, Ordinal: ord}
@@ -515,7 +520,8 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if err := txn.Set(runKey(t, id), rec); err != nil {
 			return 0, true, err
 		}
-		if err := writeIndexes(txn, t, id, &old, newHeader); err != nil {
+		idle, err := writeIndexes(txn, t, id, &old, newHeader)
+		if err != nil {
 			return 0, true, err
 		}
 		for _, cmd := range append([]string{c.CommandID}, c.AlsoCommandIDs...) {
@@ -526,7 +532,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 				return 0, true, err
 			}
 		}
-		res = runtime.CommitResult{Seq: c.Run.Seq}
+		res = runtime.CommitResult{Seq: c.Run.Seq, SessionIdle: idle}
 		return added, true, nil
 	}
 	if payloadOK = c.Check(); payloadOK == nil {

@@ -323,8 +323,10 @@ func (s *MemStore) Commit(ctx context.Context, c runtime.Commit) (runtime.Commit
 	r.events = append(r.events, evs...)
 	r.snapshot = snap
 	r.run = decodeRun(snap)
+	idle := false // it keeps count of live Runs, as pgstore does
 	if !wasTerminal && r.run.Status.Terminal() {
 		sess.active--
+		idle = sess.active == 0
 	}
 	if c.CommandID != "" {
 		r.commands[c.CommandID] = r.run.Seq
@@ -332,7 +334,7 @@ func (s *MemStore) Commit(ctx context.Context, c runtime.Commit) (runtime.Commit
 	for _, also := range c.AlsoCommandIDs {
 		r.commands[also] = r.run.Seq
 	}
-	return runtime.CommitResult{Seq: r.run.Seq}, nil
+	return runtime.CommitResult{Seq: r.run.Seq, SessionIdle: idle}, nil
 }
 
 // Events implements runtime.Store.

@@ -50,6 +50,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"a commit from an old epoch is fenced after a takeover", testFencing},
 		{"a creation claims an unowned session for its claimant, as ClaimSession would", testCreationClaims},
 		{"a commit records the further command IDs it applies, and is refused if one was applied", testAlsoCommandIDs},
+		{"a commit says when it ended its session's last live Run", testSessionIdle},
 		{"ClaimSessions claims a batch as ClaimSession would each, and reads each claimed session's active Runs", testClaimSessions},
 		{"ClaimSessions refused for an expired node writes nothing", testClaimSessionsRefusedForAnExpiredNodeWritesNothing},
 		{"ClaimSessions racing the end of its node's lease claims all of the batch or none", testClaimSessionsRacingTheNodesDeathClaimsAllOrNothing},

@@ -347,3 +347,49 @@ func testEvents(t *testing.T, h *harness) {
 	_, err := h.s.Events(h.ctx, "t", "missing", 0, 0)
 	h.wantErr(err, runtime.ErrRunNotFound, "Events of a missing run")
 }
+
+// testSessionIdle: a commit that ends a Run says whether it left its
+// session with no live Run (CommitResult.SessionIdle): not while another
+// Run of the session is live (whatever the other sessions and tenants
+// hold), not for a commit that does not end its Run, not for a
+// duplicate; yes for the end of the last one, and again when a Run
+// created in the session later ends.
+func testSessionIdle(t *testing.T, h *harness) {
+	commit := func(c runtime.Commit) runtime.CommitResult {
+		t.Helper()
+		res, err := h.s.Commit(h.ctx, c)
+		if err != nil {
+			t.Fatalf("commit %v to run %s: %v", eventTypes(c.Events), c.RunID, err)
+		}
+		return res
+	}
+	// end answers r's model step and, in a commit of its own under cmd,
+	// completes it; it returns that commit and its result.
+	end := func(r loop.Run, cmd string) (runtime.Commit, runtime.CommitResult) {
+		t.Helper()
+		answer := h.step(r, 0, "", answered(loop.ModelEffectID(r.ID, r.Step), 1, "4"))
+		if res := commit(answer); res.SessionIdle {
+			t.Fatalf("a commit that does not end run %s says its session is idle", r.ID)
+		}
+		c := h.step(answer.Run, 0, cmd, completed())
+		return c, commit(c)
+	}
+	r1 := h.toExecuting(h.create("t", "s", "r1", ""), 0)
+	r2 := h.toExecuting(h.create("t", "s", "r2", ""), 0)
+	h.create("t", "other", "o1", "")
+	h.create("u", "s", "u1", "")
+	if _, res := end(r1, "end-r1"); res.SessionIdle {
+		t.Fatal("the end of r1 says the session is idle; r2 is live in it")
+	}
+	last, res := end(r2, "end-r2")
+	if !res.SessionIdle {
+		t.Fatal("the end of r2, the session's last live Run, does not say the session is idle")
+	}
+	if res := commit(last); !res.Duplicate || res.SessionIdle {
+		t.Fatalf("the end of r2 committed again: %+v; want a duplicate that says nothing of the session", res)
+	}
+	r3 := h.toExecuting(h.create("t", "s", "r3", ""), 0)
+	if _, res := end(r3, "end-r3"); !res.SessionIdle {
+		t.Fatal("the end of r3, created in the idle session and its only live Run, does not say the session is idle")
+	}
+}

@@ -97,8 +97,9 @@
 // of data-modifying CTEs that locks and reads the Run (FOR UPDATE), looks
 // the command ID up and, only if the port's checks pass (command not
 // applied, Seq, epoch), appends the events, rewrites the Run and records
-// the command ID; COMMIT. That statement returns the rows it read and
-// whether it wrote; Go decides from the rows, in the port's order
+// the command ID; COMMIT. That statement returns the rows it read,
+// whether it wrote and, when it ended the Run, the live Runs its session
+// has left (CommitResult.SessionIdle); Go decides from the rows, in the port's order
 // (duplicate, malformed, version conflict, fenced), and checks that the
 // write agrees. A refused commit has written nothing, so committing it
 // costs what a rollback would. CreateRun is one round trip the same way:

@@ -85,8 +85,9 @@ var sqlCreate = `WITH x AS (SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 
 // lengths of $15, of the events and of the command IDs (the old snapshot's
 // length is taken off in SQL, where octet_length reads a TOASTed value's
 // size without fetching it). It returns the Run's row as read (no row: no
-// such Run) and whether it wrote. When ending is set, a Run that ends
-// leaves its session's live count and enters prunable.
+// such Run), whether it wrote, and, when ending is set and it wrote, the
+// live Runs its session has left (else NULL). When ending is set, a Run
+// that ends leaves its session's live count and enters prunable.
 func commitSQL(ending bool) string {
 	q := `WITH r AS (
 			SELECT r.session, r.seq, r.live,
@@ -102,14 +103,19 @@ func commitSQL(ending bool) string {
 			SELECT $1, $2, x.id, $9 FROM ok, unnest(array_remove(ARRAY[$6::text] || $17::text[], NULL)) AS x(id)),`
 	if ending {
 		q += `
-		l AS (UPDATE sessions SET live_count = live_count - 1 FROM ok WHERE ok.live AND sessions.tenant = $1 AND sessions.session = $3),
+		l AS (UPDATE sessions SET live_count = live_count - 1 FROM ok WHERE ok.live AND sessions.tenant = $1 AND sessions.session = $3
+			RETURNING sessions.live_count),
 		p AS (INSERT INTO prunable (updated_at, tenant, run_id) SELECT $13, $1, $2 FROM ok WHERE ok.live ON CONFLICT DO NOTHING),`
+	}
+	sessionLive := "NULL::bigint"
+	if ending {
+		sessionLive = "(SELECT live_count FROM l)"
 	}
 	return q + `
 		w AS (UPDATE runs SET seq = $9, status = $10, live = $11, has_executing = $12, updated_at = $13, executing = $14, snapshot = $15,
 				stored_bytes = runs.stored_bytes - octet_length(runs.snapshot) + $16::bigint
 			FROM ok WHERE runs.tenant = $1 AND runs.run_id = $2 RETURNING 1)
-		SELECT r.session, r.seq, r.live, r.cmd_seq, r.also_seq, EXISTS (SELECT 1 FROM w) FROM r`
+		SELECT r.session, r.seq, r.live, r.cmd_seq, r.also_seq, EXISTS (SELECT 1 FROM w), ` + sessionLive + ` FROM r`
 }
 
 var (
@@ -368,6 +374,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		var (
 			epoch, seq      int64
 			cmdSeq, alsoSeq *int64
+			sessionLive     *int64 // after an ending write
 			runSession      string
 			live, runFound  bool
 			written         bool
@@ -379,7 +386,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		if err == nil {
 			dest := []any{&runSession, &seq, &live, &cmdSeq}
 			if payloadErr == nil {
-				dest = append(dest, &alsoSeq, &written)
+				dest = append(dest, &alsoSeq, &written, &sessionLive)
 			}
 			runFound, err = queryOne(br, dest...)
 		}
@@ -411,7 +418,7 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		case !live && nowLive:
 			refused = fmt.Errorf("pgstore: commit to run %s/%s: %w: it has ended, and the snapshot is %s", t, id, runtime.ErrInvalidRequest, c.Run.Status)
 		default:
-			res = runtime.CommitResult{Seq: c.Run.Seq}
+			res = runtime.CommitResult{Seq: c.Run.Seq, SessionIdle: sessionLive != nil && *sessionLive == 0}
 		}
 		// The write checked in SQL what Go checked on the rows it read: they
 		// agree, or something is badly wrong.

@@ -221,7 +221,7 @@ func (rt *Runtime) afterUncertainCommit(req advanceReq) {
 	run, err := rt.store.LoadRun(ctx, req.tenant, req.runID)
 	switch {
 	case err == nil && run.Status.Terminal():
-		rt.afterAdvance(req, run)
+		rt.afterAdvance(req, run, false)
 	case err == nil:
 		rt.kick(run.Tenant, run.Session)
 	case req.session != "":
@@ -287,14 +287,17 @@ func (rt *Runtime) ownerCommitted(tenant, session string, next loop.Run, epoch u
 func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, err error) {
 	rk := runKey(req.tenant, req.runID)
 	unlock := rt.lockRun(rk)
+	tookAlong := false   // req's settlement was committed by another advance
+	sessionIdle := false // this advance's commit left the session no live Run
 	defer func() {
 		if err == nil && req.onDurable != nil {
 			req.onDurable(cur)
 		}
 		unlock()
 		switch {
+		case err == nil && tookAlong:
 		case err == nil:
-			rt.afterAdvance(req, cur)
+			rt.afterAdvance(req, cur, sessionIdle)
 		case errors.Is(err, errStoreFailed):
 			rt.afterUncertainCommit(req)
 		}
@@ -313,10 +316,17 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		if attempt >= 64 {
 			return loop.Run{}, fmt.Errorf("%w: run %s", errAdvanceGaveUp, req.runID)
 		}
-		if req.queued != nil && rt.settles.IsCommitted(req.queued) {
-			// Another advance of the Run committed this settlement with
-			// its own: advance the Run as it stands, as after a duplicate.
-			req.pre, req.commandID, req.queued = nil, nil, nil
+		if req.queued != nil {
+			if cur, ok := rt.settles.CommittedAs(req.queued); ok {
+				// Another advance of the Run took this settlement along
+				// into its commit, performed what that commit obliges and
+				// reported the Run after it (afterAdvance): nothing is
+				// left to do, nor to read. cur, that commit's snapshot, is
+				// what onDurable learns; it may be older than the Run is
+				// now, so it is not reported again.
+				tookAlong = true
+				return cur, nil
+			}
 		}
 		run, guessEpoch, guessed := rt.guessRun(&req, reload)
 		reload = false
@@ -406,7 +416,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			}
 			batch, next, fx, err = rt.foldActions(ctx, tenant, run, req, epoch)
 		}
-		committed := false
+		var committed *loop.Run // next, once the commit is durable
 		merged := fx.merged
 		settleMerged := func() {
 			rt.settles.Done(merged, committed)
@@ -480,7 +490,8 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			if !guest {
 				rt.ownerCommitted(req.tenant, req.session, next, epoch)
 			}
-			committed = true
+			durable := next
+			committed = &durable
 			rt.stats.MergedSettlements.Add(int64(len(merged)))
 			// The merged settlements are durable with this commit: their
 			// attempts are settled from now on, before perform starts what
@@ -530,6 +541,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			rt.stats.GuestInputs.Add(1)
 			return next, nil
 		}
+		sessionIdle = res.SessionIdle && next.Status.Terminal()
 		rt.perform(tenant, next, epoch, fx)
 		return next, nil
 	}
@@ -568,7 +580,7 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 			// before) goes back to its owner, who drops it.
 			for _, s := range rt.settles.Take(runKey(req.tenant, req.runID), req.queued) {
 				if err := apply(s.Event); err != nil {
-					rt.settles.Done([]*settlequeue.Entry{s}, false)
+					rt.settles.Done([]*settlequeue.Entry{s}, nil)
 					continue
 				}
 				fx.merged = append(fx.merged, s)

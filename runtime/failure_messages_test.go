@@ -164,6 +164,11 @@ func TestAFailedPlanningShowsTheTenantNoInternals(t *testing.T) {
 				}
 			})
 			if tc.storeFault {
+				// The session's first Run has no history to read; the
+				// second reads the first's.
+				if first := e.execute("answer:earlier"); first.Status != loop.StatusCompleted {
+					t.Fatalf("the session's first Run: %s", first.Status)
+				}
 				e.faults.FailNext("CompletedRunsBefore", conformance.FaultError, 1)
 			}
 			run := e.execute("answer:never")

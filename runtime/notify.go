@@ -81,7 +81,9 @@ func (rt *Runtime) notifySession(tenant, session string, r Result) {
 
 // afterAdvance tells waiters what became of a Run after an advance: its
 // end, or a quiescent wait once no synchronous call of it is running.
-func (rt *Runtime) afterAdvance(req advanceReq, cur loop.Run) {
+// After an end it kicks the session for the next queued Run, unless the
+// advance's own commit said none is left (CommitResult.SessionIdle).
+func (rt *Runtime) afterAdvance(req advanceReq, cur loop.Run, sessionIdle bool) {
 	if cur.Seq == 0 {
 		return
 	}
@@ -89,7 +91,9 @@ func (rt *Runtime) afterAdvance(req advanceReq, cur loop.Run) {
 		rt.hastenParent(cur)
 		rt.forgetRun(cur)
 		rt.notifyRun(cur.Tenant, cur.ID, Result{Kind: ResultTerminal, Run: cur})
-		rt.kick(cur.Tenant, cur.Session) // the next queued Run may start
+		if !sessionIdle {
+			rt.kick(cur.Tenant, cur.Session) // the next queued Run may start
+		}
 		return
 	}
 	rt.notifyQuiescent(cur)

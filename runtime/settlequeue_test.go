@@ -24,14 +24,22 @@ type heldLoads struct {
 	once    sync.Once
 	held    chan struct{} // closed when a load is held
 	release chan struct{}
+	loads   atomic.Int64 // LoadRun calls
+	actives atomic.Int64 // ActiveRuns calls
 }
 
 func (s *heldLoads) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
+	s.loads.Add(1)
 	r, err := s.Store.LoadRun(ctx, tenant, runID)
 	if err == nil {
 		_ = s.hold(r)
 	}
 	return r, err
+}
+
+func (s *heldLoads) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.Run, error) {
+	s.actives.Add(1)
+	return s.Store.ActiveRuns(ctx, tenant, session)
 }
 
 // hold holds the first snapshot, once armed, with two tool calls
@@ -58,7 +66,9 @@ func (s *heldLoads) hold(r loop.Run) bool {
 // commit: the advance of the first takes the second, queued meanwhile,
 // along (settlequeue), closes the step, plans and dispatches the next
 // model step in the same commit, and records both settlement command IDs.
-// The owner of the second finds it committed and advances no further.
+// The owner of the second finds it committed and advances no further: it
+// reads nothing. The Run's last commit leaves the session idle, so no
+// driver pass looks for a next Run.
 func TestSettlementsThatArriveTogetherShareACommit(t *testing.T) {
 	for name, h := range harnesses() {
 		t.Run(name, func(t *testing.T) {
@@ -77,6 +87,13 @@ func TestSettlementsThatArriveTogetherShareACommit(t *testing.T) {
 			conformance.Eventually(t, "both settlements to queue", func() bool { return runtime.QueuedSettlements(e.Runtime) == 2 })
 			close(hl.release)
 			res := <-done
+			if n := hl.loads.Load(); n != 0 {
+				t.Errorf("%d loads of the Run; want none: every advance starts from a snapshot this node committed", n)
+			}
+			conformance.Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() })
+			if n := hl.actives.Load(); n != 0 {
+				t.Errorf("%d reads of the session's active Runs; want none: the creation and the end say what they are", n)
+			}
 			run := storedTerminal(t, e, res.Run.ID)
 			if run.Status != loop.StatusCompleted || run.Result != "a,b" {
 				t.Fatalf("run %s, result %q", run.Status, run.Result)

@@ -294,6 +294,13 @@ type Commit struct {
 type CommitResult struct {
 	Seq       int64 // the Run's version after the command
 	Duplicate bool  // the command was applied before; nothing was written
+	// SessionIdle is set by a store that keeps count of each session's
+	// live Runs (pgstore) when the commit ended the Run and left its
+	// session with no live Run: nothing is queued behind it. False tells
+	// nothing. A Run created in the session later is driven by its own
+	// kick or change-feed notice, so the runtime skips the pass that would
+	// look for a next Run (afterAdvance).
+	SessionIdle bool
 }
 
 // SessionRun is one Run of a session, with its place in the session.

@@ -22,11 +22,13 @@ import (
 // before it takes the Run's lock, and takes it out (Remove) when its
 // advance returns. An advance, holding the Run's lock, folds its own
 // settlement and takes the others queued (Take), which marks them taken;
-// after its commit it marks them committed (Done with ok) or puts them
-// back (Done without). The owner of a committed settlement finds it so
-// when its own advance holds the lock (IsCommitted), and advances the Run
-// without it, as after a duplicate commit. Since every Take and every
-// check holds the Run's lock, a settlement is in at most one commit.
+// after its commit it marks them committed with the snapshot it committed
+// (Done with that snapshot) or puts them back (Done with nil). The owner of
+// a committed settlement finds it so when its own advance holds the lock
+// (CommittedAs): the advance that committed it has also performed what
+// its commit obliges and reported the Run, so the owner has nothing left
+// to do but to learn that snapshot. Since every Take and every check
+// holds the Run's lock, a settlement is in at most one commit.
 //
 // A Queue is safe for concurrent use.
 type Queue struct {
@@ -43,8 +45,8 @@ type Entry struct {
 	CommandID string     // its command ID, loop.SettleCommandID
 	Key       string     // its attempt's assignment key
 
-	taken     bool // an advance folds it into its batch now
-	committed bool // an advance committed it
+	taken     bool      // an advance folds it into its batch now
+	committed *loop.Run // the snapshot of the commit that took it along; nil until then
 }
 
 // New returns an empty Queue.
@@ -83,7 +85,7 @@ func (q *Queue) Take(rk string, self *Entry) []*Entry {
 	defer q.mu.Unlock()
 	var out []*Entry
 	for _, s := range q.byRun[rk] {
-		if s != self && !s.taken && !s.committed {
+		if s != self && !s.taken && s.committed == nil {
 			s.taken = true
 			out = append(out, s)
 		}
@@ -91,9 +93,10 @@ func (q *Queue) Take(rk string, self *Entry) []*Entry {
 	return out
 }
 
-// Done ends the Take of ss: committed with the advance's commit (ok), or
-// given back to their owners.
-func (q *Queue) Done(ss []*Entry, ok bool) {
+// Done ends the Take of ss: committed with the advance's commit, whose
+// snapshot is committed (not changed after), or given back to their
+// owners (committed nil).
+func (q *Queue) Done(ss []*Entry, committed *loop.Run) {
 	if len(ss) == 0 {
 		return
 	}
@@ -101,15 +104,19 @@ func (q *Queue) Done(ss []*Entry, ok bool) {
 	defer q.mu.Unlock()
 	for _, s := range ss {
 		s.taken = false
-		s.committed = ok
+		s.committed = committed
 	}
 }
 
-// IsCommitted reports whether another advance committed s.
-func (q *Queue) IsCommitted(s *Entry) bool {
+// CommittedAs returns the snapshot of the commit another advance took s
+// along in, and whether there is one.
+func (q *Queue) CommittedAs(s *Entry) (loop.Run, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return s.committed
+	if s.committed == nil {
+		return loop.Run{}, false
+	}
+	return *s.committed, true
 }
 
 // Len returns how many settlements wait in the queue.
