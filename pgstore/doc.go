@@ -92,21 +92,27 @@
 // statement that starts after a lock sees what the lock's previous holder
 // committed.
 //
-// A Commit is one round trip of four statements: BEGIN; lock the session
-// row (SELECT … FOR UPDATE; its epoch fences the commit); one statement
-// of data-modifying CTEs that locks and reads the Run (FOR UPDATE), looks
-// the command ID up and, only if the port's checks pass (command not
-// applied, Seq, epoch), appends the events, rewrites the Run and records
-// the command ID; COMMIT. That statement returns the rows it read,
-// whether it wrote and, when it ended the Run, the live Runs its session
-// has left (CommitResult.SessionIdle); Go decides from the rows, in the port's order
-// (duplicate, malformed, version conflict, fenced), and checks that the
-// write agrees. A refused commit has written nothing, so committing it
-// costs what a rollback would. CreateRun is one round trip the same way:
-// BEGIN; create the session row if missing; lock it (its last ordinal,
-// owner and epoch); one statement that looks the run ID and the creation
-// command up and writes the Run only if neither was used (and, if it
-// refuses, deletes the session row again when it is empty); COMMIT. When
+// A batch of statements sent as one pipeline ends with one Sync, and the
+// server runs everything before a Sync in one implicit transaction: a
+// batch that needs no decision in Go between its statements needs no
+// BEGIN and COMMIT, two statements fewer for the server to run.
+//
+// A Commit is one round trip of two statements, one implicit
+// transaction: lock the session row (SELECT … FOR UPDATE; its epoch
+// fences the commit); one statement of data-modifying CTEs that locks
+// and reads the Run (FOR UPDATE), looks the command ID up and, only if
+// the port's checks pass (command not applied, Seq, epoch), appends the
+// events, rewrites the Run and records the command ID. That statement
+// returns the rows it read, whether it wrote and, when it ended the Run,
+// the live Runs its session has left (CommitResult.SessionIdle); Go
+// decides from the rows, in the port's order (duplicate, malformed,
+// version conflict, fenced), and checks that the write agrees. A refused
+// commit has written nothing, so committing it costs what a rollback
+// would. CreateRun is one round trip the same way: create the session
+// row if missing; lock it (its last ordinal, owner and epoch); one
+// statement that looks the run ID and the creation command up and writes
+// the Run only if neither was used (and, if it refuses, deletes the
+// session row again when it is empty). When
 // the creation names a Claimant whose lease is live and the session has
 // no owner, the statement that writes the Run also claims the session for
 // it (owner, epoch plus one), under the session's row lock, as

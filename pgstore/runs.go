@@ -15,8 +15,9 @@ import (
 )
 
 // The statements of CreateRun and Commit. Each is prepared once per
-// connection (pgx's statement cache) and sent in a pipelined batch; the
-// writes of each are one statement of data-modifying CTEs.
+// connection (pgx's statement cache) and sent in a pipelined batch, one
+// implicit transaction; the writes of each are one statement of
+// data-modifying CTEs.
 const (
 	sqlBegin         = "BEGIN"
 	sqlCommit        = "COMMIT"
@@ -158,12 +159,12 @@ func optional(s string) *string {
 	return &s
 }
 
-// CreateRun implements runtime.Store in one transaction, one round trip:
-// BEGIN; create the session's row if missing; lock it (its last ordinal,
+// CreateRun implements runtime.Store in one implicit transaction, one
+// round trip: create the session's row if missing; lock it (its last ordinal,
 // owner and epoch); in a statement of its own, look the run ID and the
 // creation command up and, if neither was used, write the Run, its first
 // event, its place in the session and its creation command, and claim the
-// session for c.Claimant when no one owns it (sqlCreate); COMMIT. Go
+// session for c.Claimant when no one owns it (sqlCreate). Go
 // decides from what that statement read (duplicate, run ID used) and
 // checks that the write agrees.
 func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
@@ -194,13 +195,11 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	err = s.inTx(ctx, true, func(ctx context.Context, conn *pgx.Conn) error {
 		res, dup, owner = runtime.CreateResult{}, nil, ""
 		b := &pgx.Batch{}
-		b.Queue(sqlBegin)
 		b.Queue(sqlEnsureSession, t, session)
 		b.Queue(sqlLockSession, t, session)
 		b.Queue(sqlCreate, t, session, id, boolInt(!c.Run.Status.Terminal()), c.Run.Seq, string(c.Run.Status),
 			enc.executing != nil, c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb,
 			int64(len(enc.snapshot)+len(evb)+len(c.CommandID)), c.Claimant, now)
-		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
 		var (
 			last, epoch            int64
@@ -208,15 +207,12 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 			dupOrdinal, newOrdinal *int64
 			claimEpoch             *int64
 		)
-		err := execAll(br, 2)
+		err := execAll(br, 1)
 		if err == nil {
 			_, err = queryOne(br, &last, &owner, &epoch)
 		}
 		if err == nil {
 			_, err = queryOne(br, &used, &dupOrdinal, &dup, &newOrdinal, &claimEpoch)
-		}
-		if err == nil {
-			err = execAll(br, 1)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -295,12 +291,12 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 	return r, nil
 }
 
-// Commit implements runtime.Store, in one transaction, in the port's
-// order, sent as one pipelined batch (one round trip) of four
-// statements. BEGIN; lock the session row (whose epoch fences the
-// commit); then, in a statement of its own, lock and read the Run, look
-// the command ID up and write the commit if the port's checks pass
-// (commitSQL); COMMIT. A statement's snapshot is taken when it starts, so
+// Commit implements runtime.Store, in one implicit transaction, in the
+// port's order, sent as one pipelined batch (one round trip) of two
+// statements: lock the session row (whose epoch fences the commit);
+// then, in a statement of its own, lock and read the Run, look the
+// command ID up and write the commit if the port's checks pass
+// (commitSQL). A statement's snapshot is taken when it starts, so
 // the one that reads and writes, which starts once the session lock is
 // held, sees what the lock's previous holder committed. Locks are always
 // taken session first, then Run. Go decides from the rows that statement
@@ -360,7 +356,6 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 	err := s.inTx(ctx, false, func(ctx context.Context, conn *pgx.Conn) error {
 		res, owner = runtime.CommitResult{}, ""
 		b := &pgx.Batch{}
-		b.Queue(sqlBegin)
 		b.Queue(sqlLockSessionEpoch, t, c.Session)
 		if payloadErr == nil {
 			b.Queue(write, t, id, c.Session, c.ExpectedSeq, int64(c.Epoch), optional(c.CommandID),
@@ -369,7 +364,6 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		} else { // nothing to write: look the command up all the same
 			b.Queue(sqlLockRun, t, id, optional(c.CommandID))
 		}
-		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
 		var (
 			epoch, seq      int64
@@ -379,19 +373,13 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 			live, runFound  bool
 			written         bool
 		)
-		err := execAll(br, 1)
-		if err == nil {
-			_, err = queryOne(br, &owner, &epoch)
-		}
+		_, err := queryOne(br, &owner, &epoch)
 		if err == nil {
 			dest := []any{&runSession, &seq, &live, &cmdSeq}
 			if payloadErr == nil {
 				dest = append(dest, &alsoSeq, &written, &sessionLive)
 			}
 			runFound, err = queryOne(br, dest...)
-		}
-		if err == nil {
-			err = execAll(br, 1)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
