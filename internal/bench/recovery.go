@@ -757,10 +757,10 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 		// Never closed: the process is killed.
 		logw = f
 	}
-	var held counter
+	var held, heldStarts counter
 	w := node.Wiring{Executor: func(plugin string, ex runtime.Executor) runtime.Executor {
 		if plugin == recoveryJobTool {
-			return heldPolls{Executor: ex, polls: &held}
+			return heldPolls{Executor: ex, polls: &held, starts: &heldStarts}
 		}
 		return ex
 	}}
@@ -807,6 +807,9 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 	if n := held.get(); n > 0 {
 		bf.progressf(cmd, "recovery: child: the runtime polled pending jobs %d times before their poll_after of %s (answered pending, not passed to the plugin)", n, recoveryHold)
 	}
+	if n := heldStarts.get(); n > 0 {
+		bf.progressf(cmd, "recovery: child: %d starts returned after their job was due (answered pending, left to the restart's attach)", n)
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %d %.1f\n", recoveryReady, p.Runs, msf(time.Since(start)))
 	// Wait for the SIGKILL. Should the parent go away instead, stdin
 	// closes: exit as abruptly as the kill would have.
@@ -818,16 +821,26 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 // heldPolls wraps the slow-job executor of the child so that no job
 // settles before the kill and every one is left to recovery: a pending
 // job is next polled only after recoveryHold, and a poll made all the same
-// does not reach the plugin (it answers pending, and is counted).
+// does not reach the plugin (it answers pending, and is counted). A start
+// that returns after its job is due (the plugin answers done: under load
+// its KV writes can take longer than a short job) is answered pending
+// too, and counted: its job is on record, and the restart's attach finds
+// it done.
 type heldPolls struct {
 	runtime.Executor
-	polls *counter
+	polls  *counter
+	starts *counter // starts whose job was done when they returned
 }
 
 func (h heldPolls) Start(ctx context.Context, c runtime.EffectCall) (abi.EffectReply, error) {
 	r, err := h.Executor.Start(ctx, c)
-	if err == nil && r.State == abi.StatePending {
+	switch {
+	case err != nil:
+	case r.State == abi.StatePending:
 		r.PollAfterMS = recoveryHold.Milliseconds()
+	case r.State == abi.StateDone:
+		h.starts.Add(1)
+		r = abi.EffectReply{State: abi.StatePending, Handle: "held/" + c.Input.Effect.ID, PollAfterMS: recoveryHold.Milliseconds()}
 	}
 	return r, err
 }

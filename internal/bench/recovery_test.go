@@ -9,6 +9,7 @@ import (
 
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/pgserver"
+	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
 
@@ -158,5 +159,31 @@ func TestTheRecoveryBenchStopsWaitingWhenTheNodeLosesItsLease(t *testing.T) {
 	}
 	if at.ready <= 0 || at.decided <= 0 || at.terminal <= 0 {
 		t.Errorf("times %+v, want every phase seen", at)
+	}
+}
+
+// doneAtStart is a slow-job executor whose start returns after the job
+// was due: under load, the plugin's KV writes can take longer than a
+// short job.
+type doneAtStart struct{ runtime.Executor }
+
+func (doneAtStart) Start(context.Context, runtime.EffectCall) (abi.EffectReply, error) {
+	return abi.DoneTool(`slow job "demo" finished after 1 s`, false), nil
+}
+
+// The child holds every job for the restart's recovery, those whose start
+// returned after they were due too: it answers them pending and counts
+// them, where it used to let the Run go on and end in the child ("ended
+// terminal, not waiting on its one slow job").
+func TestTheRecoveryChildHoldsAJobThatWasDoneWhenItsStartReturned(t *testing.T) {
+	var polls, starts counter
+	h := heldPolls{Executor: doneAtStart{}, polls: &polls, starts: &starts}
+	call := runtime.EffectCall{Tenant: "t", Session: "s", RunID: "r", Input: abi.EffectInput{Effect: abi.Effect{ID: "r.t1.0", Attempt: 1}}}
+	r, err := h.Start(context.Background(), call)
+	if err != nil || r.State != abi.StatePending || r.Handle == "" || r.PollAfterMS != recoveryHold.Milliseconds() {
+		t.Fatalf("start: %+v, %v; want pending with a handle, polled after %s", r, err, recoveryHold)
+	}
+	if starts.get() != 1 || polls.get() != 0 {
+		t.Fatalf("counted %d held starts and %d polls; want 1 and 0", starts.get(), polls.get())
 	}
 }
