@@ -164,6 +164,14 @@
 // LISTENs, and hands the changes of other instances (same schema) to the
 // subscribers, each through its own bounded queue and goroutine, so that a
 // slow subscriber blocks neither the store nor the other subscribers.
+// Instances on a schema announce themselves on the same channel (Hello
+// when they begin to listen, answered by Here, and Here every 30 s): an
+// instance that has heard no other within 90 s, past 2 s after it began
+// to listen and while its listener listens, drops its changes instead of
+// sending them, since only its own listener would hear them; its answer
+// to a newcomer's Hello says it dropped some, and the newcomer delivers a
+// Rescan (RATIONALE.md, "Why does an instance alone on its schema send no
+// notifications?").
 // When the listener's connection fails, it reconnects with a jittered
 // exponential backoff, LISTENs again and delivers Change{Rescan: true};
 // a queue that overflows is replaced by a Rescan too. Notifications are

@@ -40,15 +40,32 @@ const (
 	// backoffMin and backoffMax bound the pause between reconnections.
 	backoffMin = 100 * time.Millisecond
 	backoffMax = 3 * time.Second
+	// heartbeat is how often an instance says "here" to the others on its
+	// schema, and peerTTL how long one it has not heard from since counts
+	// as listening (audience).
+	heartbeat = 30 * time.Second
+	peerTTL   = 3 * heartbeat
+	// joinGrace is how long, after its listener begins to listen, an
+	// instance sends its changes whatever it knows of the others: the time
+	// for their answers to its hello to come.
+	joinGrace = 2 * time.Second
 )
 
 // notice is one notification's payload. Changes are arrays
-// [tenant, session, run, seq, owner], to keep payloads small.
+// [tenant, session, run, seq, owner], to keep payloads small. Hello says
+// the sender has just begun to listen, and asks every other instance on
+// the schema to answer Here; Here says the sender listens (an answer, or
+// the heartbeat), and Skipped, on a Here that answers a Hello, that it had
+// dropped changes for want of an audience since its last such answer,
+// which a newcomer makes up for with a Rescan.
 type notice struct {
 	Origin  string            `json:"o"`
 	Schema  string            `json:"s"`
 	Rescan  bool              `json:"r,omitempty"`
 	Changes []json.RawMessage `json:"c,omitempty"`
+	Hello   bool              `json:"h,omitempty"`
+	Here    bool              `json:"p,omitempty"`
+	Skipped bool              `json:"k,omitempty"`
 }
 
 type runKey struct{ tenant, run string }
@@ -66,10 +83,19 @@ type feed struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	pending  map[runKey]runtime.Change
-	overflow bool // a change was dropped: send a rescan
-	wake     chan struct{}
+	// mu guards the changes waiting to be sent and what the feed knows of
+	// its audience: the other instances listening on its schema. The
+	// notifier sends changes only while one may hear them (audience).
+	mu        sync.Mutex
+	pending   map[runKey]runtime.Change
+	overflow  bool // a change was dropped: send a rescan
+	wake      chan struct{}
+	peers     map[string]time.Time // another instance's origin → when its last notice came
+	listening bool                 // the listener holds a LISTEN now
+	joinedAt  time.Time            // when it last began to listen
+	sayHello  bool                 // the notifier owes a Hello
+	sayHere   bool                 // the notifier owes a Here
+	skipped   bool                 // changes were dropped since the last Here that answered a Hello
 
 	subMu   sync.Mutex
 	subs    map[uint64]*subscription
@@ -84,11 +110,13 @@ func startFeed(ctx context.Context, s *Store) (*feed, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	f := &feed{s: s, origin: hex.EncodeToString(id[:]), schema: s.opts.Schema,
-		pending: map[runKey]runtime.Change{}, wake: make(chan struct{}, 1), subs: map[uint64]*subscription{}}
+		pending: map[runKey]runtime.Change{}, wake: make(chan struct{}, 1), subs: map[uint64]*subscription{},
+		peers: map[string]time.Time{}}
 	conn, err := f.listenConn(ctx)
 	if err != nil {
 		return nil, err
 	}
+	f.joined()
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.wg.Add(2)
 	go f.listen(conn)
@@ -154,6 +182,58 @@ func (f *feed) publish(c runtime.Change) {
 		f.pending[k] = c
 	}
 	f.mu.Unlock()
+	f.poke()
+}
+
+// joined records that the listener has begun to listen (again), and
+// has the notifier say Hello.
+func (f *feed) joined() {
+	f.mu.Lock()
+	f.listening, f.joinedAt, f.sayHello = true, time.Now(), true
+	f.mu.Unlock()
+	f.poke()
+}
+
+// left records that the listener lost its LISTEN: until it listens again,
+// the feed cannot tell who else does, and sends its changes.
+func (f *feed) left() {
+	f.mu.Lock()
+	f.listening = false
+	f.mu.Unlock()
+}
+
+// heard records a notice of another instance on the schema; a Hello
+// makes the notifier answer Here.
+func (f *feed) heard(n notice) {
+	f.mu.Lock()
+	f.peers[n.Origin] = time.Now()
+	if n.Hello {
+		f.sayHere = true
+	}
+	f.mu.Unlock()
+	if n.Hello {
+		f.poke()
+	}
+}
+
+// audienceLocked reports whether another instance may hear a change now:
+// one was heard from within peerTTL, or the feed cannot tell (its listener
+// is not listening, or began less than joinGrace ago). The caller holds mu.
+func (f *feed) audienceLocked(now time.Time) bool {
+	if !f.listening || now.Sub(f.joinedAt) < joinGrace {
+		return true
+	}
+	for origin, at := range f.peers {
+		if now.Sub(at) < peerTTL {
+			return true
+		}
+		delete(f.peers, origin)
+	}
+	return false
+}
+
+// poke wakes the notifier.
+func (f *feed) poke() {
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -180,16 +260,39 @@ func (f *feed) requeue(changes []runtime.Change, rescan bool) {
 	}
 }
 
-// take empties the queue.
-func (f *feed) take() (changes []runtime.Change, rescan bool) {
+// outgoing is what one send of the notifier carries: changes, a rescan,
+// a Hello, a Here (answer: owed to a Hello, not only the heartbeat's), and
+// whether that Here says changes were dropped.
+type outgoing struct {
+	changes                              []runtime.Change
+	rescan, hello, here, answer, skipped bool
+}
+
+func (o outgoing) empty() bool { return len(o.changes) == 0 && !o.rescan && !o.hello && !o.here }
+
+// take empties the queue and the announcements owed, and adds a Here
+// when beat is set (the heartbeat). With no audience (audienceLocked) it
+// drops the changes, and the next Here that answers a Hello says so.
+func (f *feed) take(beat bool) outgoing {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, c := range f.pending {
-		changes = append(changes, c)
+	answer := f.sayHere
+	o := outgoing{hello: f.sayHello, here: answer || beat, answer: answer}
+	f.sayHello, f.sayHere = false, false
+	if f.audienceLocked(time.Now()) {
+		for _, c := range f.pending {
+			o.changes = append(o.changes, c)
+		}
+		o.rescan, f.overflow = f.overflow, false
+	} else if len(f.pending) > 0 || f.overflow {
+		f.skipped = true
+		f.overflow = false
 	}
 	clear(f.pending)
-	rescan, f.overflow = f.overflow, false
-	return changes, rescan
+	if answer {
+		o.skipped, f.skipped = f.skipped, false
+	}
+	return o
 }
 
 // notify is the notifier goroutine: woken by publish, it waits
@@ -233,30 +336,40 @@ func (f *feed) notify() {
 		}
 		return err
 	}
-	// send sends what is queued. A connection that was fine and fails
-	// now (the server restarted) is replaced at once, once; when sending
-	// still fails, the changes go back in the queue.
-	send := func(ctx context.Context) error {
-		changes, rescan := f.take()
-		if len(changes) == 0 && !rescan {
+	// send sends what is queued, and the announcements owed (take). A
+	// connection that was fine and fails now (the server restarted) is
+	// replaced at once, once; when sending still fails, the changes go
+	// back in the queue, and the announcements are owed again.
+	send := func(ctx context.Context, beat bool) error {
+		o := f.take(beat)
+		if o.empty() {
 			return nil
 		}
-		payloads := encodeNotices(f.origin, f.schema, rescan, changes)
+		payloads := encodeAnnouncements(f.origin, f.schema, o.hello, o.here, o.skipped)
+		payloads = append(payloads, encodeNotices(f.origin, f.schema, o.rescan, o.changes)...)
 		hadConn := conn != nil
 		err := try(ctx, payloads)
 		if err != nil && hadConn && ctx.Err() == nil {
 			err = try(ctx, payloads)
 		}
 		if err != nil {
-			f.requeue(changes, rescan)
+			f.requeue(o.changes, o.rescan)
+			f.owe(o)
 		}
 		return err
 	}
+	beat := time.NewTicker(heartbeat)
+	defer beat.Stop()
 	for {
 		select {
 		case <-f.ctx.Done():
 			f.finalSend(send)
 			return
+		case <-beat.C:
+			if err := send(f.ctx, true); err != nil && f.ctx.Err() == nil {
+				f.s.log.Debug("pgstore: the change feed cannot say it listens", "where", f.s.where, "err", err)
+			}
+			continue
 		case <-f.wake:
 		}
 		t := time.NewTimer(coalesceWindow)
@@ -267,7 +380,7 @@ func (f *feed) notify() {
 			return
 		case <-t.C:
 		}
-		if err := send(f.ctx); err != nil {
+		if err := send(f.ctx, false); err != nil {
 			if f.ctx.Err() != nil {
 				return
 			}
@@ -291,10 +404,30 @@ func (f *feed) notify() {
 }
 
 // finalSend sends what Close found queued, briefly.
-func (f *feed) finalSend(send func(context.Context) error) {
+func (f *feed) finalSend(send func(context.Context, bool) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = send(ctx)
+	_ = send(ctx, false)
+}
+
+// owe makes the notifier owe again the announcements of a send that
+// failed.
+func (f *feed) owe(o outgoing) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sayHello = f.sayHello || o.hello
+	f.sayHere = f.sayHere || o.answer
+	f.skipped = f.skipped || o.skipped
+}
+
+// encodeAnnouncements is the payload of a Hello, a Here, or both (none
+// when neither).
+func encodeAnnouncements(origin, schema string, hello, here, skipped bool) []string {
+	if !hello && !here {
+		return nil
+	}
+	b, _ := json.Marshal(notice{Origin: origin, Schema: schema, Hello: hello, Here: here, Skipped: here && skipped})
+	return []string{string(b)}
 }
 
 // sleep pauses for d, or until the feed closes; it reports whether the
@@ -375,6 +508,7 @@ func (f *feed) listen(conn *pgx.Conn) {
 	for {
 		err := f.receive(conn)
 		closeConn(conn)
+		f.left()
 		if f.ctx.Err() != nil {
 			return
 		}
@@ -395,6 +529,7 @@ func (f *feed) listen(conn *pgx.Conn) {
 			f.s.log.Debug("pgstore: the change feed cannot reconnect yet", "where", f.s.where, "err", err)
 		}
 		f.s.log.Info("pgstore: the change feed reconnected", "where", f.s.where)
+		f.joined()
 		f.deliver(runtime.Change{Rescan: true})
 	}
 }
@@ -430,12 +565,24 @@ func (f *feed) handle(payload string) {
 	if !ok || n.Origin == f.origin || n.Schema != f.schema {
 		return
 	}
-	if n.Rescan {
+	f.heard(n)
+	// A Here that says its sender dropped changes while it thought itself
+	// alone: what this instance, listening since less than a peerTTL, may
+	// have missed of them is read again.
+	if n.Rescan || n.Here && n.Skipped && f.newcomer() {
 		f.deliver(runtime.Change{Rescan: true})
 	}
 	for _, c := range changes {
 		f.deliver(c)
 	}
+}
+
+// newcomer reports whether the listener began to listen less than
+// peerTTL ago.
+func (f *feed) newcomer() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Since(f.joinedAt) < peerTTL
 }
 
 // deliver queues a change for every subscriber.

@@ -2,11 +2,14 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/pgserver"
@@ -228,5 +231,156 @@ func TestASlowSubscriberGetsARescanAndBlocksNothing(t *testing.T) {
 	got := rec.all()
 	if len(got) > 20 || !got[1].Rescan {
 		t.Fatalf("the stuck subscriber got %d changes (%+v …); want its first, a Rescan, then the rest", len(got), got[:2])
+	}
+}
+
+// rawListener LISTENs on the change feed's channel on a connection of its
+// own: it hears every notice and announces nothing, so the instances do
+// not count it as an audience.
+type rawListener struct {
+	mu      sync.Mutex
+	notices []notice
+}
+
+func listenRaw(t *testing.T, dsn string) *rawListener {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	l := &rawListener{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			if got, _, ok := decodeNotice(n.Payload); ok {
+				l.mu.Lock()
+				l.notices = append(l.notices, got)
+				l.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = conn.Close(context.Background())
+	})
+	return l
+}
+
+// heard reports whether a notice from origin that matches ok came.
+func (l *rawListener) heard(origin string, ok func(notice) bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range l.notices {
+		if n.Origin == origin && ok(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// carriesChange reports whether a notice has a change of run.
+func carriesChange(run string) func(notice) bool {
+	return func(n notice) bool {
+		_, changes, _ := decodeNotice(mustJSON(n))
+		for _, c := range changes {
+			if c.RunID == run {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// pastGrace moves an instance's join back past joinGrace, as if it had
+// listened that long.
+func pastGrace(s *Store) {
+	s.feed.mu.Lock()
+	s.feed.joinedAt = s.feed.joinedAt.Add(-joinGrace)
+	s.feed.mu.Unlock()
+}
+
+// dropped reports whether the notifier has taken every change queued and
+// dropped some for want of an audience.
+func (f *feed) dropped() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pending) == 0 && f.skipped
+}
+
+// An instance alone on its schema sends no change notices, which only
+// its own listener would hear: past its join grace, with no other
+// instance heard, it drops them. A newcomer's Hello gives it an audience:
+// it answers Here, saying that it dropped changes, and the changes it
+// commits after reach the newcomer.
+func TestAnInstanceAloneSendsNoChangesUntilANewcomerSaysHello(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	raw := listenRaw(t, dsn)
+	a := open(t, dsn, schema, nil)
+	eventually(t, "a's Hello", 10*time.Second, func() bool { return raw.heard(a.feed.origin, func(n notice) bool { return n.Hello }) })
+	pastGrace(a)
+	newRun(t, a, "t", "s1", "r1", 1)
+	eventually(t, "a to drop r1's change, alone", 10*time.Second, a.feed.dropped)
+
+	b := open(t, dsn, schema, nil)
+	var rb recorder
+	defer b.SubscribeChanges(rb.add)()
+	eventually(t, "a to answer b's Hello, saying it dropped changes", 10*time.Second, func() bool {
+		return raw.heard(a.feed.origin, func(n notice) bool { return n.Here && n.Skipped })
+	})
+	newRun(t, a, "t", "s2", "r2", 1)
+	eventually(t, "b to hear of r2", 10*time.Second, func() bool { return rb.has("r2", 1) })
+	eventually(t, "the raw listener to hear of r2", 10*time.Second, func() bool { return raw.heard(a.feed.origin, carriesChange("r2")) })
+	// One channel, in commit order: had a sent r1's change, it would have
+	// come before r2's.
+	if raw.heard(a.feed.origin, carriesChange("r1")) {
+		t.Fatal("a sent r1's change, made while it was alone")
+	}
+}
+
+// A newcomer that hears a Here saying its sender dropped changes reads
+// everything again (a Rescan to its subscribers): what it missed is what
+// the sender dropped between the newcomer's LISTEN and its Hello. A Here
+// that dropped nothing, or one heard long after joining, asks for nothing.
+func TestANewcomerRescansWhenAnswerSaysChangesWereDropped(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	b := open(t, dsn, freshSchema(t, dsn), nil)
+	var rb recorder
+	defer b.SubscribeChanges(rb.add)()
+	here := func(skipped bool) string {
+		return mustJSON(notice{Origin: "other", Schema: b.feed.schema, Here: true, Skipped: skipped})
+	}
+	b.feed.handle(here(false))
+	b.feed.handle(here(true))
+	eventually(t, "a Rescan", 10*time.Second, func() bool { return rb.has("", 0) })
+	if got := rb.all(); len(got) != 1 {
+		t.Fatalf("b's subscriber got %+v; want one Rescan", got)
+	}
+	b.feed.mu.Lock()
+	b.feed.joinedAt = b.feed.joinedAt.Add(-peerTTL)
+	b.feed.mu.Unlock()
+	b.feed.handle(here(true))
+	b.feed.handle(mustJSON(notice{Origin: "other", Schema: b.feed.schema, Changes: []json.RawMessage{json.RawMessage(`["t","s","r9",3,"n"]`)}}))
+	eventually(t, "r9's change", 10*time.Second, func() bool { return rb.has("r9", 3) })
+	if got := rb.all(); len(got) != 2 {
+		t.Fatalf("b's subscriber got %+v; want the Rescan and r9's change", got)
 	}
 }
