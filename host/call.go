@@ -70,6 +70,7 @@ func (p *Plugin) callTraced(ctx context.Context, s *callScope, input []byte) ([]
 // the instance may serve again.
 func (p *Plugin) run(ctx context.Context, in *instance, s *callScope, input []byte) (out []byte, keep bool, err error) {
 	export := s.export
+	s.input = input
 	in.scope.Store(s)
 	defer in.scope.Store(nil)
 	// The call's end, on either call path, closes the HTTP streams it

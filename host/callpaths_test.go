@@ -46,8 +46,8 @@ const cpTenant = "acme"
 
 // cpMaxInput is every plugin's max_input_bytes here, which the corpus
 // goes up to and one past. The default (1 MiB) would do the same at a cost
-// of seconds a call: a Go guest reads its input with one host call per 8
-// bytes, and the executors echo it back.
+// of seconds a call: a Go guest on go-pdk reads its input with one host
+// call per 8 bytes, and the executors echo it back.
 const cpMaxInput = 32 << 10
 
 // cpCall is one call of a plugin's sequence.

@@ -56,6 +56,8 @@ func (h *Host) abiFunctions() []abiFunc {
 		{abi.HostHTTPOpen, h.httpOpen, []api.ValueType{i64}, []api.ValueType{i64}, true},
 		{abi.HostHTTPRead, h.httpRead, []api.ValueType{i64, i64}, []api.ValueType{i64}, true},
 		{abi.HostHTTPClose, h.httpClose, []api.ValueType{i64}, []api.ValueType{i64}, false},
+		{abi.HostInputRead, inputRead, []api.ValueType{i64, i64}, []api.ValueType{i64}, false},
+		{abi.HostOutputSet, outputSet, []api.ValueType{i64, i64}, nil, false},
 	}
 }
 
@@ -71,6 +73,13 @@ type guestMemory interface {
 	allocBlock(n uint64) uint64
 	// write copies b to off; false when it does not fit.
 	write(off uint32, b []byte) bool
+	// setOutput is the kernel's output_set: the call's output is the n
+	// bytes of the block at off.
+	setOutput(off, n uint64)
+	// plugin is the plugin module's own linear memory (its export
+	// "memory"), which agenthost_input_read and agenthost_output_set
+	// reach by pointer; nil when it has none.
+	plugin() api.Memory
 }
 
 // readArg reads an Extism memory block the guest passed, and frees it.
@@ -94,6 +103,65 @@ func writeResult(m guestMemory, b []byte) (uint64, bool) {
 		return 0, false
 	}
 	return off, true
+}
+
+// pluginBytes is the n bytes at ptr in the plugin's own memory, as a view
+// (writing to it writes the plugin's memory): what fn was handed. A range
+// that is not all inside that memory traps the call with an error that
+// says so; a plugin is untrusted, so its pointer and length are checked
+// before anything is read, written or allocated.
+func pluginBytes(m guestMemory, fn string, ptr, n uint64) []byte {
+	mem := m.plugin()
+	if mem == nil {
+		trapf("%s: the plugin exports no memory to read or write", fn)
+	}
+	size := uint64(mem.Size())
+	if ptr > size || n > size-ptr {
+		trapf("%s: the range of %d bytes at %d is outside the plugin's memory of %d bytes", fn, n, ptr, size)
+	}
+	b, ok := mem.Read(uint32(ptr), uint32(n))
+	if !ok {
+		trapf("%s: the range of %d bytes at %d is outside the plugin's memory of %d bytes", fn, n, ptr, size)
+	}
+	return b
+}
+
+// inputRead is agenthost_input_read(ptr, len) -> i64: it copies the first
+// len bytes of the call's input (all of it, when it is shorter) to ptr in
+// the plugin's own memory, and returns the input's whole length. Outside
+// a call the input is empty.
+func inputRead(_ context.Context, s *callScope, m guestMemory, stack []uint64) {
+	var input []byte
+	if s != nil {
+		input = s.input
+	}
+	n := min(stack[1], uint64(len(input)))
+	copy(pluginBytes(m, abi.HostInputRead, stack[0], n), input)
+	stack[0] = uint64(len(input))
+}
+
+// outputSet is agenthost_output_set(ptr, len): the len bytes at ptr in
+// the plugin's own memory become the call's output, as Extism's
+// output_set makes a block of the kernel's: they are copied into a block
+// of the kernel's, which output_set then names, so that the last of the
+// two the plugin calls sets the output. A kernel with no room left fails
+// the call plugin_oom, as agenthost_kv_get does.
+func outputSet(_ context.Context, s *callScope, m guestMemory, stack []uint64) {
+	b := pluginBytes(m, abi.HostOutputSet, stack[0], stack[1])
+	if len(b) == 0 {
+		m.setOutput(0, 0)
+		return
+	}
+	off, ok := writeResult(m, b)
+	if !ok {
+		err := fmt.Errorf("%s: no room in the plugin's memory for a %d-byte output", abi.HostOutputSet, len(b))
+		if s == nil {
+			panic(err)
+		}
+		s.abortCall(abi.ClassPluginOOM, err)
+		panic(errHostAbort)
+	}
+	m.setOutput(off, uint64(len(b)))
 }
 
 func (h *Host) kvGet(ctx context.Context, s *callScope, m guestMemory, stack []uint64) {

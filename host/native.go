@@ -212,6 +212,7 @@ func (c *nativeCode) instantiate(ctx context.Context, p *Plugin, in *instance, m
 		return nil, err
 	}
 	g.mod = mod
+	g.own = mod.ExportedMemory("memory")
 	if !c.checked {
 		ig, ok := mod.ExportedGlobal(interruptExport).(api.MutableGlobal)
 		if !ok {
@@ -272,6 +273,7 @@ type nativeGuest struct {
 	stack   [1]uint64               // an export's result
 	init    func(context.Context) error
 	kmem    experimental.LinearMemory // the kernel's, charged to the instance
+	own     api.Memory                // the module's exported "memory", or nil
 	log     *slog.Logger
 	plugin  string
 	// interrupt is the module's interrupt global (interrupt.go); nil when
@@ -374,7 +376,7 @@ func (g *nativeGuest) callerCtx() context.Context {
 	return g.caller
 }
 
-func (g *nativeGuest) memory() guestMemory { return nativeMemory{g.k} }
+func (g *nativeGuest) memory() guestMemory { return nativeMemory{k: g.k, own: g.own} }
 
 func (g *nativeGuest) export(name string) api.Function {
 	f, ok := g.exports[name]
@@ -549,10 +551,13 @@ func kernelOp(f func()) (err error) {
 	return nil
 }
 
-// nativeMemory is the native kernel as a guestMemory: a trap of the
-// kernel (a corrupted allocator) fails the operation, as a failed kernel
-// call does on go-sdk.
-type nativeMemory struct{ k *kernel }
+// nativeMemory is the native kernel, and the plugin module's own memory,
+// as a guestMemory: a trap of the kernel (a corrupted allocator) fails
+// the operation, as a failed kernel call does on go-sdk.
+type nativeMemory struct {
+	k   *kernel
+	own api.Memory // the plugin module's own, or nil
+}
 
 func (m nativeMemory) readBlock(off uint64) (b []byte, ok bool) {
 	if kernelOp(func() { b, ok = m.k.readBlock(off) }) != nil {
@@ -571,6 +576,12 @@ func (m nativeMemory) allocBlock(n uint64) (off uint64) {
 }
 
 func (m nativeMemory) write(off uint32, b []byte) bool { return m.k.write(off, b) }
+
+// setOutput is the kernel's output_set, which traps the call on a range
+// outside the kernel's memory, as the export does.
+func (m nativeMemory) setOutput(off, n uint64) { m.k.outputSet(off, n) }
+
+func (m nativeMemory) plugin() api.Memory { return m.own }
 
 // envModule is extism:host/env as go-sdk v1.7.1 defines it: every name,
 // with its wasm types, over the native kernel. http_request is refused

@@ -22,6 +22,10 @@ type callScope struct {
 	kind     abi.EffectKind // the effect's kind; "" outside an effect call
 	attempt  int            // the effect's attempt
 
+	// input is the call's input, which agenthost_input_read copies from;
+	// (*Plugin).run sets it.
+	input []byte
+
 	// deltas counts the model_delta emits of the call: each one's seq.
 	deltas atomic.Int64
 

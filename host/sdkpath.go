@@ -98,6 +98,30 @@ func exitOnly(err error) {
 
 func (m sdkMemory) write(off uint32, b []byte) bool { return m.p.Memory().Write(off, b) }
 
+// setOutput calls the kernel module's output_set, as the plugin's own
+// import of it does; its trap traps the call.
+func (m sdkMemory) setOutput(off, n uint64) {
+	kernel, _ := m.ctx.Value(extism.PluginCtxKey("extism")).(api.Module)
+	if kernel == nil {
+		trapf("output_set: no Extism kernel in the call's context")
+	}
+	if _, err := kernel.ExportedFunction("output_set").Call(m.ctx, off, n); err != nil {
+		exitOnly(err)
+		panic(err)
+	}
+}
+
+// plugin is the plugin module's memory, which sdkGuest.call puts in the
+// call's context (go-sdk hands a host function only its own kernel's).
+func (m sdkMemory) plugin() api.Memory {
+	mem, _ := m.ctx.Value(pluginMemoryKey{}).(api.Memory)
+	return mem
+}
+
+// pluginMemoryKey is the context key of the plugin module's memory during
+// a call on the reference path.
+type pluginMemoryKey struct{}
+
 // sdkGuest is an instance on the reference path.
 type sdkGuest struct {
 	ext  *extism.Plugin
@@ -136,11 +160,17 @@ func (g *sdkGuest) initialise(ctx context.Context, timeout time.Duration) guestR
 
 // sdkInit is go-sdk v1.7.1's lazy guest initialisation in one
 // *extism.Plugin: Plugin.guestRuntime.init and .initialized, and the
-// kernel module (Plugin.extism) its host functions find in the context.
+// kernel module (Plugin.extism) its host functions find in the context;
+// and the plugin module's memory (Plugin.mainModule's), which go-sdk
+// offers a host function no way to reach.
 type sdkInit struct {
 	run    func(context.Context) error
 	done   reflect.Value // a settable bool
 	kernel api.Module
+	// memory is the plugin module's own memory (Plugin.mainModule's
+	// export "memory"), which agenthost_input_read and
+	// agenthost_output_set reach; nil when it exports none.
+	memory api.Memory
 }
 
 // sdkInitOf reaches sdkInit's unexported fields in ext. A go-sdk whose
@@ -178,7 +208,14 @@ func sdkInitOf(ext *extism.Plugin) (sdkInit, error) {
 	if err != nil {
 		return sdkInit{}, err
 	}
+	main, err := field(p, "mainModule", reflect.TypeFor[api.Module]())
+	if err != nil {
+		return sdkInit{}, err
+	}
 	out := sdkInit{done: done}
+	if m, _ := main.Interface().(api.Module); m != nil {
+		out.memory = m.ExportedMemory("memory")
+	}
 	out.run, _ = run.Interface().(func(context.Context) error)
 	out.kernel, _ = kernel.Interface().(api.Module)
 	if out.run == nil || out.kernel == nil {
@@ -190,7 +227,8 @@ func sdkInitOf(ext *extism.Plugin) (sdkInit, error) {
 func (g *sdkGuest) call(ctx context.Context, s *callScope, export string, input []byte, timeout time.Duration) guestResult {
 	callCtx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
 	defer cancel()
-	rc, out, err := g.ext.CallWithContext(withScope(callCtx, s), export, input)
+	callCtx = context.WithValue(withScope(callCtx, s), pluginMemoryKey{}, g.init.memory)
+	rc, out, err := g.ext.CallWithContext(callCtx, export, input)
 	return guestResult{rc: rc, out: out, err: err, timedOut: context.Cause(callCtx) == errCallTimeout}
 }
 

@@ -3,9 +3,11 @@ package examples_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	scripted "github.com/agenthost/agenthost/examples/plugins/scripted-model/model"
+	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
 )
@@ -109,4 +111,114 @@ func BenchmarkRecoveredRunGuestCalls(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchRunQuestion is the question every Run of `agenthost bench runs`
+// asks (internal/bench): two sums, so two calculate calls in one step.
+const benchRunQuestion = "What is 2+3 and 4+5?"
+
+// BenchmarkBenchRunGuestCalls measures the six guest calls of one Run of
+// `agenthost bench runs`, each through the host's whole call path, on the
+// Go example plugins a default `make run` loads: prompt-builder's build
+// and scripted-model's start at each of the Run's two model steps, and
+// calculator's start for each of the two sums the model asks for between
+// them. "run" makes the six in a row, with the inputs the runtime would
+// give them; the others make one call each. The baseline, measured in the
+// same run, is calculator-c's start of the same tool call (docs/BENCHMARKS.md,
+// "Leaner guests").
+func BenchmarkBenchRunGuestCalls(b *testing.B) {
+	ctx := context.Background()
+	e := newEnv(b)
+	calcPlugin := e.load(b, "calculator", abi.RoleExecutor, nil)
+	calcTools := calcPlugin.Describe().Tools
+	calc, err := calcPlugin.Executor()
+	if err != nil {
+		b.Fatal(err)
+	}
+	modelX := e.executor(b, "scripted-model", nil)
+	builder, err := e.load(b, "prompt-builder", abi.RoleBuilder, nil).Builder()
+	if err != nil {
+		b.Fatal(err)
+	}
+	calcC := e.executor(b, calculatorC, nil)
+
+	// One Run, call by call, to record each call's input.
+	transcript := []abi.Message{{Role: abi.MessageUser, Content: benchRunQuestion}}
+	buildIn := func(step int) abi.BuildInput {
+		return abi.BuildInput{
+			Run:        abi.RunView{ID: "run_1", Tenant: "acme", Session: "s1", Step: step, Input: benchRunQuestion},
+			Transcript: append([]abi.Message(nil), transcript...),
+			Tools:      calcTools,
+		}
+	}
+	build1 := buildIn(1)
+	out, err := builder.Build(ctx, "acme", build1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	model1 := modelCall("run_1.m1", out.Request)
+	first := model(b)(modelX.Start(ctx, model1))
+	if len(first.Message.ToolCalls) != 2 {
+		b.Fatalf("the scripted model asked for %+v, not two calculations", first.Message)
+	}
+	transcript = append(transcript, first.Message)
+	var calcs []runtime.EffectCall
+	for i, tc := range first.Message.ToolCalls {
+		c := toolCall(fmt.Sprintf("run_1.t1.%d", i), 1, tc.Name, json.RawMessage(tc.Arguments))
+		calcs = append(calcs, c)
+		o := tool(b)(calc.Start(ctx, c))
+		transcript = append(transcript, abi.Message{Role: abi.MessageTool, ToolCallID: tc.ID, Content: o.Content})
+	}
+	build2 := buildIn(2)
+	if out, err = builder.Build(ctx, "acme", build2); err != nil {
+		b.Fatal(err)
+	}
+	model2 := modelCall("run_1.m2", out.Request)
+	if answer := model(b)(modelX.Start(ctx, model2)); answer.Message.Content != "2+3 = 5 and 4+5 = 9." {
+		b.Fatalf("the scripted model answered %+v", answer.Message)
+	}
+
+	doBuild := func(b *testing.B, in abi.BuildInput) {
+		if _, err := builder.Build(ctx, "acme", in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	doModel := func(b *testing.B, c runtime.EffectCall) {
+		if r, err := modelX.Start(ctx, c); err != nil || r.State != abi.StateDone {
+			b.Fatalf("start: %+v %v", r, err)
+		}
+	}
+	doCalc := func(b *testing.B, x *host.Executor, c runtime.EffectCall) {
+		if r, err := x.Start(ctx, c); err != nil || r.State != abi.StateDone {
+			b.Fatalf("start: %+v %v", r, err)
+		}
+	}
+	for _, bm := range []struct {
+		name string
+		call func(b *testing.B)
+	}{
+		{"run", func(b *testing.B) {
+			doBuild(b, build1)
+			doModel(b, model1)
+			doCalc(b, calc, calcs[0])
+			doCalc(b, calc, calcs[1])
+			doBuild(b, build2)
+			doModel(b, model2)
+		}},
+		{"prompt-builder-build-1", func(b *testing.B) { doBuild(b, build1) }},
+		{"scripted-model-start-1", func(b *testing.B) { doModel(b, model1) }},
+		{"calculator-start", func(b *testing.B) { doCalc(b, calc, calcs[0]) }},
+		{"prompt-builder-build-2", func(b *testing.B) { doBuild(b, build2) }},
+		{"scripted-model-start-2", func(b *testing.B) { doModel(b, model2) }},
+		{"baseline-calculator-c-start", func(b *testing.B) { doCalc(b, calcC, calcs[0]) }},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := processCPU(b)
+			for b.Loop() {
+				bm.call(b)
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
 }

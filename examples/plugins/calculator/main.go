@@ -61,17 +61,17 @@ func start() int32 {
 	var args struct {
 		Expression *string `json:"expression"`
 	}
-	if err := in.Effect.ToolArguments(&args); err != nil {
-		return guest.Reply(abi.DoneTool("error: the arguments must be {\"expression\": \"...\"}: "+err.Error(), true))
+	if err := guest.ToolArguments(in.Effect, &args); err != nil {
+		return guest.Reply(guest.DoneTool("error: the arguments must be {\"expression\": \"...\"}: "+err.Error(), true))
 	}
 	if args.Expression == nil {
-		return guest.Reply(abi.DoneTool("error: the argument \"expression\" is missing; pass {\"expression\": \"(2+3)*4\"}", true))
+		return guest.Reply(guest.DoneTool("error: the argument \"expression\" is missing; pass {\"expression\": \"(2+3)*4\"}", true))
 	}
 	v, err := expr.Eval(*args.Expression)
 	if err != nil {
-		return guest.Reply(abi.DoneTool("error: "+err.Error(), true))
+		return guest.Reply(guest.DoneTool("error: "+err.Error(), true))
 	}
-	return guest.Reply(abi.DoneTool(expr.Format(v), false))
+	return guest.Reply(guest.DoneTool(expr.Format(v), false))
 }
 
 // poll and attach: the calculator never answers pending, so it holds no

@@ -33,9 +33,27 @@ func build() int32 {
 	if err := guest.Input(&in); err != nil {
 		return guest.Fail("prompt-builder: the input is not a build input: " + err.Error())
 	}
-	cfg, err := prompt.ParseConfig(guest.Config)
+	cfg, err := config()
 	if err != nil {
 		return guest.Fail(err.Error())
 	}
 	return guest.Reply(prompt.Build(cfg, in))
+}
+
+// parsed is the config as the first build read it: an instance's config
+// never changes (the host makes new instances when it does), so later
+// builds skip the host calls that read it.
+var parsed struct {
+	done bool
+	cfg  prompt.Config
+	err  error
+}
+
+// config is the plugin's config, parsed.
+func config() (prompt.Config, error) {
+	if !parsed.done {
+		parsed.cfg, parsed.err = prompt.ParseConfig(guest.Config)
+		parsed.done = true
+	}
+	return parsed.cfg, parsed.err
 }

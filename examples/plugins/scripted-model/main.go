@@ -14,8 +14,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/agenthost/agenthost/examples/plugins/internal/guest"
 	"github.com/agenthost/agenthost/examples/plugins/scripted-model/model"
 	"github.com/agenthost/agenthost/plugins/abi"
@@ -26,52 +24,26 @@ func main() {}
 //go:wasmexport agenthost_abi_v1
 func marker() {}
 
-//go:wasmexport describe
-func describe() int32 {
-	return guest.Describe(abi.Describe{
-		Name:    "scripted-model",
-		Version: "1.0.0",
-		Role:    abi.RoleExecutor,
-		Effects: []abi.EffectKind{abi.KindModel},
-		Attach:  false,
-	})
+// scripted is the model executor: every export but the marker is one of
+// its methods (guest.ModelExecutor), which decodes a start's input and
+// its model request in one pass.
+var scripted = guest.ModelExecutor{
+	Name:    "scripted-model",
+	Version: "1.0.0",
+	Call:    func(req abi.ModelRequest) abi.EffectReply { return guest.DoneModel(model.Respond(req)) },
 }
+
+//go:wasmexport describe
+func describe() int32 { return scripted.Describe() }
 
 //go:wasmexport start
-func start() int32 {
-	in, rc, ok := guest.EffectInput()
-	if !ok {
-		return rc
-	}
-	if in.Effect.Kind != abi.KindModel {
-		return guest.Reply(abi.Failed(fmt.Sprintf("scripted-model: effect %s is of kind %q; this plugin carries out model effects only", in.Effect.ID, in.Effect.Kind), false))
-	}
-	req, err := guest.ModelRequest(in.Effect)
-	if err != nil {
-		return guest.Reply(abi.Failed("scripted-model: "+err.Error(), false))
-	}
-	return guest.Reply(abi.DoneModel(model.Respond(req)))
-}
+func start() int32 { return scripted.Start() }
 
 //go:wasmexport poll
-func poll() int32 { return noRecord() }
+func poll() int32 { return scripted.NoRecord() }
 
 //go:wasmexport attach
-func attach() int32 { return noRecord() }
-
-// noRecord answers poll and attach: the model never answers pending, so it
-// holds no record of any attempt.
-func noRecord() int32 {
-	if _, rc, ok := guest.EffectInput(); !ok {
-		return rc
-	}
-	return guest.Reply(abi.Unknown())
-}
+func attach() int32 { return scripted.NoRecord() }
 
 //go:wasmexport cancel
-func cancel() int32 {
-	if _, rc, ok := guest.EffectInput(); !ok {
-		return rc
-	}
-	return guest.Reply(abi.Cancelled())
-}
+func cancel() int32 { return scripted.Cancel() }

@@ -49,18 +49,51 @@ func (x ModelExecutor) Describe() int32 {
 // whose request is not a model request, not retriable; else it replies
 // what Call answers.
 func (x ModelExecutor) Start() int32 {
-	in, rc, ok := EffectInput()
+	in, req, rc, ok := modelEffectInput()
 	if !ok {
 		return rc
 	}
 	if in.Effect.Kind != abi.KindModel {
 		return Reply(abi.Failed(fmt.Sprintf("%s: effect %s is of kind %q; this plugin carries out model effects only", x.Name, in.Effect.ID, in.Effect.Kind), false))
 	}
-	req, err := ModelRequest(in.Effect)
-	if err != nil {
-		return Reply(abi.Failed(x.Name+": "+err.Error(), false))
+	if req == nil {
+		r, err := ModelRequest(in.Effect)
+		if err != nil {
+			return Reply(abi.Failed(x.Name+": "+err.Error(), false))
+		}
+		req = &r
 	}
-	return Reply(x.Call(req))
+	return Reply(x.Call(*req))
+}
+
+// modelStartInput is abi.EffectInput with the effect's request decoded
+// as a model request in the same pass, rather than kept as raw JSON to be
+// decoded a second time.
+type modelStartInput struct {
+	ABI    int `json:"abi"`
+	Effect struct {
+		abi.Effect
+		// Request shadows abi.Effect's raw request: nil when absent or
+		// null.
+		Request *abi.ModelRequest `json:"request"`
+	} `json:"effect"`
+	Handle string `json:"handle"`
+}
+
+// modelEffectInput is EffectInput for a model executor's start, with the
+// request decoded in one pass with the rest. When that pass fails, or
+// leaves the request nil (absent or null), it decodes as EffectInput
+// does and returns a nil request, for ModelRequest to decode or refuse
+// with the words it always had: the replies are the same either way. In
+// the one pass the effect's raw request is left empty: the request is
+// the one returned.
+func modelEffectInput() (abi.EffectInput, *abi.ModelRequest, int32, bool) {
+	var one modelStartInput
+	if err := Input(&one); err == nil && one.Effect.Request != nil && one.Effect.ID != "" && one.Effect.Attempt >= 1 {
+		return abi.EffectInput{ABI: one.ABI, Effect: one.Effect.Effect, Handle: one.Handle}, one.Effect.Request, 0, true
+	}
+	in, rc, ok := EffectInput()
+	return in, nil, rc, ok
 }
 
 // NoRecord answers poll and attach: nothing is ever left pending, so the

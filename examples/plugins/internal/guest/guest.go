@@ -1,12 +1,13 @@
 //go:build wasip1
 
 // Package guest is the plugin side of ABI v1 that the example plugins
-// share: the Extism input and output, the plugin's config, typed
-// wrappers over the agenthost host functions (module extism:host/user),
-// and the exports every example model executor answers alike
-// (ModelExecutor). Each wrapper is a few lines over go-pdk; copy them
-// into your own plugin freely (docs/ABI.md, "Writing a plugin", shows
-// them in full).
+// share: the call's input and output (one host call each, through
+// agenthost_input_read and agenthost_output_set), the plugin's config,
+// typed wrappers over the agenthost host functions (module
+// extism:host/user), and the exports every example model executor
+// answers alike (ModelExecutor). Each wrapper is a few lines over go-pdk
+// or a host function; copy them into your own plugin freely (docs/ABI.md,
+// "Writing a plugin", shows them in full).
 //
 // The JSON codec is github.com/segmentio/encoding/json, a drop-in for
 // encoding/json (the same API, struct tags and decoding rules; a few error
@@ -19,7 +20,10 @@
 package guest
 
 import (
+	"bytes"
 	"fmt"
+	"runtime"
+	"unsafe"
 
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/extism/go-pdk"
@@ -50,8 +54,39 @@ func hostHTTPRead(stream, max uint64) uint64
 //go:wasmimport extism:host/user agenthost_http_close
 func hostHTTPClose(stream uint64) uint64
 
+//go:wasmimport extism:host/user agenthost_input_read
+func hostInputRead(ptr, n uint64) uint64
+
+//go:wasmimport extism:host/user agenthost_output_set
+func hostOutputSet(ptr, n uint64)
+
+// The call's input and output move between the host and this module's
+// memory in one host call each (agenthost_input_read and
+// agenthost_output_set), not through the Extism kernel 8 bytes a call as
+// go-pdk's Input and Output move them: for a builder's input, which
+// repeats the Run's transcript, that is hundreds of host calls a call
+// (docs/BENCHMARKS.md, "Leaner guests"). Both buffers are kept from one
+// call to the next: the decoder copies what it keeps (no ZeroCopy flag),
+// and the host copies the output before agenthost_output_set returns.
+var inputBuf, outputBuf []byte
+
+// input is the call's input, in inputBuf: valid until the next call.
+func input() []byte {
+	n := hostInputRead(ptrOf(inputBuf), uint64(cap(inputBuf)))
+	if n > uint64(cap(inputBuf)) {
+		inputBuf = make([]byte, n)
+		n = hostInputRead(ptrOf(inputBuf), n)
+	}
+	inputBuf = inputBuf[:n]
+	return inputBuf
+}
+
+// ptrOf is the address of b's first element in this module's memory (0
+// when it has none): what a host function takes as a pointer.
+func ptrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b[:cap(b)])))) }
+
 // Input decodes the call's JSON input into v.
-func Input(v any) error { return json.Unmarshal(pdk.Input(), v) }
+func Input(v any) error { return json.Unmarshal(input(), v) }
 
 // ModelRequest is abi.Effect.ModelRequest on this package's codec: the
 // request of a model effect, or an error that names the effect.
@@ -63,13 +98,63 @@ func ModelRequest(e abi.Effect) (abi.ModelRequest, error) {
 	return req, nil
 }
 
+// Done is abi.Done on this package's codec: a done reply with outcome
+// as its JSON (the same bytes), or a failed one when it cannot be
+// encoded.
+func Done(outcome any) abi.EffectReply {
+	raw, err := json.Marshal(outcome)
+	if err != nil {
+		return abi.Failed(fmt.Sprintf("abi: cannot encode the outcome: %v", err), false)
+	}
+	return abi.EffectReply{State: abi.StateDone, Outcome: raw}
+}
+
+// DoneModel is abi.DoneModel on this package's codec.
+func DoneModel(m abi.ModelOutcome) abi.EffectReply { return Done(m) }
+
+// DoneTool is abi.DoneTool on this package's codec.
+func DoneTool(content string, isError bool) abi.EffectReply {
+	return Done(abi.ToolOutcome{Content: content, IsError: isError})
+}
+
+// ToolArguments is abi.Effect.ToolArguments on this package's codec: it
+// decodes the arguments of a tool effect's request into v ({} when the
+// request or its arguments are absent or null), or returns an error that
+// names the effect, in the same words.
+func ToolArguments(e abi.Effect, v any) error {
+	var req abi.ToolRequest
+	if !absent(e.Request) {
+		if err := json.Unmarshal(e.Request, &req); err != nil {
+			return fmt.Errorf("abi: effect %s: request is not {\"arguments\": {…}}: %w", e.ID, err)
+		}
+	}
+	args := req.Arguments
+	if absent(args) {
+		args = []byte("{}")
+	}
+	if err := json.Unmarshal(args, v); err != nil {
+		return fmt.Errorf("abi: effect %s: arguments: %w", e.ID, err)
+	}
+	return nil
+}
+
+// absent reports whether raw JSON is no value: empty, or null, with JSON
+// white space around it.
+func absent(raw []byte) bool {
+	t := bytes.Trim(raw, " \t\r\n")
+	return len(t) == 0 || string(t) == "null"
+}
+
 // Reply writes v as the call's JSON output and returns 0, the ok status.
+// It encodes v as json.Marshal does.
 func Reply(v any) int32 {
-	b, err := json.Marshal(v)
+	b, err := json.Append(outputBuf[:0], v, json.EscapeHTML|json.SortMapKeys)
 	if err != nil {
 		return Fail("cannot encode the reply: " + err.Error())
 	}
-	pdk.Output(b)
+	outputBuf = b
+	hostOutputSet(ptrOf(b), uint64(len(b)))
+	runtime.KeepAlive(b)
 	return 0
 }
 
