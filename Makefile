@@ -12,6 +12,10 @@
 #   make bench-peers agenthost against DBOS Transact on one throwaway PostgreSQL
 #                (benchpeers/, a module of its own; downloads its dependencies the
 #                first time; not part of make test)
+#   make bench-peers-recovery  the same two on kill -9 with Runs on slow jobs in
+#                flight, then the restart's time until every Run is terminal:
+#                RECOVERYFLAGS=--runs 10000 (issue 39's figure), default
+#                --runs 200 --job-seconds 5 --rounds 2
 #   make plugins the Go example plugins, into build/plugins/NAME.wasm, and the
 #                conformance plugins (agenthost bench loads some), into build/plugins/conformance/
 #   make plugins-c  the C example plugins, every examples/plugins/*-c (needs clang,
@@ -29,7 +33,7 @@ TESTFLAGS ?=
 PLUGINS  := build/plugins
 QUESTION ?= What is (2+3)*4?
 
-.PHONY: build check fmt-check test deps lint bench bench-peers clean warm-cache plugins plugins-c plugins-as run
+.PHONY: build check fmt-check test deps lint bench bench-peers bench-peers-recovery clean warm-cache plugins plugins-c plugins-as run
 
 build:
 	$(GO) build ./...
@@ -123,10 +127,19 @@ bench:
 # a module of its own, so that DBOS is never a dependency of agenthost, and go
 # vet ./... and go test ./... here never build it. First its test on a tiny
 # workload, then the comparison: PEERSFLAGS=--concurrency 16 --runs 600, say.
+# Its tests include the recovery comparison's, which runs bin/agenthost.
 PEERSFLAGS ?= --runs 300 --rounds 3 --concurrency 1,16
-bench-peers: plugins
+bench-peers: plugins build
 	cd benchpeers && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd benchpeers && $(GO) run . --plugins ../$(PLUGINS) --cache-dir ../.cache/wazero $(PEERSFLAGS)
+
+# The recovery comparison (docs/BENCHMARKS.md, "Recovery after kill -9"):
+# bin/agenthost bench recovery --store postgres against DBOS recovering its
+# pending workflows at Launch, on one throwaway PostgreSQL, in alternating
+# rounds: RECOVERYFLAGS=--runs 10000, say.
+RECOVERYFLAGS ?= --runs 200 --job-seconds 5 --rounds 2
+bench-peers-recovery: plugins build
+	cd benchpeers && $(GO) run . recovery --agenthost ../$(BIN)/agenthost --plugins ../$(PLUGINS) --cache-dir ../.cache/wazero $(RECOVERYFLAGS)
 
 clean:
 	rm -rf $(BIN) .cache build .agenthost

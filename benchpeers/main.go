@@ -8,6 +8,11 @@
 // each concurrency, and prints Runs/s, latency, the server's CPU per Run
 // and agenthost's ratios to DBOS.
 //
+// Its recovery command (recovery.go) compares the two on a restart after
+// kill -9 with Runs in flight on slow jobs: agenthost's `bench recovery
+// --store postgres` against DBOS's recovery of its pending workflows at
+// Launch, on one throwaway server, in alternating rounds.
+//
 // It is a module of its own (go.mod here) so that DBOS is never a
 // dependency of agenthost; `make bench-peers` runs it. The agenthost side
 // is opened and driven by internal/bench, as `bench runs` drives it.
@@ -56,7 +61,8 @@ The Wasm plugins are make plugins' (--plugins); docs/BENCHMARKS.md gives the
 figures and what each system does per Run that the other does not.`,
 		Example: `  make bench-peers
   go run . --runs 300 --rounds 3 --concurrency 1,16
-  go run . --systems in-process,dbos --concurrency 16 --json`,
+  go run . --systems in-process,dbos --concurrency 16 --json
+  go run . recovery --runs 200 --job-seconds 5    # kill -9 and recovery: benchpeers recovery --help`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -66,6 +72,8 @@ figures and what each system does per Run that the other does not.`,
 			return compare(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), p)
 		},
 	}
+	cmd.CompletionOptions.DisableDefaultCmd = true
+	cmd.AddCommand(newRecoveryCommand(), newDBOSChildCommand())
 	f := cmd.Flags()
 	f.IntVarP(&p.Runs, "runs", "n", 300, "Runs a system per concurrency level")
 	f.IntVar(&p.Rounds, "rounds", 3, "rounds per level, each running Runs/rounds Runs on every system in turn")

@@ -100,6 +100,22 @@ type system struct {
 	close func()
 }
 
+// startServer starts the throwaway PostgreSQL server (fsync on) that
+// allows maxConnections, and creates the database the systems share; it
+// returns the server and that database's DSN.
+func startServer(ctx context.Context, maxConnections int) (*pgserver.Server, string, error) {
+	srv, err := pgserver.Start(ctx, pgserver.Options{Fsync: true, MaxConnections: maxConnections,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, "", fmt.Errorf("benchpeers: starting PostgreSQL: %w", err)
+	}
+	if err := srv.CreateDatabase(ctx, "bench"); err != nil {
+		_ = srv.Stop()
+		return nil, "", fmt.Errorf("benchpeers: %w", err)
+	}
+	return srv, srv.DSN("bench"), nil
+}
+
 // compare starts the throwaway PostgreSQL server, opens the systems on it
 // and measures them in alternating rounds at every concurrency; it
 // prints the result on w, and its progress on log.
@@ -112,16 +128,11 @@ func compare(ctx context.Context, w, log io.Writer, p *params) error {
 	}
 	maxConc := slices.Max(p.Concurrency)
 	progress("starting a throwaway PostgreSQL server (fsync on)")
-	srv, err := pgserver.Start(ctx, pgserver.Options{Fsync: true, MaxConnections: len(p.Systems)*(p.MaxConns+2) + maxConc + 20,
-		Logger: slog.New(slog.DiscardHandler)})
+	srv, dsn, err := startServer(ctx, len(p.Systems)*(p.MaxConns+2)+maxConc+20)
 	if err != nil {
-		return fmt.Errorf("benchpeers: starting PostgreSQL: %w", err)
+		return err
 	}
 	defer func() { _ = srv.Stop() }()
-	if err := srv.CreateDatabase(ctx, "bench"); err != nil {
-		return fmt.Errorf("benchpeers: %w", err)
-	}
-	dsn := srv.DSN("bench")
 	if p.PostgreSQL, err = bench.PostgresVersion(ctx, dsn); err != nil {
 		return err
 	}
