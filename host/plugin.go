@@ -120,7 +120,7 @@ type PoolStats struct {
 	Created int // instances created since the pool was
 	Evicted int // idle instances closed for idleness or memory
 	Failed  int // instances discarded after a trap, timeout or limit
-	Trimmed int // instances closed on release, PoolSize being idle already
+	Trimmed int // instances closed on release, PoolSize being idle already and no call wanting one, and the idle beyond PoolSize closed with them
 	Waiting int // calls waiting for an instance (or for memory for one), now
 	Waited  int // calls that waited for an instance since the pool was
 }

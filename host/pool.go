@@ -17,8 +17,12 @@ import (
 // while the host-wide memory cap leaves no room for another
 // (Host.waitForRoom). Up to Limits.PoolSize instances are kept idle after
 // their call, reused last-in first-out and closed after
-// Limits.IdleTimeout on the host clock; an instance released while
-// PoolSize are idle already is closed at once. An instance that failed is
+// Limits.IdleTimeout on the host clock. An instance released while
+// PoolSize are idle already is kept too while other calls want one
+// (demand), and closed at once otherwise, with any idle beyond PoolSize:
+// a burst of calls (a restart's attaches) is served by the instances it
+// made, instead of closing each one past PoolSize as its call ends and
+// making another for the call that waited. An instance that failed is
 // closed, never put back.
 type pool struct {
 	p      *Plugin
@@ -26,6 +30,9 @@ type pool struct {
 	slots  chan struct{} // one token per instance in use or being made
 	// waiting counts the callers waiting for a token or for memory.
 	waiting atomic.Int64
+	// demand counts the calls in acquire: those that want an instance
+	// and have none yet.
+	demand atomic.Int64
 
 	mu   sync.Mutex
 	idle []*instance
@@ -57,6 +64,8 @@ func newPool(p *Plugin, tenant string) *pool {
 // The wait for a turn is part of making the instance, as the making is:
 // neither counts as a wait for an instance.
 func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
+	pl.demand.Add(1)
+	defer pl.demand.Add(-1)
 	wait := callWait{plugin: pl.p.name} // begun once the call has to wait
 	defer pl.noteWait(&wait)
 	select {
@@ -198,8 +207,9 @@ func (pl *pool) noteWait(w *callWait) {
 }
 
 // release gives an instance back: to the idle list when keep is set, the
-// pool is open and fewer than PoolSize are idle, otherwise it is closed
-// (its memory freed).
+// pool is open, and fewer than PoolSize are idle or another call wants
+// an instance (demand); otherwise it is closed (its memory freed), and so
+// are the idle instances beyond PoolSize that a burst left.
 func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
 	defer pl.p.h.budget.returned()
 	pl.mu.Lock()
@@ -207,7 +217,8 @@ func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
 	if !keep {
 		pl.st.Failed++
 	}
-	if keep && !pl.closed && len(pl.idle) < pl.p.spec.Limits.PoolSize {
+	size := pl.p.spec.Limits.PoolSize
+	if keep && !pl.closed && (len(pl.idle) < size || pl.demand.Load() > 0) {
 		in.lastUsed = pl.p.h.clock.Now()
 		pl.idle = append(pl.idle, in)
 		pl.wakeLocked()
@@ -216,11 +227,23 @@ func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
 		<-pl.slots
 		return
 	}
+	var surplus []*instance
 	if keep && !pl.closed {
 		pl.st.Trimmed++
+		// The oldest first: the idle list is reused last-in first-out.
+		if n := len(pl.idle) - size; n > 0 {
+			surplus = append(surplus, pl.idle[:n]...)
+			kept := copy(pl.idle, pl.idle[n:])
+			clear(pl.idle[kept:])
+			pl.idle = pl.idle[:kept]
+			pl.st.Trimmed += n
+		}
 	}
 	pl.mu.Unlock()
 	in.close(ctx)
+	for _, s := range surplus {
+		s.close(ctx)
+	}
 	<-pl.slots
 }
 

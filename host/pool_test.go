@@ -204,3 +204,44 @@ func TestLoadCloseDoesNotLeak(t *testing.T) {
 	}
 	t.Logf("goroutines %d -> %d, heap in use %d -> %d MiB over %d cycles", g0, g1, h0>>20, h1>>20, n)
 }
+
+// An instance released while PoolSize are idle already is kept while
+// another call wants one (in acquire: here a call is counted in demand as
+// acquire counts it), so that a burst of calls (a restart's attaches) is
+// served by the instances it made rather than by closing each one past
+// PoolSize and making another for the next call. Once no call wants one,
+// the next release closes its instance and the idle ones beyond
+// PoolSize.
+func TestAnInstanceReleasedWhileCallsWantOneIsKept(t *testing.T) {
+	e := newEnv(t, Config{})
+	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize, s.Limits.MaxInstances = 1, 4 })
+	pl, err := x.Plugin().pool("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var held []*instance
+	for range 4 {
+		in, err := pl.acquire(ctx, "start")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, in)
+	}
+	pl.demand.Add(1) // a call waiting for an instance
+	for _, in := range held[:3] {
+		pl.release(ctx, in, true)
+	}
+	if st := x.Plugin().Stats("acme"); st.Created != 4 || st.Idle != 3 || st.Trimmed != 0 {
+		t.Fatalf("3 released while a call wants an instance: %+v; want all 3 kept idle, none closed", st)
+	}
+	pl.demand.Add(-1)
+	pl.release(ctx, held[3], true)
+	if st := x.Plugin().Stats("acme"); st.Idle != 1 || st.Trimmed != 3 || st.InUse != 0 {
+		t.Fatalf("the last released with no call wanting one: %+v; want pool_size 1 idle, the other 3 closed", st)
+	}
+	doneIn(t)(x.Start(ctx, toolCall("acme", "r.t1.0", 1, "echo", map[string]string{"text": "x"})))
+	if st := x.Plugin().Stats("acme"); st.Created != 4 || st.Idle != 1 {
+		t.Fatalf("a call after: %+v; want the idle instance reused", st)
+	}
+}
