@@ -7,8 +7,9 @@
  * Every argument and result is an Extism memory offset (i64), except
  * agenthost_now_ms, whose result is a number: Unix milliseconds on the
  * host clock, and the stream and max arguments of agenthost_http_read and
- * agenthost_http_close, which are numbers. Status results: 0 ok, 1 too
- * large, 2 store unavailable, 3 refused.
+ * agenthost_http_close, which are numbers, and the pointers and lengths of
+ * agenthost_input_read and agenthost_output_set. Status results: 0 ok, 1
+ * too large, 2 store unavailable, 3 refused.
  */
 #ifndef AGENTHOST_AGENTHOST_H
 #define AGENTHOST_AGENTHOST_H
@@ -27,6 +28,13 @@ AGENTHOST_IMPORT(agenthost_http) uint64_t agenthost_http(uint64_t request_json);
 AGENTHOST_IMPORT(agenthost_http_open) uint64_t agenthost_http_open(uint64_t request_json);            /* head JSON offset, with the stream */
 AGENTHOST_IMPORT(agenthost_http_read) uint64_t agenthost_http_read(uint64_t stream, uint64_t max); /* next bytes' offset; 0 at the end */
 AGENTHOST_IMPORT(agenthost_http_close) uint64_t agenthost_http_close(uint64_t stream);             /* end JSON offset */
+/* The call's input and output in one call each, by pointer and length in
+ * the plugin's own memory, not Extism offsets (docs/ABI.md,
+ * "agenthost_input_read, agenthost_output_set"): input_read copies up to
+ * len bytes of the input to ptr and returns the input's whole length;
+ * output_set makes the len bytes at ptr the call's output. */
+AGENTHOST_IMPORT(agenthost_input_read) uint64_t agenthost_input_read(uint64_t ptr, uint64_t len); /* the input's length */
+AGENTHOST_IMPORT(agenthost_output_set) void agenthost_output_set(uint64_t ptr, uint64_t len);
 
 /* AGENTHOST_ABI_V1 defines the marker export agenthost_abi_v1: a function
  * with no parameters and no results, which the host finds among the
