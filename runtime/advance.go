@@ -492,6 +492,14 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			}
 			durable := next
 			committed = &durable
+			if req.queued != nil {
+				// Its own settlement is durable: out of the queue now,
+				// under the Run's lock, not when commitSettlement returns
+				// (after perform, whose calls may answer first), so that
+				// no later advance of the Run takes it along and has it
+				// refused as settled already.
+				rt.settles.Remove(rk, req.queued)
+			}
 			rt.stats.MergedSettlements.Add(int64(len(merged)))
 			// The merged settlements are durable with this commit: their
 			// attempts are settled from now on, before perform starts what

@@ -19,8 +19,10 @@ import (
 // plan and dispatch.
 //
 // The protocol: the runtime's commitSettlement queues its settlement (Add)
-// before it takes the Run's lock, and takes it out (Remove) when its
-// advance returns. An advance, holding the Run's lock, folds its own
+// before it takes the Run's lock; its advance takes it out (Remove) as
+// soon as its own commit is durable, still holding the lock, and
+// commitSettlement again when the advance returns (a no-op then, or the
+// cleanup of an advance that did not commit). An advance, holding the Run's lock, folds its own
 // settlement and takes the others queued (Take), which marks them taken;
 // after its commit it marks them committed with the snapshot it committed
 // (Done with that snapshot) or puts them back (Done with nil). The owner of
