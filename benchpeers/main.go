@@ -30,6 +30,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/agenthost/agenthost/internal/benchkit"
 	"github.com/agenthost/agenthost/pgstore"
 )
 
@@ -77,6 +78,7 @@ figures and what each system does per Run that the other does not.`,
 	f := cmd.Flags()
 	f.IntVarP(&p.Runs, "runs", "n", 300, "Runs a system per concurrency level")
 	f.IntVar(&p.Rounds, "rounds", 3, "rounds per level, each running Runs/rounds Runs on every system in turn")
+	f.IntVar(&p.Warmup, "warmup", benchkit.DefaultWarmupPerClient, "untimed Runs per client (at most "+strconv.Itoa(benchkit.MaxWarmupRuns)+" a level) that each system runs at the start of each level: fresh connections, their prepared statements and plans, and plugin instances are made there, not in the first timed round; 0 for none")
 	f.StringVar(&conc, "concurrency", "1,16", "comma-separated numbers of concurrent clients, one level each (also --clients)")
 	f.StringVar(&systems, "systems", strings.Join(allSystems, ","), "the systems to run, comma-separated: in-process (agenthost, Go twins of the plugins), wasm (agenthost, the Wasm plugins), dbos")
 	f.IntVar(&p.PoolSize, "pool-size", 4, "instances per agenthost plugin kept warm (the config's plugins.ID.pool_size), as bench runs")
@@ -113,6 +115,9 @@ func (p *params) check(conc, systems string) error {
 	}
 	if p.Runs < 1 || p.Rounds < 1 || p.Runs < p.Rounds {
 		return fmt.Errorf("--runs %d --rounds %d: both must be at least 1, and --runs at least --rounds", p.Runs, p.Rounds)
+	}
+	if p.Warmup < 0 {
+		return fmt.Errorf("--warmup %d: want 0 or more untimed Runs per client", p.Warmup)
 	}
 	if p.PoolSize < 1 || p.MaxConns < 1 {
 		return fmt.Errorf("--pool-size %d --max-conns %d: both must be at least 1", p.PoolSize, p.MaxConns)

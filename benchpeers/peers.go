@@ -38,11 +38,14 @@ var systemTitles = map[string]string{
 
 // params are the comparison's parameters, as --json reports them.
 type params struct {
-	Runs        int      `json:"runs"`
-	Concurrency []int    `json:"concurrency"`
-	Rounds      int      `json:"rounds"`
-	Systems     []string `json:"systems"`
-	PoolSize    int      `json:"pool_size"`
+	Runs        int   `json:"runs"`
+	Concurrency []int `json:"concurrency"`
+	Rounds      int   `json:"rounds"`
+	// Warmup is the untimed Runs per client each system runs at the
+	// start of a level (benchkit.WarmupRuns).
+	Warmup   int      `json:"warmup_per_client"`
+	Systems  []string `json:"systems"`
+	PoolSize int      `json:"pool_size"`
 	// MaxConns is each system's working connections: pgstore's pool (its
 	// change feed holds 2 more) and DBOS's pool less the one its
 	// notification listener holds.
@@ -234,6 +237,9 @@ func (m *serverMeter) read(ctx context.Context) (serverSample, error) {
 // alike. Around each system's part of a round it reads the server's CPU
 // time and counters and this process's CPU time.
 func measureLevel(ctx context.Context, meter *serverMeter, p *params, c int, systems []system) ([]level, error) {
+	if err := warmUp(c, p.Warmup, systems); err != nil {
+		return nil, err
+	}
 	accs := make([]acc, len(systems))
 	for r := 0; r < p.Rounds; r++ {
 		n := p.Runs / p.Rounds
@@ -285,6 +291,30 @@ func measureLevel(ctx context.Context, meter *serverMeter, p *params, c int, sys
 	return out, nil
 }
 
+// warmUp runs the untimed start of a level at concurrency c: each system
+// runs benchkit.WarmupRuns Runs, so that what a level with more clients
+// than the one before costs at first (connections opened, statements
+// prepared and planned on each, plugin instances made) falls outside
+// the timed rounds, for every system alike.
+func warmUp(c, perClient int, systems []system) error {
+	n := benchkit.WarmupRuns(c, perClient)
+	for _, s := range systems {
+		if n == 0 {
+			break
+		}
+		var failed atomic.Pointer[error]
+		benchkit.Parallel(c, n, func(int) {
+			if _, err := s.run(); err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
+		if e := failed.Load(); e != nil {
+			return fmt.Errorf("benchpeers: %s, concurrency %d, warming up: %w", systemTitles[s.name], c, *e)
+		}
+	}
+	return nil
+}
+
 // ratios are the agenthost levels over DBOS's at the same concurrency.
 func ratios(levels []level) []ratio {
 	var out []ratio
@@ -316,7 +346,8 @@ func levelsTable(p *params, levels []level) bench.Table {
 			fmt.Sprintf("%.2f", l.WriteTxPerRun), fmt.Sprintf("%.1f", l.WALKBPerRun)})
 	}
 	t.Notes = []string{
-		"A Run: a model step, two tool steps in parallel, a model step, each result committed before the next step acts (agenthost: 6 commits, CreateRun included; DBOS: the workflow's status, 4 steps, its result).",
+		"A Run: a model step, two tool steps in parallel, a model step, each result committed before the next step acts (agenthost: CreateRun and 4 or 5 commits, the two tool results sharing one when they arrive together; DBOS: the workflow's status, 4 steps, its result).",
+		fmt.Sprintf("Each level starts untimed: every system runs %d Runs per client (--warmup; at most %d), so that what more clients cost at first (connections opened, statements prepared and planned on each, plugin instances) is not timed.", p.Warmup, benchkit.MaxWarmupRuns),
 		"PG CPU: the server's processes (backends, WAL writer, checkpointer…), user and system, during the system's rounds; bench CPU: this process's, where the system runs.",
 		"write tx: transaction IDs the server handed out (transactions that wrote); WAL: the bytes of WAL written. Idle systems' background work (leases, pollers) falls into the others' rounds.",
 		fmt.Sprintf("Each system has %d working connections (pgstore's pool; DBOS's pool less its listener's); agenthost's plugins have pool_size %d.", p.MaxConns, p.PoolSize),

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agenthost/agenthost/internal/pgserver"
 )
@@ -67,5 +70,31 @@ func TestComparisonOfATinyWorkload(t *testing.T) {
 		if r.RunsPerSec <= 0 || r.P50 <= 0 {
 			t.Errorf("ratio %+v: want positive ratios", r)
 		}
+	}
+}
+
+// Every system runs a level's untimed warm-up, per client, before the
+// level's rounds; a failed warm-up Run ends the comparison.
+func TestEverySystemWarmsUpBeforeALevel(t *testing.T) {
+	var ran [2]atomic.Int64
+	systems := make([]system, 2)
+	for i := range systems {
+		systems[i] = system{name: allSystems[i], run: func() (time.Duration, error) { ran[i].Add(1); return time.Millisecond, nil }}
+	}
+	if err := warmUp(4, 3, systems); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ran {
+		if got := ran[i].Load(); got != 12 {
+			t.Errorf("%s ran %d warm-up Runs, want 12 (4 clients, 3 each)", systems[i].name, got)
+		}
+	}
+	if err := warmUp(4, 0, systems); err != nil || ran[0].Load() != 12 {
+		t.Errorf("--warmup 0: err %v, %d Runs in all, want none more", err, ran[0].Load())
+	}
+	boom := errors.New("boom")
+	failing := []system{{name: sysDBOS, run: func() (time.Duration, error) { return 0, boom }}}
+	if err := warmUp(2, 1, failing); !errors.Is(err, boom) {
+		t.Errorf("a failed warm-up Run: err = %v, want boom", err)
 	}
 }

@@ -39,12 +39,15 @@ const (
 
 // runsParams are the parameters of `bench runs` and `bench http`.
 type runsParams struct {
-	Runs        int    `json:"runs"`
-	Concurrency []int  `json:"concurrency"`
-	Rounds      int    `json:"rounds"`
-	Question    string `json:"question"`
-	PoolSize    int    `json:"pool_size"`
-	SyncWrites  bool   `json:"sync_writes"`
+	Runs        int   `json:"runs"`
+	Concurrency []int `json:"concurrency"`
+	Rounds      int   `json:"rounds"`
+	// Warmup is the untimed Runs per client a level starts with
+	// (benchkit.WarmupRuns).
+	Warmup     int    `json:"warmup_per_client"`
+	Question   string `json:"question"`
+	PoolSize   int    `json:"pool_size"`
+	SyncWrites bool   `json:"sync_writes"`
 	// Store is the store the Runs commit to: badger or postgres (whose
 	// server is PostgreSQL, with its version).
 	Store      string `json:"store"`
@@ -106,6 +109,7 @@ func (p *runsParams) flags(cmd *cobra.Command, runs int, conc string) *string {
 	f := cmd.Flags()
 	f.IntVarP(&p.Runs, "runs", "n", runs, "Runs per concurrency level")
 	f.IntVar(&p.Rounds, "rounds", 5, "rounds per level, each Runs/rounds Runs then as many bare Badger commits, interleaved so that a noisy machine's drift hits both alike")
+	f.IntVar(&p.Warmup, "warmup", benchkit.DefaultWarmupPerClient, "untimed Runs per client (at most "+strconv.Itoa(benchkit.MaxWarmupRuns)+" a level) that start each level, then as many untimed bare commits: fresh connections, their prepared statements and plans, and the plugins' instances are made there, not in the first timed round; 0 for none")
 	f.IntVar(&p.PoolSize, "pool-size", 4, "instances per plugin per tenant kept warm (the config's plugins.ID.pool_size; up to max_instances, 64, exist at once)")
 	s := f.String("concurrency", conc, "comma-separated numbers of concurrent clients, one level each")
 	p.Question = benchQuestion
@@ -123,6 +127,9 @@ func (p *runsParams) check(conc string) error {
 	}
 	if p.Runs < 1 || p.Rounds < 1 {
 		return fmt.Errorf("--runs %d --rounds %d: both must be at least 1", p.Runs, p.Rounds)
+	}
+	if p.Warmup < 0 {
+		return fmt.Errorf("--warmup %d: want 0 or more untimed Runs per client", p.Warmup)
 	}
 	if p.PoolSize < 1 {
 		return fmt.Errorf("--pool-size %d: must be at least 1", p.PoolSize)
@@ -654,6 +661,9 @@ func runsLevelsOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, targ
 	progress := bf.startMeter(cmd, fmt.Sprintf("concurrency %d: Runs", c), int64(p.Runs*len(targets)), done.get)
 	defer progress.Stop()
 	ctx := benchContext(cmd)
+	if err := warmUp(c, p.Warmup, targets, bare); err != nil {
+		return nil, err
+	}
 	accs := make([]*levelAcc, len(targets))
 	for i, t := range targets {
 		a := &levelAcc{t: t, commits0: t.rt.Stats().Commits, effects0: t.rt.Stats().EffectsSettled}
@@ -723,6 +733,34 @@ func runsLevelsOf(cmd *cobra.Command, bf *benchFlags, p *runsParams, c int, targ
 	return out, nil
 }
 
+// warmUp runs the untimed start of a level at concurrency c: on each
+// target, benchkit.WarmupRuns Runs, then as many bare commits. A level
+// with more clients than the one before opens connections (and prepares
+// its statements, and plans them, on each), and makes plugin instances:
+// a cost of its first seconds, which the timed rounds would otherwise
+// charge to whichever target ran first, and to its latency percentiles.
+func warmUp(c, perClient int, targets []levelTarget, bare bareRounds) error {
+	n := benchkit.WarmupRuns(c, perClient)
+	if n == 0 {
+		return nil
+	}
+	for _, t := range targets {
+		var first atomic.Pointer[error]
+		benchkit.Parallel(c, n, func(int) {
+			if _, err := t.one(); err != nil {
+				first.CompareAndSwap(nil, &err)
+			}
+		})
+		if e := first.Load(); e != nil {
+			return fmt.Errorf("bench: concurrency %d, warming up: %w", c, *e)
+		}
+		if _, err := bare.Round(c, n); err != nil {
+			return fmt.Errorf("bench: concurrency %d, warming up the bare commits: %w", c, err)
+		}
+	}
+	return nil
+}
+
 // level is the figures of the target's rounds at concurrency c.
 func (a *levelAcc) level(c int) (runsLevel, error) {
 	rt := a.t.rt
@@ -789,6 +827,7 @@ func runsTableOn(title, baseline string, levels []runsLevel) table {
 	t.Notes = []string{
 		"bare Runs/s = " + baseline + " commits/s at the same concurrency ÷ commits/Run; ratio = Runs/s ÷ bare Runs/s (goal: 0.5).",
 		"effects/s counts settled model and tool effects (4 a Run). Latency is submit to completion of one Run.",
+		"Each level starts untimed: --warmup Runs per client (at most " + strconv.Itoa(benchkit.MaxWarmupRuns) + "), then as many bare commits, so that what more clients cost at first (connections opened, statements prepared and planned on each, plugin instances) is not timed.",
 	}
 	if serverFigures(levels) {
 		t.Header = append(t.Header, "stmts/Run", "server CPU ms/Run", "bare server CPU ms/commit")

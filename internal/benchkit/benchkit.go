@@ -30,6 +30,19 @@ func Parallel(c, n int, f func(i int)) {
 	wg.Wait()
 }
 
+// A level of a bench starts with untimed Runs, DefaultWarmupPerClient
+// per client unless a flag says otherwise, at most MaxWarmupRuns.
+const (
+	DefaultWarmupPerClient = 8
+	MaxWarmupRuns          = 1000
+)
+
+// WarmupRuns is the untimed Runs that start a level of c clients:
+// perClient each, at most MaxWarmupRuns (0 when perClient is).
+func WarmupRuns(c, perClient int) int {
+	return min(max(c, 1)*max(perClient, 0), MaxWarmupRuns)
+}
+
 // Percentile is the p-quantile (0 ≤ p ≤ 1) of d by the nearest-rank
 // method; 0 for no samples. d is not modified.
 func Percentile(d []time.Duration, p float64) time.Duration {
