@@ -251,20 +251,7 @@ func recoverAgenthost(ctx context.Context, log io.Writer, dsn string, p *recover
 	}
 	runErr := cmd.Run()
 	var out struct {
-		Result struct {
-			SubmitMS      float64  `json:"submit_ms"`
-			LeaseWaitMS   float64  `json:"lease_wait_ms"`
-			OpenMS        float64  `json:"open_ms"`
-			TerminalMS    float64  `json:"terminal_ms"`
-			Completed     int      `json:"completed"`
-			Failed        int      `json:"failed"`
-			Cancelled     int      `json:"cancelled"`
-			NotTerminal   int      `json:"not_terminal"`
-			LogViolations int      `json:"log_violations"`
-			JobsRerun     int      `json:"jobs_rerun"`
-			JobsFailed    int      `json:"jobs_failed"`
-			Problems      []string `json:"problems"`
-		} `json:"result"`
+		Result bench.RecoveryResult `json:"result"`
 	}
 	// It prints its JSON when its checks fail too, and exits 1.
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {

@@ -203,17 +203,21 @@ func (f *feed) left() {
 }
 
 // heard records a notice of another instance on the schema; a Hello
-// makes the notifier answer Here.
-func (f *feed) heard(n notice) {
+// makes the notifier answer Here. It reports whether this instance is a
+// newcomer: its listener began to listen less than peerTTL ago.
+func (f *feed) heard(n notice) (newcomer bool) {
 	f.mu.Lock()
-	f.peers[n.Origin] = time.Now()
+	now := time.Now()
+	f.peers[n.Origin] = now
 	if n.Hello {
 		f.sayHere = true
 	}
+	newcomer = now.Sub(f.joinedAt) < peerTTL
 	f.mu.Unlock()
 	if n.Hello {
 		f.poke()
 	}
+	return newcomer
 }
 
 // audienceLocked reports whether another instance may hear a change now:
@@ -565,24 +569,16 @@ func (f *feed) handle(payload string) {
 	if !ok || n.Origin == f.origin || n.Schema != f.schema {
 		return
 	}
-	f.heard(n)
+	newcomer := f.heard(n)
 	// A Here that says its sender dropped changes while it thought itself
 	// alone: what this instance, listening since less than a peerTTL, may
 	// have missed of them is read again.
-	if n.Rescan || n.Here && n.Skipped && f.newcomer() {
+	if n.Rescan || n.Here && n.Skipped && newcomer {
 		f.deliver(runtime.Change{Rescan: true})
 	}
 	for _, c := range changes {
 		f.deliver(c)
 	}
-}
-
-// newcomer reports whether the listener began to listen less than
-// peerTTL ago.
-func (f *feed) newcomer() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return time.Since(f.joinedAt) < peerTTL
 }
 
 // deliver queues a change for every subscriber.

@@ -274,6 +274,24 @@ func (rt *Runtime) ownerCommitted(tenant, session string, next loop.Run, epoch u
 	}
 }
 
+// ownerCreated records a Run this node has just created under the claim
+// on its session the creation took or found (epoch), as ownerCommitted
+// does a commit: the creation is the owner's commit of the Run, so its
+// first advance starts from it, not from a LoadRun. The session's first
+// Run (ordinal 1) has no Run before it, so its builder's history is
+// empty, without a read (history). Both only while this node still holds
+// that claim.
+func (rt *Runtime) ownerCreated(tenant, session string, run loop.Run, epoch uint64, ordinal int64) {
+	if held, ok := rt.sessions.claimed(tenant, session); !ok || held != epoch {
+		return
+	}
+	key := sessionKey(tenant, session)
+	rt.owned.Committed(key, run, epoch)
+	if ordinal == 1 {
+		rt.owned.SetHistory(key, run.ID, []abi.Message{})
+	}
+}
+
 // advance reads a Run (or takes a guess of it: guessRun), applies
 // req.pre, folds the internal actions (start, plan, dispatch, finish)
 // into one commit, and then performs what

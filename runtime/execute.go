@@ -151,14 +151,7 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 		rt.opts.Observer.RunStatus(req.Tenant, "", res.Run.Status)
 		if res.Epoch > 0 {
 			rt.sessions.setCreatedClaim(req.Tenant, req.Session, res.Epoch, res.Ordinal == 1, res.Run.ID)
-			// The creation is this owner's commit of the Run: its first
-			// advance starts from it (guessRun), not from a LoadRun.
-			rt.ownerCommitted(req.Tenant, req.Session, res.Run, res.Epoch)
-			if held, ok := rt.sessions.claimed(req.Tenant, req.Session); ok && held == res.Epoch && res.Ordinal == 1 {
-				// The session's first Run: no Run precedes it, so its
-				// builder's history is empty, without a read (history).
-				rt.owned.SetHistory(sessionKey(req.Tenant, req.Session), res.Run.ID, []abi.Message{})
-			}
+			rt.ownerCreated(req.Tenant, req.Session, res.Run, res.Epoch, res.Ordinal)
 		}
 	}
 	unlock()

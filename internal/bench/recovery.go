@@ -67,9 +67,11 @@ type recoveryParams struct {
 	Guests string `json:"guests"`
 }
 
-// recoveryResult is what the recovery bench measured. The times run from
-// the moment the new incarnation starts opening the store.
-type recoveryResult struct {
+// RecoveryResult is what the recovery bench measured: bench recovery
+// --json prints it as "result", and benchpeers recovery decodes it from
+// there. The times run from the moment the new incarnation starts
+// opening the store.
+type RecoveryResult struct {
 	// SubmitMS is the child's time to put every Run in flight.
 	SubmitMS float64 `json:"submit_ms"`
 	// LeaseWaitMS is, on PostgreSQL without a node name, the wait after
@@ -576,8 +578,8 @@ const nodeNameFreed = 10 * time.Second
 
 // measureRecovery opens the system over the killed child's store and
 // times its recovery, then checks the event logs.
-func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logw io.Writer, n int, timeout time.Duration, memProfile string) (recoveryResult, error) {
-	var res recoveryResult
+func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logw io.Writer, n int, timeout time.Duration, memProfile string) (RecoveryResult, error) {
+	var res RecoveryResult
 	ctx := cmd.Context()
 	start := time.Now()
 	sys, err := node.Open(ctx, cfg, []string{recoveryTenant}, node.NewLogger(cfg, logw), node.Wiring{})
@@ -638,7 +640,7 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 // must be completed, its event log must pass loop.CheckEnded (no effect
 // attempt settled twice, …), and the slow-job plugin must have run each
 // job once (its exec count in its KV).
-func checkRecovered(ctx context.Context, store runtime.Store, n int, res *recoveryResult) error {
+func checkRecovered(ctx context.Context, store runtime.Store, n int, res *RecoveryResult) error {
 	var ids []string
 	for _, st := range []loop.Status{loop.StatusCompleted, loop.StatusFailed, loop.StatusCancelled,
 		loop.StatusPending, loop.StatusRunning, loop.StatusWaiting} {

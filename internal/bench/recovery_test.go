@@ -59,7 +59,7 @@ func TestBenchRecoveryOnPostgresWithoutANodeName(t *testing.T) {
 // lease_ttl.
 const recoveryTestLease = 10 * time.Second
 
-func checkBenchRecovery(t *testing.T, store string, args ...string) recoveryResult {
+func checkBenchRecovery(t *testing.T, store string, args ...string) RecoveryResult {
 	const runs = 20
 	bin := buildBinary(t)
 	args = append([]string{"--agenthost-bin", bin, "--json", "recovery", "--runs", "20", "--concurrency", "8", "--store", store}, args...)
@@ -70,7 +70,7 @@ func checkBenchRecovery(t *testing.T, store string, args ...string) recoveryResu
 	var got struct {
 		Bench  string         `json:"bench"`
 		Params recoveryParams `json:"params"`
-		Result recoveryResult `json:"result"`
+		Result RecoveryResult `json:"result"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("decoding --json: %v\n%s", err, out)
