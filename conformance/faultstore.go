@@ -337,6 +337,13 @@ func call0(f *FaultStore, method string, args any, do func() error) error {
 	return err
 }
 
+// StepsFirstRuns implements runtime.FirstStepper: as the inner store
+// does.
+func (f *FaultStore) StepsFirstRuns() bool {
+	fs, ok := f.inner.(runtime.FirstStepper)
+	return ok && fs.StepsFirstRuns()
+}
+
 // CreateRun implements runtime.Store.
 func (f *FaultStore) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
 	return call(f, "CreateRun", c, func() (runtime.CreateResult, error) { return f.inner.CreateRun(ctx, c) })

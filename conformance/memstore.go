@@ -31,6 +31,7 @@ type MemStore struct {
 	mu          sync.Mutex
 	closed      bool
 	unavailable bool
+	stepsFirst  bool // writes CreateRun.FirstStep (StepFirstRuns)
 	generation  uint64
 	runs        map[memRunKey]*memRun
 	createCmds  map[memCmdKey]string // tenant, command ID → run ID
@@ -162,6 +163,15 @@ func (s *MemStore) SetUnavailable(on bool) {
 	s.unavailable = on
 }
 
+// StepFirstRuns makes CreateRun write a creation's FirstStep where the
+// port allows it, as pgstore does, or (off, the default) never, as
+// badgerstore does: both are correct stores, and tests choose.
+func (s *MemStore) StepFirstRuns(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stepsFirst = on
+}
+
 // lock takes the mutex and reports whether the store can serve.
 func (s *MemStore) lock() error {
 	s.mu.Lock()
@@ -207,6 +217,20 @@ func (s *MemStore) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.
 	if err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("memstore: create run %s: encode event: %w", c.Run.ID, err)
 	}
+	var (
+		stepEvents [][]byte
+		stepSnap   []byte
+	)
+	if f := c.FirstStep; f != nil {
+		for _, ev := range f.Events {
+			b, err := runcodec.MarshalJSON(ev)
+			if err != nil {
+				return runtime.CreateResult{}, fmt.Errorf("memstore: create run %s: encode the first step's event %d: %w", c.Run.ID, ev.Seq, err)
+			}
+			stepEvents = append(stepEvents, b)
+		}
+		stepSnap = runcodec.Append(nil, &f.Run)
+	}
 	if err := s.lock(); err != nil {
 		return runtime.CreateResult{}, err
 	}
@@ -245,12 +269,22 @@ func (s *MemStore) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.
 	}
 	res := runtime.CreateResult{Run: decodeRun(snap), Ordinal: r.ordinal}
 	// The claimant claims the session when no one owns it, or holds it.
+	taken := false
 	if c.Claimant != "" && s.alive(c.Claimant, s.clock.Now().UnixMilli()) && (sess.owner == "" || sess.owner == c.Claimant) {
 		if sess.owner == "" {
 			sess.owner = c.Claimant
 			sess.epoch++
+			taken = true
 		}
 		res.Epoch = sess.epoch
+	}
+	// The first step goes with the session's first Run, under the claim
+	// the creation took for it at the step's epoch.
+	if f := c.FirstStep; f != nil && s.stepsFirst && r.ordinal == 1 && taken && sess.epoch == f.Epoch {
+		r.events = append(r.events, stepEvents...)
+		r.snapshot = stepSnap
+		r.run = decodeRun(r.snapshot)
+		res.Run, res.Stepped = decodeRun(r.snapshot), true
 	}
 	return res, nil
 }

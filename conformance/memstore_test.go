@@ -15,6 +15,16 @@ func TestMemStoreConformance(t *testing.T) {
 	})
 }
 
+// MemStore writes first steps when told to, as pgstore does: the suite
+// holds it to the port's rules for them.
+func TestMemStoreThatStepsFirstRunsConformance(t *testing.T) {
+	StoreSuite(t, func(t *testing.T, cfg StoreConfig) runtime.Store {
+		s := NewMemStore(cfg.Clock, cfg.KV)
+		s.StepFirstRuns(true)
+		return s
+	})
+}
+
 func TestMemStoreKillNodeOrphansItsSessionsAtOnce(t *testing.T) {
 	ctx := context.Background()
 	clock := NewFakeClock(time.Time{})

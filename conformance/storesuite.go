@@ -49,6 +49,7 @@ func StoreSuite(t *testing.T, newStore func(t *testing.T, cfg StoreConfig) runti
 		{"a commit that expects a stale Seq is a version conflict and writes nothing", testVersionConflict},
 		{"a commit from an old epoch is fenced after a takeover", testFencing},
 		{"a creation claims an unowned session for its claimant, as ClaimSession would", testCreationClaims},
+		{"a creation writes its first step only with its session's first Run, under the claim it takes", testFirstStep},
 		{"a commit records the further command IDs it applies, and is refused if one was applied", testAlsoCommandIDs},
 		{"a commit says when it ended its session's last live Run", testSessionIdle},
 		{"ClaimSessions claims a batch as ClaimSession would each, and reads each claimed session's active Runs", testClaimSessions},

@@ -354,3 +354,115 @@ func testCreationClaims(t *testing.T, h *harness) {
 	h.wantErr(err, runtime.ErrFenced, "node-a's commit at the epoch its creation claimed, after the takeover")
 	h.checkIndexes("t", "s", "plain", "other", "ghost", "late")
 }
+
+// StepsFirstRuns implements runtime.FirstStepper: StepFirstRuns says.
+func (s *MemStore) StepsFirstRuns() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stepsFirst
+}
+
+// testFirstStep: a creation that carries its first step (CreateRun.
+// FirstStep) writes it with the Run exactly when the port allows, in a
+// store that steps: the session's first Run, claimed by the creation at
+// the step's epoch. The stepped Run reads back as the step left it, with
+// the step's events after its first and its dispatched effect among the
+// session's executing ones. Anywhere else (a session's second Run, a
+// session another node owns, another epoch, no claimant or none with a
+// live lease, a store that never steps), the Run is written alone, as without the step; a
+// repeated creation returns the Run as it stands and writes nothing; and
+// a malformed step is refused with nothing written.
+func testFirstStep(t *testing.T, h *harness) {
+	steps := false
+	if fs, ok := h.s.(runtime.FirstStepper); ok {
+		steps = fs.StepsFirstRuns()
+	}
+	h.register("node-a", 10*time.Second)
+	h.register("node-b", 10*time.Second)
+	// withStep is the creation of run id in session by claimant, with the
+	// first step the driver would commit under epoch.
+	withStep := func(session, id, claimant, cmd string, epoch uint64) runtime.CreateRun {
+		t.Helper()
+		req := h.createReq("t", session, id, cmd)
+		req.Claimant = claimant
+		c := h.step(req.Run, epoch, "", started(), planned(req.Run))
+		m := loop.ModelEffectID(id, 1)
+		next := h.step(c.Run, epoch, "", dispatched(m, 1, epoch))
+		req.FirstStep = &runtime.FirstStep{Events: append(c.Events, next.Events...), Run: next.Run, Epoch: epoch}
+		return req
+	}
+	create := func(req runtime.CreateRun) runtime.CreateResult {
+		t.Helper()
+		res, err := h.s.CreateRun(h.ctx, req)
+		if err != nil {
+			t.Fatalf("CreateRun %s in %s: %v", req.Run.ID, req.Run.Session, err)
+		}
+		return res
+	}
+	// wantAlone checks that run id was written without its step.
+	wantAlone := func(res runtime.CreateResult, id, why string) {
+		t.Helper()
+		if res.Stepped || res.Run.Seq != 1 {
+			t.Fatalf("%s: Stepped %v, Seq %d; want the Run alone, at Seq 1", why, res.Stepped, res.Run.Seq)
+		}
+		if r := h.load("t", id); r.Seq != 1 || r.Status != loop.StatusPending {
+			t.Fatalf("%s: the stored Run is at Seq %d, %s; want 1, pending", why, r.Seq, r.Status)
+		}
+		if evs := h.events("t", id, 0, 0); len(evs) != 1 {
+			t.Fatalf("%s: %d events stored, want run_created alone", why, len(evs))
+		}
+	}
+
+	req := withStep("s", "r1", "node-a", "k1", 1)
+	res := create(req)
+	if res.Epoch != 1 || res.Ordinal != 1 {
+		t.Fatalf("the first Run of a new session: epoch %d, ordinal %d; want 1, 1", res.Epoch, res.Ordinal)
+	}
+	if !steps {
+		wantAlone(res, "r1", "a store that never steps")
+	} else {
+		if !res.Stepped || !sameJSON(res.Run, req.FirstStep.Run) {
+			t.Fatalf("the first Run of a new session, claimed by its creation: Stepped %v, Seq %d; want the step's snapshot, Seq %d",
+				res.Stepped, res.Run.Seq, req.FirstStep.Run.Seq)
+		}
+		if !sameJSON(h.load("t", "r1"), req.FirstStep.Run) {
+			t.Fatal("the stepped Run does not load as the step left it")
+		}
+		evs := h.events("t", "r1", 0, 0)
+		if len(evs) != 1+len(req.FirstStep.Events) || evs[0].Type != loop.EventRunCreated {
+			t.Fatalf("the stepped Run's log: %v; want run_created then the step's %v", eventTypes(evs), eventTypes(req.FirstStep.Events))
+		}
+		for i, ev := range req.FirstStep.Events {
+			if !sameJSON(evs[i+1], ev) {
+				t.Fatalf("event %d of the stepped Run's log is not the step's", ev.Seq)
+			}
+		}
+		recs, err := h.s.ExecutingEffects(h.ctx, "t", "s")
+		if err != nil || len(recs) != 1 || recs[0].EffectID != loop.ModelEffectID("r1", 1) || recs[0].Epoch != 1 {
+			t.Fatalf("the session's executing effects after the step: %+v, %v; want r1's model call at epoch 1", recs, err)
+		}
+		h.wantStored("t", h.held("t", "r1", "k1"), "after a stepped creation")
+		// The step is the Run's next commit: the driver goes on from it.
+		h.commit(req.FirstStep.Run, 1, "", answered(loop.ModelEffectID("r1", 1), 1, "4"))
+	}
+	// A repeated creation returns the Run as it stands, and writes nothing.
+	now := h.load("t", "r1")
+	if again := create(req); !again.Duplicate || again.Stepped || again.Run.Seq != now.Seq || h.load("t", "r1").Seq != now.Seq {
+		t.Fatalf("the creation repeated: duplicate %v, stepped %v, Seq %d; want a duplicate of the Run as it stands (Seq %d), not stepped",
+			again.Duplicate, again.Stepped, again.Run.Seq, now.Seq)
+	}
+	wantAlone(create(withStep("s", "r2", "node-a", "", 1)), "r2", "the session's second Run")
+	wantAlone(create(withStep("b", "b1", "node-b", "", 2)), "b1", "a step made under an epoch the claim does not take")
+	h.claim("t", "owned", "node-b")
+	wantAlone(create(withStep("owned", "o1", "node-a", "", 1)), "o1", "a session another node owns")
+	wantAlone(create(withStep("ghost", "g1", "node-x", "", 1)), "g1", "a claimant with no live lease")
+
+	bad := withStep("bad", "x1", "node-a", "", 1)
+	bad.FirstStep.Events[0].Seq = 7
+	_, err := h.s.CreateRun(h.ctx, bad)
+	h.wantErr(err, runtime.ErrInvalidRequest, "a first step whose events do not follow run_created")
+	if _, err := h.s.LoadRun(h.ctx, "t", "x1"); !errors.Is(err, runtime.ErrRunNotFound) {
+		t.Fatalf("a refused creation wrote its Run: %v", err)
+	}
+	wantAlone(create(withStep("plain", "p1", "", "", 1)), "p1", "a creation without a claimant")
+}

@@ -118,6 +118,11 @@
 // it (owner, epoch plus one), under the session's row lock, as
 // ClaimSession's take would: the session's driver then needs no claim of
 // its own, a transaction and a synced write fewer per new session.
+// A creation that carries its Run's first step (CreateRun.FirstStep) is
+// the same round trip: the statement writes the Run as the step leaves
+// it, with the step's events after the first, when its checks find the
+// session new (last ordinal 0) and the claim taken at the step's epoch,
+// and says whether it did; Go checks that against the rows it read.
 // ClaimSession decides with one read when it writes nothing, and takes a
 // session over in one round trip of the same shape. KVSet is two round
 // trips: the locked reads, then Go decides and the writes and COMMIT

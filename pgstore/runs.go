@@ -49,28 +49,43 @@ const (
 // command created (NULL when none), the new Run's ordinal (NULL when it
 // wrote nothing) and the epoch of the claimant's claim on the session,
 // taken or held already (NULL when none).
+//
+// With a first step ($16, the epoch of the claim it was made under; 0 for
+// none), the Run is written as the step leaves it ($17 seq, $18 status,
+// $19 has_executing, $20 updated_at, $21 executing, $22 snapshot, $25 its
+// stored_bytes) with the step's events after the first ($23 their Seqs,
+// $24 their JSON), when it is the session's first Run and the write
+// claims the session at exactly that epoch; the last column says whether
+// it was.
 var sqlCreate = `WITH x AS (SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $3) AS used),
 		d AS (SELECT r.ordinal, r.snapshot FROM create_commands c
 			JOIN runs r ON r.tenant = c.tenant AND r.run_id = c.run_id
 			WHERE c.tenant = $1 AND c.command_id = $9),
-		ok AS (SELECT s.last_ordinal + 1 AS ord, s.epoch,
+		ok0 AS (SELECT s.last_ordinal + 1 AS ord, s.epoch,
 				CASE WHEN $14::text <> '' AND (s.owner = '' OR s.owner = $14)
 					AND coalesce((SELECT ` + alive + ` FROM nodes n, (SELECT ` + dbNow(15) + ` AS now) AS c WHERE n.node_id = $14), false)
 					THEN s.owner = '' END AS take
 			FROM sessions s, x
 			WHERE s.tenant = $1 AND s.session = $2 AND NOT x.used AND NOT EXISTS (SELECT 1 FROM d)),
+		ok AS (SELECT ok0.*, coalesce(ok0.take, false) AND ok0.ord = 1 AND ok0.epoch + 1 = $16::bigint AS step FROM ok0),
 		u AS (UPDATE sessions SET last_ordinal = ok.ord, live_count = live_count + $4,
 				owner = CASE WHEN ok.take THEN $14 ELSE sessions.owner END,
 				epoch = CASE WHEN ok.take THEN ok.epoch + 1 ELSE sessions.epoch END
 			FROM ok WHERE sessions.tenant = $1 AND sessions.session = $2),
 		j AS (DELETE FROM sessions WHERE tenant = $1 AND session = $2 AND NOT EXISTS (SELECT 1 FROM ok)
 			AND last_ordinal = 0 AND owner = '' AND epoch = 0 AND live_count = 0),
-		e AS (INSERT INTO events (tenant, run_id, seq, body) SELECT $1, $3, 1, $12 FROM ok),
+		e AS (INSERT INTO events (tenant, run_id, seq, body) SELECT $1, $3, 1, $12 FROM ok
+			UNION ALL SELECT $1, $3, u.seq, u.body FROM ok, unnest($23::bigint[], $24::bytea[]) AS u(seq, body) WHERE ok.step),
 		c AS (INSERT INTO create_commands (tenant, command_id, run_id) SELECT $1, $9, $3 FROM ok WHERE $9::text IS NOT NULL),
 		w AS (INSERT INTO runs (tenant, run_id, session, ordinal, seq, status, live, has_executing, updated_at, create_cmd, executing, snapshot, stored_bytes)
-			SELECT $1, $3, $2, ok.ord, $5, $6, $4 > 0, $7, $8, $9, $10, $11, $13 FROM ok RETURNING ordinal)
+			SELECT $1, $3, $2, ok.ord, CASE WHEN ok.step THEN $17::bigint ELSE $5 END, CASE WHEN ok.step THEN $18::text ELSE $6 END, $4 > 0,
+				CASE WHEN ok.step THEN $19::boolean ELSE $7 END, CASE WHEN ok.step THEN $20::bigint ELSE $8 END, $9,
+				CASE WHEN ok.step THEN $21::bytea ELSE $10 END, CASE WHEN ok.step THEN $22::bytea ELSE $11 END,
+				CASE WHEN ok.step THEN $25::bigint ELSE $13 END
+			FROM ok RETURNING ordinal)
 		SELECT x.used, d.ordinal, d.snapshot, (SELECT ordinal FROM w),
-			(SELECT CASE WHEN ok.take THEN ok.epoch + 1 WHEN NOT ok.take THEN ok.epoch END FROM ok)
+			(SELECT CASE WHEN ok.take THEN ok.epoch + 1 WHEN NOT ok.take THEN ok.epoch END FROM ok),
+			coalesce((SELECT ok.step FROM ok), false)
 		FROM x LEFT JOIN d ON true`
 
 // commitSQL is the statement that locks and reads a Run, looks its
@@ -181,6 +196,10 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	if err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s: encode snapshot: %w", c.Run.ID, err)
 	}
+	step, err := encodeFirstStep(c)
+	if err != nil {
+		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s: %w", c.Run.ID, err)
+	}
 	if err := s.enter(); err != nil {
 		return runtime.CreateResult{}, err
 	}
@@ -199,20 +218,23 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		b.Queue(sqlLockSession, t, session)
 		b.Queue(sqlCreate, t, session, id, boolInt(!c.Run.Status.Terminal()), c.Run.Seq, string(c.Run.Status),
 			enc.executing != nil, c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb,
-			int64(len(enc.snapshot)+len(evb)+len(c.CommandID)), c.Claimant, now)
+			int64(len(enc.snapshot)+len(evb)+len(c.CommandID)), c.Claimant, now,
+			step.epoch, step.run.Seq, string(step.run.Status), step.enc.executing != nil, step.run.UpdatedAt,
+			step.enc.executing, step.enc.snapshot, step.seqs, step.bodies, step.storedBytes+int64(len(evb)+len(c.CommandID)))
 		br := conn.SendBatch(ctx, b)
 		var (
 			last, epoch            int64
 			used                   bool
 			dupOrdinal, newOrdinal *int64
 			claimEpoch             *int64
+			stepped                bool
 		)
 		err := execAll(br, 1)
 		if err == nil {
 			_, err = queryOne(br, &last, &owner, &epoch)
 		}
 		if err == nil {
-			_, err = queryOne(br, &used, &dupOrdinal, &dup, &newOrdinal, &claimEpoch)
+			_, err = queryOne(br, &used, &dupOrdinal, &dup, &newOrdinal, &claimEpoch, &stepped)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -220,6 +242,7 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		if err != nil {
 			return err
 		}
+		unowned := owner == ""
 		var refused error
 		switch {
 		case dupOrdinal != nil:
@@ -240,6 +263,13 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 			}
 			res.Epoch, owner = uint64(*claimEpoch), c.Claimant
 		}
+		// The first step goes with the session's first Run, under the claim
+		// the creation took for it at the step's epoch.
+		wantStep := step.epoch > 0 && wrote && last == 0 && unowned && claimEpoch != nil && *claimEpoch == step.epoch
+		if res.Stepped = stepped; stepped != wantStep {
+			return fmt.Errorf("pgstore: create run %s/%s: the first step's checks (wrote it: %v) and the rows read (write it: %v) disagree: %w",
+				t, id, stepped, wantStep, runtime.ErrStoreUnavailable)
+		}
 		return refused
 	})
 	if err != nil {
@@ -248,8 +278,11 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 	// Hand back a copy decoded from the stored bytes, which shares nothing
 	// with the caller's argument.
 	stored := enc.snapshot
-	if res.Duplicate {
+	switch {
+	case res.Duplicate:
 		stored = dup
+	case res.Stepped:
+		stored = step.enc.snapshot
 	}
 	if res.Run, err = runcodec.Unmarshal(stored); err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s/%s: decode snapshot: %w", t, id, err)
@@ -258,6 +291,38 @@ func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.Cre
 		s.feed.publish(runtime.Change{Tenant: t, Session: session, RunID: id, Seq: res.Run.Seq, Owner: owner})
 	}
 	return res, nil
+}
+
+// firstStep is what CreateRun writes of a first step (runtime.FirstStep):
+// all zero, with epoch 0, when there is none.
+type firstStep struct {
+	epoch       int64
+	run         loop.Run
+	enc         encoded
+	seqs        []int64
+	bodies      [][]byte
+	storedBytes int64 // its snapshot and events, for stored_bytes
+}
+
+func encodeFirstStep(c runtime.CreateRun) (firstStep, error) {
+	f := c.FirstStep
+	if f == nil {
+		return firstStep{seqs: []int64{}, bodies: [][]byte{}}, nil
+	}
+	step := firstStep{epoch: int64(f.Epoch), run: f.Run, seqs: make([]int64, len(f.Events)), bodies: make([][]byte, len(f.Events))}
+	var err error
+	if step.enc, err = encodeRun(f.Run); err != nil {
+		return firstStep{}, fmt.Errorf("encode the first step's snapshot: %w", err)
+	}
+	step.storedBytes = int64(len(step.enc.snapshot))
+	for i, ev := range f.Events {
+		step.seqs[i] = ev.Seq
+		if step.bodies[i], err = runcodec.MarshalJSON(ev); err != nil {
+			return firstStep{}, fmt.Errorf("encode the first step's event %d: %w", ev.Seq, err)
+		}
+		step.storedBytes += int64(len(step.bodies[i]))
+	}
+	return step, nil
 }
 
 func boolInt(b bool) int64 {
@@ -679,3 +744,7 @@ func checkIDs(whatAndID ...string) error {
 	}
 	return nil
 }
+
+// StepsFirstRuns reports that CreateRun writes a creation's FirstStep
+// where the port allows it (runtime.FirstStepper).
+func (s *Store) StepsFirstRuns() bool { return true }

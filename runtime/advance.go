@@ -53,6 +53,10 @@ type advanceReq struct {
 	// first attempt takes instead of reading it again: a guess that its
 	// commit checks, as a snapshot of rt.owned is (guessRun).
 	seen *loop.Run
+	// firstOfSession says the Run is its session's first, created with
+	// this advance as its first step (firstStep): no Run precedes it, so
+	// its builder's history is empty, and it is not read.
+	firstOfSession bool
 }
 
 // advanceKind is what prompts an advance.
@@ -86,6 +90,14 @@ func driveHead(tenant, session string, head loop.Run, epoch uint64) advanceReq {
 		req.seen = &head
 	}
 	return req
+}
+
+// createdHead is the first advance of a new session's first Run, made
+// ahead of its creation under the claim the creation will take (epoch),
+// to be written with it (Runtime.firstStep): the driver's advance of
+// the session's head, with no Run before it.
+func createdHead(run loop.Run, epoch uint64) advanceReq {
+	return advanceReq{kind: advanceDrive, tenant: run.Tenant, session: run.Session, runID: run.ID, epoch: epoch, firstOfSession: true}
 }
 
 // settleOutcome commits the settlement queued as qs, of an attempt of run
@@ -630,10 +642,12 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 				progressed = true
 			case loop.ActionPlanModelStep:
 				var raw json.RawMessage
-				raw, err = rt.build(ctx, t, cur)
+				raw, err = rt.build(ctx, t, cur, req.firstOfSession)
 				if err != nil {
 					f := planFailure(err)
-					rt.logPlanFailure(cur, a.Step, f, err)
+					if !req.firstOfSession { // a first step that fails is never written (firstStep)
+						rt.logPlanFailure(cur, a.Step, f, err)
+					}
 					err = apply(loop.Event{Type: loop.EventStepFailed, Failure: f})
 				} else if err = apply(loop.Event{Type: loop.EventModelStepPlanned, Step: a.Step, Request: raw}); err == nil {
 					requests[loop.ModelEffectID(cur.ID, a.Step)] = raw
@@ -677,7 +691,7 @@ func (rt *Runtime) foldActions(ctx context.Context, t *Tenant, run loop.Run, req
 }
 
 // build calls the builder of run's agent for the next model step of run.
-func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.RawMessage, error) {
+func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run, firstOfSession bool) (json.RawMessage, error) {
 	a := t.agentOf(&run)
 	if a == nil {
 		return nil, errAgentGone
@@ -685,9 +699,12 @@ func (rt *Runtime) build(ctx context.Context, t *Tenant, run loop.Run) (json.Raw
 	if a.Builder == nil {
 		return nil, errNoBuilder
 	}
-	history, err := rt.history(ctx, run)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errHistoryUnread, err)
+	history := []abi.Message{} // none before a session's first Run
+	if !firstOfSession {
+		var err error
+		if history, err = rt.history(ctx, run); err != nil {
+			return nil, fmt.Errorf("%w: %w", errHistoryUnread, err)
+		}
 	}
 	in := abi.BuildInput{
 		ABI:        abi.Version,

@@ -60,8 +60,10 @@
 // recordPending, commitOutcome), and watcherfire.go the carrying out of
 // the Watcher's due items (onWatcherFire, runWatchItem). Every advance is
 // asked for by one of the constructors of advanceReq in advance.go
-// (driveHead, settleOutcome, pendingHandle, deferralStart, timerFired,
-// outsideInput), which says what prompts it.
+// (driveHead, createdHead, settleOutcome, pendingHandle, deferralStart,
+// timerFired, outsideInput), which says what prompts it. createdHead's is
+// folded ahead of a new session's first Run's creation (firstStep, in
+// execute.go) and written with it, by a store that does (FirstStepper).
 //
 // # Ownership and recovery
 //

@@ -146,12 +146,22 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 	// find the Run the moment it is stored) can start it and report that
 	// before its creation is reported.
 	unlock := rt.lockRun(runKey(req.Tenant, req.RunID))
-	res, err := rt.store.CreateRun(ctx, CreateRun{Run: run, Event: ev, CommandID: req.IdempotencyKey, Claimant: claimant})
+	cr := CreateRun{Run: run, Event: ev, CommandID: req.IdempotencyKey, Claimant: claimant}
+	step := rt.firstStep(ctx, t, &cr)
+	res, err := rt.store.CreateRun(ctx, cr)
+	if step != nil && (err != nil || !res.Stepped) {
+		rt.unreserveDispatches(cr.FirstStep.Run, step.fx)
+	}
 	if err == nil && !res.Duplicate {
-		rt.opts.Observer.RunStatus(req.Tenant, "", res.Run.Status)
+		rt.opts.Observer.RunStatus(req.Tenant, "", run.Status)
 		if res.Epoch > 0 {
-			rt.sessions.setCreatedClaim(req.Tenant, req.Session, res.Epoch, res.Ordinal == 1, res.Run.ID)
+			// A stepped Run is under way: the driver's first pass, if the
+			// session gets one, reads the session's active Runs.
+			rt.sessions.setCreatedClaim(req.Tenant, req.Session, res.Epoch, res.Ordinal == 1 && !res.Stepped, res.Run.ID)
 			rt.ownerCreated(req.Tenant, req.Session, res.Run, res.Epoch, res.Ordinal)
+		}
+		if res.Stepped {
+			rt.stepped(t, run, res.Run, res.Epoch, step)
 		}
 	}
 	unlock()
@@ -161,13 +171,67 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 			// The store may have written the Run and lost the reply: the
 			// session is driven all the same, so such a Run does not wait
 			// for the watchdog (a client that retries with its
-			// IdempotencyKey gets it back).
+			// IdempotencyKey gets it back), and what a first step written
+			// with it dispatched is performed (perform adopts it).
 			rt.kick(req.Tenant, req.Session)
 		}
 		return loop.Run{}, false, err
 	}
-	rt.kick(req.Tenant, req.Session)
+	if !res.Stepped {
+		rt.kick(req.Tenant, req.Session)
+	}
 	return res.Run, res.Duplicate, nil
+}
+
+// firstStepPlan is what a Run's first step, made ahead of its creation
+// (firstStep), obliges once the creation wrote it.
+type firstStepPlan struct {
+	events []loop.Event
+	fx     sideEffects
+}
+
+// firstStep makes, ahead of a Run's creation, the commit its session's
+// driver would make first (start, plan the first model step with the
+// builder, dispatch the model call), and puts it in c.FirstStep, with its
+// dispatches reserved, when the Run looks like the first of a session
+// new to this node: the creation then writes it too, in one transaction,
+// if the Run is its session's first and the creation claims the session
+// at the step's epoch (Store.CreateRun), which saves the Run a commit.
+// Otherwise the creation writes the Run alone, and the driver makes that
+// commit as it would have; the builder call made here is then wasted,
+// which is harmless (docs/ABI.md: build must not have side effects that
+// matter). It returns nil, and leaves c alone, when it makes no step: a
+// store that never writes one (FirstStepper), no claimant, a session this
+// node holds already, a halted runtime, or a first commit that would not
+// leave the Run live with a call to make.
+func (rt *Runtime) firstStep(ctx context.Context, t *Tenant, c *CreateRun) *firstStepPlan {
+	run := c.Run
+	if !rt.stepsFirst || c.Claimant == "" || rt.halted.Load() || rt.sessions.known(run.Tenant, run.Session) {
+		return nil
+	}
+	// The claim a creation takes on a session new to the store: its first.
+	const epoch = 1
+	batch, next, fx, err := rt.foldActions(ctx, t, run, createdHead(run, epoch), epoch)
+	if err != nil || len(batch) == 0 || next.Status.Terminal() || len(fx.dispatched) == 0 || len(fx.cancels) > 0 || len(fx.wakes) > 0 {
+		return nil
+	}
+	if rt.reserveDispatches(next, fx) != nil {
+		return nil
+	}
+	c.FirstStep = &FirstStep{Events: batch, Run: next, Epoch: epoch}
+	return &firstStepPlan{events: batch, fx: fx}
+}
+
+// stepped follows a creation that wrote the Run's first step (firstStep),
+// as advance follows a commit: the Run is reported as it moved from its
+// creation, and what the step dispatched is performed. The session's
+// driver is not kicked: the Run is under way, and its next commits drive
+// the session on.
+func (rt *Runtime) stepped(t *Tenant, created, next loop.Run, epoch uint64, step *firstStepPlan) {
+	rt.stats.FirstSteps.Add(1)
+	rt.observeCommit(created, next, step.events)
+	rt.hub.Publish(Notice{Tenant: next.Tenant, RunID: next.ID, Seq: next.Seq})
+	rt.perform(t, next, epoch, step.fx)
 }
 
 // Execute submits a Run and drives it until it is terminal, in a quiescent

@@ -468,6 +468,18 @@ func TestASubmissionWrittenDespiteAnErrorIsDriven(t *testing.T) {
 		if done := storedTerminal(t, e, "run_lost_ack"); done.Status != loop.StatusCompleted {
 			t.Fatalf("run %s", done.Status)
 		}
+		// On a store that writes a creation's first step, the lost reply
+		// was the first step's too: the model call it dispatched was made
+		// all the same, once, and the driver did not make that commit
+		// again.
+		commits := int64(2) // plan and dispatch; settle and complete
+		if fs.StepsFirstRuns() {
+			commits = 1
+		}
+		conformance.Eventually(t, "the runtime to be idle", func() bool { return e.Runtime.Idle() })
+		if c, n := e.Runtime.Stats().Commits, e.Model.Calls(abi.ExportStart); c != commits || n != 1 {
+			t.Fatalf("%d commits after the creation and %d model starts; want %d and 1", c, n, commits)
+		}
 	})
 }
 

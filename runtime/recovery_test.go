@@ -20,6 +20,14 @@ func harnesses() map[string]conformance.RuntimeHarness {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		}},
+		// A store that writes a new session's first Run with its first
+		// step, as pgstore does (conformance.MemStore.StepFirstRuns).
+		"memstore-first-steps": {NewStore: func(t *testing.T, clock runtime.Clock) runtime.Store {
+			s := conformance.NewMemStore(clock, conformance.KVLimits{})
+			s.StepFirstRuns(true)
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
 		"badger": {NewStore: func(t *testing.T, clock runtime.Clock) runtime.Store {
 			s, err := badgerstore.Open(t.TempDir(), badgerstore.Options{Clock: clock, Logger: quiet})
 			if err != nil {

@@ -193,6 +193,10 @@ type Runtime struct {
 	// Stop; see mu for its Add.
 	wg sync.WaitGroup
 
+	// stepsFirst is set when the store writes a new session's first Run
+	// with its first step (FirstStepper; Runtime.firstStep).
+	stepsFirst bool
+
 	// Atomic: read and written without a lock.
 	//
 	// ready is set once a recovery pass has succeeded (Ready).
@@ -244,6 +248,9 @@ type Stats struct {
 	// MergedSettlements counts the settlements committed in the commit of
 	// another settlement of the same Run (advance, foldActions).
 	MergedSettlements int64
+	// FirstSteps counts the Runs whose creation wrote their first step
+	// too (Store.CreateRun's FirstStep): a commit fewer each.
+	FirstSteps int64
 }
 
 // RunsEnded is how many Runs this runtime took to an end: completed,
@@ -258,7 +265,7 @@ type statCounters struct {
 	ExecutorCalls, EffectsSettled                                     atomic.Int64
 	RunsCompleted, RunsFailed, RunsCancelled, UnavailableErrors       atomic.Int64
 	LeaseRenewals, LeaseGapMax, LeaseRenewMax                         atomic.Int64 // the durations in ns
-	MergedSettlements                                                 atomic.Int64
+	MergedSettlements, FirstSteps                                     atomic.Int64
 }
 
 // raiseMax raises m to v when v is larger.
@@ -269,6 +276,13 @@ func raiseMax(m *atomic.Int64, v int64) {
 			return
 		}
 	}
+}
+
+// stepsFirstRuns reports whether s writes a creation's first step
+// (FirstStepper).
+func stepsFirstRuns(s Store) bool {
+	fs, ok := s.(FirstStepper)
+	return ok && fs.StepsFirstRuns()
 }
 
 // New returns a Runtime; call Start before using it.
@@ -318,22 +332,23 @@ func New(opts Options) (*Runtime, error) {
 		opts.Observer = NopObserver{}
 	}
 	rt := &Runtime{
-		opts:     opts,
-		store:    opts.Store,
-		clock:    opts.Clock,
-		log:      opts.Logger.With("node", opts.NodeID),
-		nodeID:   opts.NodeID,
-		hub:      opts.Hub,
-		drivers:  driverslots.New(opts.MaxDrivers),
-		calls:    make(chan struct{}, opts.MaxCallsInFlight),
-		commits:  backlog.New(opts.MaxCallsInFlight),
-		attempts: attempts.New(),
-		settles:  settlequeue.New(),
-		owned:    ownedruns.New(),
-		sessions: newSessionTable(),
-		waiters:  map[string][]waiter{},
-		runLocks: map[string]*runLock{},
-		dog:      &watchdog{suspects: map[string]int64{}},
+		opts:       opts,
+		store:      opts.Store,
+		clock:      opts.Clock,
+		stepsFirst: stepsFirstRuns(opts.Store),
+		log:        opts.Logger.With("node", opts.NodeID),
+		nodeID:     opts.NodeID,
+		hub:        opts.Hub,
+		drivers:    driverslots.New(opts.MaxDrivers),
+		calls:      make(chan struct{}, opts.MaxCallsInFlight),
+		commits:    backlog.New(opts.MaxCallsInFlight),
+		attempts:   attempts.New(),
+		settles:    settlequeue.New(),
+		owned:      ownedruns.New(),
+		sessions:   newSessionTable(),
+		waiters:    map[string][]waiter{},
+		runLocks:   map[string]*runLock{},
+		dog:        &watchdog{suspects: map[string]int64{}},
 	}
 	rt.lost = make(chan struct{})
 	rt.life, rt.stopLife = context.WithCancel(context.Background())
@@ -376,6 +391,7 @@ func (rt *Runtime) Stats() Stats {
 		WatcherQueueDepth: rt.watcher.Len(),
 		LeaseRenewals:     c.LeaseRenewals.Load(), LeaseGapMax: time.Duration(c.LeaseGapMax.Load()),
 		LeaseRenewMax: time.Duration(c.LeaseRenewMax.Load()), MergedSettlements: c.MergedSettlements.Load(),
+		FirstSteps: c.FirstSteps.Load(),
 	}
 }
 

@@ -73,6 +73,14 @@ func (t *sessionTable) claimed(tenant, session string) (uint64, bool) {
 	return 0, false
 }
 
+// known reports whether this process holds anything of the session: a
+// session it does not is new to it, and may be new to the store.
+func (t *sessionTable) known(tenant, session string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[sessionKey(tenant, session)] != nil
+}
+
 // driven reports whether a driver of this process is on the session, or
 // will be (kicked while driven): whatever stops it now, a backoff after a
 // store error or a wait for a slot, it looks at the session again.

@@ -261,6 +261,36 @@ type CreateRun struct {
 	// that does not claim leaves Epoch 0, and so do the claims it would
 	// refuse (another node owns the session, the node's lease ran out).
 	Claimant string
+	// FirstStep is optional: the commit the session's driver would make
+	// first on the new Run (start, plan, dispatch), made by the submitter
+	// ahead of the creation under the claim the creation would take. A
+	// store may write it in the creation's own transaction, in place of
+	// the Run alone, and only when the Run is its session's first
+	// (ordinal 1) and the creation claims the session for Claimant at
+	// exactly FirstStep.Epoch (the session had no owner). It then reports
+	// CreateResult.Stepped, and returns the stepped Run. Otherwise, or in
+	// a store that never steps, it writes the Run alone, as without
+	// FirstStep: the driver makes that first commit itself. It saves a new
+	// session's first Run a commit (a transaction, and a synced write).
+	FirstStep *FirstStep
+}
+
+// FirstStepper is a Store that says whether its CreateRun writes a
+// creation's FirstStep where the port allows it. The runtime makes a
+// first step ahead of a creation only for a store that says it does:
+// for any other, the builder call it costs would be wasted.
+type FirstStepper interface {
+	StepsFirstRuns() bool
+}
+
+// FirstStep is the first commit of a new session's first Run, made
+// ahead of its creation (CreateRun.FirstStep): its events, from Seq 2
+// on, the snapshot after them, and the epoch of the claim its dispatches
+// are made under.
+type FirstStep struct {
+	Events []loop.Event
+	Run    loop.Run
+	Epoch  uint64
 }
 
 // CreateResult is what Store.CreateRun returns.
@@ -273,6 +303,9 @@ type CreateResult struct {
 	// same transaction); 0 when it made none: the runtime claims the
 	// session when it drives it.
 	Epoch uint64
+	// Stepped is true when the creation wrote CreateRun.FirstStep too:
+	// Run is then its snapshot.
+	Stepped bool
 }
 
 // Commit is the input of Store.Commit.

@@ -59,6 +59,16 @@ func (c CreateRun) Check() error {
 		return fmt.Errorf("%w: run %s: a new snapshot must have Seq 1 and a non-terminal status (got Seq %d, %s); build it with loop.Apply on the zero Run",
 			ErrInvalidRequest, c.Run.ID, c.Run.Seq, c.Run.Status)
 	}
+	if f := c.FirstStep; f != nil {
+		step := Commit{Tenant: c.Run.Tenant, Session: c.Run.Session, RunID: c.Run.ID, ExpectedSeq: 1, Epoch: f.Epoch, Events: f.Events, Run: f.Run}
+		if err := step.Check(); err != nil {
+			return fmt.Errorf("%w (the first step of a new Run)", err)
+		}
+		if f.Epoch == 0 || f.Run.Status.Terminal() {
+			return fmt.Errorf("%w: run %s: a first step needs the epoch of the creation's claim and must leave the Run live (got epoch %d, %s)",
+				ErrInvalidRequest, c.Run.ID, f.Epoch, f.Run.Status)
+		}
+	}
 	return nil
 }
 
