@@ -890,7 +890,7 @@ func spentTable(levels []runsLevel) table {
 			fmt.Sprintf("%.2f", l.ToolMsPerRun), fmt.Sprintf("%.2f", l.CommitMsPerRun),
 			fmt.Sprintf("%.2f", l.BuildMsPerRun+l.ModelMsPerRun+l.ToolMsPerRun+l.CommitMsPerRun)))
 	}
-	t.Notes = []string{"build: 2 prompt-builder calls; model: 2 scripted-model calls; tools: 2 calculator calls; commits: 5 of the runtime (CreateRun is not timed)."}
+	t.Notes = []string{"build: 2 prompt-builder calls; model: 2 scripted-model calls; tools: 2 calculator calls; commits: the runtime's commits after the creation (CreateRun is not timed; on PostgreSQL it writes a new session's first step too, docs/DESIGN.md §5.1)."}
 	return t
 }
 
