@@ -126,10 +126,11 @@ bench:
 # The peer comparison (docs/BENCHMARKS.md, "agenthost and DBOS"): benchpeers is
 # a module of its own, so that DBOS is never a dependency of agenthost, and go
 # vet ./... and go test ./... here never build it. First its test on a tiny
-# workload, then the comparison: PEERSFLAGS=--concurrency 16 --runs 600, say.
-# Its tests include the recovery comparison's, which runs bin/agenthost.
+# workload, then the comparison: PEERSFLAGS=--concurrency 16 --runs 600, say
+# (--guests c: the C builds where there are). Its tests include the recovery
+# comparison's, which runs bin/agenthost, and one on the C builds.
 PEERSFLAGS ?= --runs 300 --rounds 3 --concurrency 1,16
-bench-peers: plugins build
+bench-peers: plugins plugins-c build
 	cd benchpeers && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd benchpeers && $(GO) run . --plugins ../$(PLUGINS) --cache-dir ../.cache/wazero $(PEERSFLAGS)
 

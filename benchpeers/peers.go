@@ -46,6 +46,9 @@ type params struct {
 	Warmup   int      `json:"warmup_per_client"`
 	Systems  []string `json:"systems"`
 	PoolSize int      `json:"pool_size"`
+	// Guests is the build of agenthost's Wasm plugins: go (make plugins)
+	// or c (the C builds where there are, from make plugins-c).
+	Guests string `json:"guests"`
 	// MaxConns is each system's working connections: pgstore's pool (its
 	// change feed holds 2 more) and DBOS's pool less the one its
 	// notification listener holds.
@@ -84,7 +87,8 @@ type ratio struct {
 	System      string `json:"system"`
 	Concurrency int    `json:"concurrency"`
 	// RunsPerSec > 1: agenthost is faster; P50 and ServerCPUPerRun < 1:
-	// agenthost is quicker, and costs PostgreSQL less.
+	// agenthost is quicker, and costs PostgreSQL less. 0: DBOS's figure
+	// was 0, too small to measure (over), and there is no ratio.
 	RunsPerSec      float64 `json:"runs_per_sec"`
 	P50             float64 `json:"p50"`
 	ServerCPUPerRun float64 `json:"server_cpu_per_run"`
@@ -184,7 +188,8 @@ func openSystem(ctx context.Context, name, dsn string, p *params) (system, error
 	switch name {
 	case sysInProcess, sysWasm:
 		t, err := bench.OpenRunsTarget(ctx, bench.RunsTargetOptions{DSN: dsn, Schema: "agenthost_" + strings.ReplaceAll(name, "-", "_"),
-			InProcess: name == sysInProcess, Plugins: p.plugins, CacheDir: p.cacheDir, WorkDir: p.workDir, PoolSize: p.PoolSize, MaxConns: p.MaxConns})
+			InProcess: name == sysInProcess, Plugins: p.plugins, CacheDir: p.cacheDir, WorkDir: p.workDir, PoolSize: p.PoolSize, MaxConns: p.MaxConns,
+			Guests: p.Guests})
 		if err != nil {
 			return system{}, err
 		}
@@ -315,6 +320,16 @@ func warmUp(c, perClient int, systems []system) error {
 	return nil
 }
 
+// over is a ÷ d, or 0 when d is 0: a figure too small to be measured (the
+// server's CPU, read in clock ticks of 10 ms, over a few Runs) gives no
+// ratio, rather than an infinite one, which JSON cannot carry.
+func over(a, d float64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return a / d
+}
+
 // ratios are the agenthost levels over DBOS's at the same concurrency.
 func ratios(levels []level) []ratio {
 	var out []ratio
@@ -326,8 +341,8 @@ func ratios(levels []level) []ratio {
 			if a.System == sysDBOS || a.Concurrency != d.Concurrency {
 				continue
 			}
-			out = append(out, ratio{System: a.System, Concurrency: a.Concurrency, RunsPerSec: a.RunsPerSec / d.RunsPerSec,
-				P50: a.P50ms / d.P50ms, ServerCPUPerRun: a.ServerCPUMsPerRun / d.ServerCPUMsPerRun})
+			out = append(out, ratio{System: a.System, Concurrency: a.Concurrency, RunsPerSec: over(a.RunsPerSec, d.RunsPerSec),
+				P50: over(a.P50ms, d.P50ms), ServerCPUPerRun: over(a.ServerCPUMsPerRun, d.ServerCPUMsPerRun)})
 		}
 	}
 	return out
@@ -346,7 +361,8 @@ func levelsTable(p *params, levels []level) bench.Table {
 			fmt.Sprintf("%.2f", l.WriteTxPerRun), fmt.Sprintf("%.1f", l.WALKBPerRun)})
 	}
 	t.Notes = []string{
-		"A Run: a model step, two tool steps in parallel, a model step, each result committed before the next step acts (agenthost: CreateRun and 4 or 5 commits, the two tool results sharing one when they arrive together; DBOS: the workflow's status, 4 steps, its result).",
+		"A Run: a model step, two tool steps in parallel, a model step, each result committed before the next step acts (agenthost: CreateRun, which writes a new session's first step with its Run, and 3 or 4 commits, the two tool results sharing one when they arrive together; DBOS: the workflow's status, 4 steps, its result).",
+		"agenthost Wasm: prompt-builder, scripted-model and calculator, " + bench.GuestsTitle(p.Guests) + " (--guests); in-process: their Go twins, in this process.",
 		fmt.Sprintf("Each level starts untimed: every system runs %d Runs per client (--warmup; at most %d), so that what more clients cost at first (connections opened, statements prepared and planned on each, plugin instances) is not timed.", p.Warmup, benchkit.MaxWarmupRuns),
 		"PG CPU: the server's processes (backends, WAL writer, checkpointer…), user and system, during the system's rounds; bench CPU: this process's, where the system runs.",
 		"write tx: transaction IDs the server handed out (transactions that wrote); WAL: the bytes of WAL written. Idle systems' background work (leases, pollers) falls into the others' rounds.",
@@ -359,10 +375,18 @@ func ratiosTable(rs []ratio) bench.Table {
 	t := bench.Table{Title: "agenthost ÷ DBOS (same rounds)", Header: []string{"clients", "agenthost", "Runs/s", "p50", "PG CPU/Run"}}
 	for _, r := range rs {
 		t.Rows = append(t.Rows, []string{strconv.Itoa(r.Concurrency), systemTitles[r.System],
-			fmt.Sprintf("%.2f", r.RunsPerSec), fmt.Sprintf("%.2f", r.P50), fmt.Sprintf("%.2f", r.ServerCPUPerRun)})
+			ratioCell(r.RunsPerSec), ratioCell(r.P50), ratioCell(r.ServerCPUPerRun)})
 	}
-	t.Notes = []string{"Runs/s > 1: agenthost is faster; p50 and PG CPU/Run < 1: agenthost is quicker, and costs PostgreSQL less."}
+	t.Notes = []string{"Runs/s > 1: agenthost is faster; p50 and PG CPU/Run < 1: agenthost is quicker, and costs PostgreSQL less; n/a: DBOS's figure was too small to measure (the server's CPU is read in 10 ms ticks)."}
 	return t
+}
+
+// ratioCell formats a ratio, n/a for none (over).
+func ratioCell(r float64) string {
+	if r == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 // selfCPUTime is this process's CPU time so far, user and system.

@@ -146,8 +146,8 @@ func guestsFlag(cmd *cobra.Command, v *string) {
 		"which `BUILD` of the example plugins to load: go (make plugins) or c (make plugins-c: the C builds, same replies at a small part of the guest's CPU, of the plugins that have one: prompt-builder, calculator)")
 }
 
-// checkGuests reports a --guests value that names no build.
-func checkGuests(g string) error {
+// CheckGuests reports a --guests value that names no build.
+func CheckGuests(g string) error {
 	switch plugincatalog.Guests(g) {
 	case plugincatalog.GuestsGo, plugincatalog.GuestsC:
 		return nil
@@ -155,9 +155,9 @@ func checkGuests(g string) error {
 	return fmt.Errorf("bench: --guests %q: want %s (the Go example plugins) or %s (their C builds)", g, plugincatalog.GuestsGo, plugincatalog.GuestsC)
 }
 
-// guestsTitle names the build of the example plugins g loads, for a
+// GuestsTitle names the build of the example plugins g loads, for a
 // table's title.
-func guestsTitle(g string) string {
+func GuestsTitle(g string) string {
 	if plugincatalog.Guests(g) == plugincatalog.GuestsC {
 		return "C builds where there are"
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/agenthost/internal/config"
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 )
 
 // What the peer bench (benchpeers, a module of its own so that no peer
@@ -32,12 +33,16 @@ type RunsTargetOptions struct {
 	DSN    string
 	Schema string
 	// InProcess runs the Go twins of the three plugins (`bench runs
-	// --in-process`); otherwise the Wasm plugins (Go builds) under
+	// --in-process`); otherwise the Wasm plugins (Guests' build) under
 	// Plugins, on the default plugin_call_path, compiled through CacheDir
 	// ("" compiles them afresh).
 	InProcess bool
 	Plugins   string
 	CacheDir  string
+	// Guests is the build of the Wasm plugins, as `bench runs --guests`:
+	// go ("" too) or c (the C builds where there are, from make
+	// plugins-c); see CheckGuests.
+	Guests string
 	// WorkDir is where the runtime's config goes (a fresh directory in
 	// it, removed by Close); "" is the system's temporary directory.
 	WorkDir string
@@ -63,9 +68,15 @@ func OpenRunsTarget(ctx context.Context, o RunsTargetOptions) (*RunsTarget, erro
 	if o.PoolSize == 0 {
 		o.PoolSize = 4
 	}
+	if o.Guests == "" {
+		o.Guests = string(plugincatalog.GuestsGo)
+	}
+	if err := CheckGuests(o.Guests); err != nil {
+		return nil, err
+	}
 	bf := &benchFlags{quiet: true, plugins: o.Plugins, cacheDir: o.CacheDir, workDir: o.WorkDir}
 	p := &runsParams{Runs: 1, Rounds: 1, PoolSize: o.PoolSize, Question: benchQuestion, SyncWrites: true,
-		Store: config.DriverPostgres, InProcess: o.InProcess}
+		Store: config.DriverPostgres, InProcess: o.InProcess, Guests: o.Guests}
 	dir, cleanup, err := bf.tempDir("peers")
 	if err != nil {
 		return nil, err

@@ -209,7 +209,7 @@ is reported apart, and the times start after it.`,
 			if p.PluginCallPath != config.PluginCallNative && p.PluginCallPath != config.PluginCallSDK {
 				return fmt.Errorf("bench recovery: --plugin-call-path %q: want %s or %s", p.PluginCallPath, config.PluginCallNative, config.PluginCallSDK)
 			}
-			if err := checkGuests(p.Guests); err != nil {
+			if err := CheckGuests(p.Guests); err != nil {
 				return err
 			}
 			p.Store = sf.store
@@ -357,7 +357,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		storeName = "pgstore on PostgreSQL " + p.PostgreSQL
 	}
 	tbl := table{
-		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 on %s, plugin_call_path %s, %s of the plugins (from the start of the restart)", p.Runs, storeName, p.PluginCallPath, guestsTitle(p.Guests)),
+		Title:  fmt.Sprintf("recovery of %d Runs in flight after kill -9 on %s, plugin_call_path %s, %s of the plugins (from the start of the restart)", p.Runs, storeName, p.PluginCallPath, GuestsTitle(p.Guests)),
 		Header: []string{"phase", "ms", "Runs/s"},
 		Rows: [][]string{
 			{"open (store, plugins, runtime)", fmt.Sprintf("%.1f", res.OpenMS), ""},

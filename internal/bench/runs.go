@@ -79,7 +79,7 @@ func (p *runsParams) storeTitle() string {
 	if p.Store == config.DriverPostgres {
 		store = "pgstore on " + p.pg.where()
 	}
-	plugins := "Wasm prompt-builder, scripted-model, calculator (" + guestsTitle(p.Guests) + ")"
+	plugins := "Wasm prompt-builder, scripted-model, calculator (" + GuestsTitle(p.Guests) + ")"
 	if p.InProcess {
 		plugins = "in-process Go twins of prompt-builder, scripted-model, calculator"
 	} else if p.PluginCallPath == pluginCallBoth {
@@ -307,7 +307,7 @@ and plugin time per Run against extism-sdk's.`,
 			default:
 				return fmt.Errorf("bench runs: --plugin-call-path %q: want %s, %s or %s", p.PluginCallPath, config.PluginCallNative, config.PluginCallSDK, pluginCallBoth)
 			}
-			if err := checkGuests(p.Guests); err != nil {
+			if err := CheckGuests(p.Guests); err != nil {
 				return err
 			}
 			p.Store = sf.store
