@@ -152,6 +152,12 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 	if step != nil && (err != nil || !res.Stepped) {
 		rt.unreserveDispatches(cr.FirstStep.Run, step.fx)
 	}
+	if step != nil && err == nil && !res.Stepped {
+		// The Run is not its session's first (or the session has an
+		// owner): the next Run submitted in it makes no step ahead.
+		rt.stats.FirstStepsNotWritten.Add(1)
+		rt.sessions.markExisting(req.Tenant, req.Session)
+	}
 	if err == nil && !res.Duplicate {
 		rt.opts.Observer.RunStatus(req.Tenant, "", run.Status)
 		if res.Epoch > 0 {
@@ -202,8 +208,10 @@ type firstStepPlan struct {
 // which is harmless (docs/ABI.md: build must not have side effects that
 // matter). It returns nil, and leaves c alone, when it makes no step: a
 // store that never writes one (FirstStepper), no claimant, a session this
-// node holds already, a halted runtime, or a first commit that would not
-// leave the Run live with a call to make.
+// node holds or knows the store holds Runs of (sessionTable.known: one
+// where a step was not written before, say, because another node owns
+// it), a halted runtime, or a first commit that would not leave the Run
+// live with a call to make.
 func (rt *Runtime) firstStep(ctx context.Context, t *Tenant, c *CreateRun) *firstStepPlan {
 	run := c.Run
 	if !rt.stepsFirst || c.Claimant == "" || rt.halted.Load() || rt.sessions.known(run.Tenant, run.Session) {

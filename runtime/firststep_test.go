@@ -117,8 +117,9 @@ func TestANewSessionsFirstRunIsCreatedWithItsFirstStep(t *testing.T) {
 			if err != nil || third.Kind != runtime.ResultTerminal || third.Run.Status != loop.StatusCompleted {
 				t.Fatalf("the third Run, on node-b: %v, %+v", err, third)
 			}
-			if st := rt.Stats(); st.FirstSteps != 0 {
-				t.Fatalf("node-b wrote %d first steps for a session's third Run", st.FirstSteps)
+			if st := rt.Stats(); st.FirstSteps != 0 || st.FirstStepsNotWritten != int64(wantSteps) {
+				t.Fatalf("node-b wrote %d first steps for a session's third Run, and made %d it did not write; want 0 and %d",
+					st.FirstSteps, st.FirstStepsNotWritten, wantSteps)
 			}
 			wantCalls := 1 // the scripted model answers at once, as for the second
 			if steps {
@@ -131,6 +132,34 @@ func TestANewSessionsFirstRunIsCreatedWithItsFirstStep(t *testing.T) {
 			want := len(res.Run.Transcript) + len(second.Run.Transcript) + 1
 			if got := firstRequest(t, e.Store, third.Run.ID); len(got.Messages) != want {
 				t.Fatalf("the third Run's first model request has %d messages; want the session's two Runs' %d and its input", len(got.Messages), want-1)
+			}
+
+			// A session another live node owns: node-c, which gives the
+			// session up to node-b at its first Run's boundary, makes a
+			// first step ahead of that Run only. Its second Run in the
+			// session is not taken for the session's first: no builder
+			// call is spent ahead of it, though node-c holds nothing of
+			// the session by then. node-b drives both.
+			rtc := e.NewRuntime("node-c")
+			fourth, _, err := rtc.Submit(ctx, runtime.Request{Tenant: "acme", Session: "s1", Input: script})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conformance.WaitUntil(t, 20*time.Second, "node-c to give s1 up to its owner", func() (bool, error) {
+				return rtc.Stats().Boundaries > 0, nil
+			})
+			fifth, _, err := rtc.Submit(ctx, runtime.Request{Tenant: "acme", Session: "s1", Input: script})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := rtc.Stats(); st.FirstSteps != 0 || st.FirstStepsNotWritten != int64(wantSteps) {
+				t.Fatalf("node-c, for two Runs of a session node-b owns: %d first steps written, %d made in vain; want 0 and %d",
+					st.FirstSteps, st.FirstStepsNotWritten, wantSteps)
+			}
+			for _, r := range []loop.Run{fourth, fifth} {
+				if run := e.UntilTerminal(rt, r.ID, 100*time.Millisecond); run.Status != loop.StatusCompleted {
+					t.Fatalf("run %s, submitted on node-c: %s", r.ID, run.Status)
+				}
 			}
 		})
 	}

@@ -251,6 +251,12 @@ type Stats struct {
 	// FirstSteps counts the Runs whose creation wrote their first step
 	// too (Store.CreateRun's FirstStep): a commit fewer each.
 	FirstSteps int64
+	// FirstStepsNotWritten counts the first steps made ahead of a
+	// creation that the store did not write (the Run was not its
+	// session's first, or the session had an owner): a builder call
+	// each, made in vain. A session this process finds so is not given
+	// another (sessionTable.known).
+	FirstStepsNotWritten int64
 }
 
 // RunsEnded is how many Runs this runtime took to an end: completed,
@@ -265,7 +271,7 @@ type statCounters struct {
 	ExecutorCalls, EffectsSettled                                     atomic.Int64
 	RunsCompleted, RunsFailed, RunsCancelled, UnavailableErrors       atomic.Int64
 	LeaseRenewals, LeaseGapMax, LeaseRenewMax                         atomic.Int64 // the durations in ns
-	MergedSettlements, FirstSteps                                     atomic.Int64
+	MergedSettlements, FirstSteps, FirstStepsNotWritten               atomic.Int64
 }
 
 // raiseMax raises m to v when v is larger.
@@ -391,7 +397,7 @@ func (rt *Runtime) Stats() Stats {
 		WatcherQueueDepth: rt.watcher.Len(),
 		LeaseRenewals:     c.LeaseRenewals.Load(), LeaseGapMax: time.Duration(c.LeaseGapMax.Load()),
 		LeaseRenewMax: time.Duration(c.LeaseRenewMax.Load()), MergedSettlements: c.MergedSettlements.Load(),
-		FirstSteps: c.FirstSteps.Load(),
+		FirstSteps: c.FirstSteps.Load(), FirstStepsNotWritten: c.FirstStepsNotWritten.Load(),
 	}
 }
 

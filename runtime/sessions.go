@@ -39,14 +39,56 @@ type sessionState struct {
 // tenant/session, behind its own lock. The watchdog bounds it by recent
 // work (forgetIdle).
 type sessionTable struct {
-	// mu guards m and the fields of every sessionState in it. It is a
-	// leaf: nothing is called while it is held. When both are taken, the
-	// Runtime's mu comes first (kick).
+	// mu guards m, the fields of every sessionState in it, and existing.
+	// It is a leaf: nothing is called while it is held. When both are
+	// taken, the Runtime's mu comes first (kick).
 	mu sync.Mutex
 	m  map[string]*sessionState
+	// existing remembers sessions the store holds Runs of that this
+	// process no longer holds, or never did (markExisting), so that a Run
+	// submitted in one is not taken for its session's first (known).
+	existing existingSessions
 }
 
-func newSessionTable() *sessionTable { return &sessionTable{m: map[string]*sessionState{}} }
+func newSessionTable() *sessionTable {
+	return &sessionTable{m: map[string]*sessionState{}, existing: existingSessions{set: map[string]struct{}{}}}
+}
+
+// maxExistingSessions bounds existingSessions: past it, the oldest mark
+// is forgotten, and a Run submitted in that session costs a builder call
+// made ahead in vain (Runtime.firstStep), no more.
+const maxExistingSessions = 1 << 14
+
+// existingSessions is a bounded set of session keys, forgetting the
+// oldest first. sessionTable's mu guards it.
+type existingSessions struct {
+	set   map[string]struct{}
+	order []string // the keys in the order they were added, a ring once full
+	next  int      // the oldest key's index in order, once it is full
+}
+
+func (e *existingSessions) add(k string) {
+	if _, ok := e.set[k]; ok {
+		return
+	}
+	if len(e.order) < maxExistingSessions {
+		e.order = append(e.order, k)
+	} else {
+		delete(e.set, e.order[e.next])
+		e.order[e.next] = k
+		e.next = (e.next + 1) % maxExistingSessions
+	}
+	e.set[k] = struct{}{}
+}
+
+// markExisting records that the store holds Runs of a session: a Run's
+// creation found it was not the session's first (its first step was not
+// written), or this process forgets the session (forgetIdle, remove).
+func (t *sessionTable) markExisting(tenant, session string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.existing.add(sessionKey(tenant, session))
+}
 
 func sessionKey(tenant, session string) string { return tenant + "/" + session }
 func runKey(tenant, run string) string         { return tenant + "/" + run }
@@ -73,12 +115,15 @@ func (t *sessionTable) claimed(tenant, session string) (uint64, bool) {
 	return 0, false
 }
 
-// known reports whether this process holds anything of the session: a
-// session it does not is new to it, and may be new to the store.
+// known reports whether this process holds anything of the session, or
+// knows the store holds Runs of it (markExisting): a session it does not
+// know may be new to the store.
 func (t *sessionTable) known(tenant, session string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.m[sessionKey(tenant, session)] != nil
+	k := sessionKey(tenant, session)
+	_, existing := t.existing.set[k]
+	return existing || t.m[k] != nil
 }
 
 // driven reports whether a driver of this process is on the session, or
@@ -155,11 +200,13 @@ func (t *sessionTable) dropClaim(tenant, session string) {
 	}
 }
 
-// remove forgets a session.
+// remove forgets a session, but that it exists (markExisting).
 func (t *sessionTable) remove(tenant, session string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.m, sessionKey(tenant, session))
+	k := sessionKey(tenant, session)
+	delete(t.m, k)
+	t.existing.add(k)
 }
 
 // takeAll empties the table and returns what it held.
@@ -212,6 +259,7 @@ func (t *sessionTable) forgetIdle(active map[string]SessionOwner) {
 		}
 		if s.idleScans++; s.idleScans >= 2 {
 			delete(t.m, k)
+			t.existing.add(k)
 		}
 	}
 }
