@@ -126,16 +126,23 @@ func (c *cluster) takeovers(dead string, survivors ...int) []takeover {
 	return out
 }
 
+// openStore opens the cluster's database as a store of this process's
+// own, for the test to read; the caller closes it.
+func (c *cluster) openStore() *pgstore.Store {
+	c.t.Helper()
+	store, err := pgstore.Open(context.Background(), pgstore.Options{DSN: c.dsn})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return store
+}
+
 // checkRuns opens the database and holds every Run's log to
 // loop.CheckEnded, the one log checker, and the slow-job plugin's own
 // execution counts to "each job ran once".
 func (c *cluster) checkRuns(ids []string) {
 	c.t.Helper()
-	ctx := context.Background()
-	store, err := pgstore.Open(ctx, pgstore.Options{DSN: c.dsn})
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	store := c.openStore()
 	defer store.Close()
 	jobs := checkServedRuns(c.t, store, ids)
 	if jobs < len(ids)/2 {
@@ -187,6 +194,34 @@ func (c *cluster) follow(node int, runID string) error {
 		return fmt.Errorf("the stream of run %s through node %d ended after event %d without the Run's end", runID, node, next-1)
 	}
 	return nil
+}
+
+// waitJobStarted waits until a Run of tenant demo has a slow job whose
+// start has run: until the Run's log holds an effect_pending, which the
+// runtime commits once the job's start answered, and so once the
+// slow-job plugin has stored the job's record. A Run's waiting view
+// lists the job as soon as it is dispatched (pendingSlowJob), before its
+// start has run: a node killed then leaves a job with no record, which
+// recovery fails as lost (slow_job's policy, fail), where the kill tests
+// mean a job in flight, to be attached to. Under load the start may take
+// seconds (its KV writes are synced commits).
+func (c *cluster) waitJobStarted(runID string) {
+	c.t.Helper()
+	ctx := context.Background()
+	store := c.openStore()
+	defer store.Close()
+	waitUntil(c.t, time.Minute, "run "+runID+"'s slow job started", func() (bool, error) {
+		evs, err := store.Events(ctx, "demo", runID, 0, 0)
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs {
+			if ev.Type == loop.EventEffectPending {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // pendingSlowJob reports whether a Run waits on a slow job in flight.
@@ -253,14 +288,17 @@ func TestThreeNodesSurviveAKill(t *testing.T) {
 	// Kill the victim while a Run it accepted (and so owns) waits on a
 	// slow job in flight, and so does the child Run of a lead: recovery
 	// then has attempts to attach to, and a parent to find its child.
+	var inFlight, childInFlight string
 	waitUntil(t, 60*time.Second, "a slow job in flight on the victim", func() (bool, error) {
 		for i, id := range ids {
 			if accepted[i] == victim && pendingSlowJob(c.client(1).run(t, id)) {
+				inFlight = id
 				return true, nil
 			}
 		}
 		return false, nil
 	})
+	c.waitJobStarted(inFlight)
 	waitUntil(t, 60*time.Second, "a child run's slow job in flight on the victim", func() (bool, error) {
 		for _, id := range leads {
 			p := c.client(1).subAgentRun(t, id)
@@ -275,11 +313,13 @@ func TestThreeNodesSurviveAKill(t *testing.T) {
 				return false, fmt.Errorf("get child run %s: %d %v %s", p.Children[0].Run, code, err, raw)
 			}
 			if code == http.StatusOK && pendingSlowJob(child) {
+				childInFlight = child.ID
 				return true, nil
 			}
 		}
 		return false, nil
 	})
+	c.waitJobStarted(childInFlight)
 	killedAt := time.Now()
 	if err := c.nodes[victim].proc.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

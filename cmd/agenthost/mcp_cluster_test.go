@@ -56,6 +56,7 @@ func TestAnMCPTaskOutlivesTheNodeThatAcceptedIt(t *testing.T) {
 	waitUntil(t, 60*time.Second, "the task's slow job in flight on the victim", func() (bool, error) {
 		return pendingSlowJob(c.client(1).run(t, task.TaskID)), nil
 	})
+	c.waitJobStarted(task.TaskID)
 	if err := c.nodes[victim].proc.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

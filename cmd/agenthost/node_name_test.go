@@ -54,6 +54,7 @@ func TestARestartUnderItsNodeNameDoesNotWaitForItsLease(t *testing.T) {
 	waitUntil(t, time.Minute, "a slow job in flight", func() (bool, error) {
 		return pendingSlowJob(c.client(0).run(t, ids[0])), nil
 	})
+	c.waitJobStarted(ids[0])
 	if err := first.proc.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
