@@ -302,19 +302,9 @@ func measureLevel(ctx context.Context, meter *serverMeter, p *params, c int, sys
 // prepared and planned on each, plugin instances made) falls outside
 // the timed rounds, for every system alike.
 func warmUp(c, perClient int, systems []system) error {
-	n := benchkit.WarmupRuns(c, perClient)
 	for _, s := range systems {
-		if n == 0 {
-			break
-		}
-		var failed atomic.Pointer[error]
-		benchkit.Parallel(c, n, func(int) {
-			if _, err := s.run(); err != nil {
-				failed.CompareAndSwap(nil, &err)
-			}
-		})
-		if e := failed.Load(); e != nil {
-			return fmt.Errorf("benchpeers: %s, concurrency %d, warming up: %w", systemTitles[s.name], c, *e)
+		if err := benchkit.WarmUp(c, perClient, func() error { _, err := s.run(); return err }); err != nil {
+			return fmt.Errorf("benchpeers: %s, concurrency %d, warming up: %w", systemTitles[s.name], c, err)
 		}
 	}
 	return nil

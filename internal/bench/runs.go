@@ -745,14 +745,8 @@ func warmUp(c, perClient int, targets []levelTarget, bare bareRounds) error {
 		return nil
 	}
 	for _, t := range targets {
-		var first atomic.Pointer[error]
-		benchkit.Parallel(c, n, func(int) {
-			if _, err := t.one(); err != nil {
-				first.CompareAndSwap(nil, &err)
-			}
-		})
-		if e := first.Load(); e != nil {
-			return fmt.Errorf("bench: concurrency %d, warming up: %w", c, *e)
+		if err := benchkit.WarmUp(c, perClient, func() error { _, err := t.one(); return err }); err != nil {
+			return fmt.Errorf("bench: concurrency %d, warming up: %w", c, err)
 		}
 		if _, err := bare.Round(c, n); err != nil {
 			return fmt.Errorf("bench: concurrency %d, warming up the bare commits: %w", c, err)

@@ -43,6 +43,22 @@ func WarmupRuns(c, perClient int) int {
 	return min(max(c, 1)*max(perClient, 0), MaxWarmupRuns)
 }
 
+// WarmUp makes the untimed Runs that start a level of c clients
+// (WarmupRuns) with run, on c goroutines, and returns the first error
+// one of them met, once all are done.
+func WarmUp(c, perClient int, run func() error) error {
+	var first atomic.Pointer[error]
+	Parallel(c, WarmupRuns(c, perClient), func(int) {
+		if err := run(); err != nil {
+			first.CompareAndSwap(nil, &err)
+		}
+	})
+	if e := first.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
 // Percentile is the p-quantile (0 ≤ p ≤ 1) of d by the nearest-rank
 // method; 0 for no samples. d is not modified.
 func Percentile(d []time.Duration, p float64) time.Duration {
