@@ -151,12 +151,12 @@ func (rt *Runtime) submit(ctx context.Context, t *Tenant, agent *Agent, implicit
 	res, err := rt.store.CreateRun(ctx, cr)
 	if step != nil && (err != nil || !res.Stepped) {
 		rt.unreserveDispatches(cr.FirstStep.Run, step.fx)
-	}
-	if step != nil && err == nil && !res.Stepped {
-		// The Run is not its session's first (or the session has an
-		// owner): the next Run submitted in it makes no step ahead.
-		rt.stats.FirstStepsNotWritten.Add(1)
-		rt.sessions.markExisting(req.Tenant, req.Session)
+		if err == nil {
+			// The Run is not its session's first (or the session has an
+			// owner): the next Run submitted in it makes no step ahead.
+			rt.stats.FirstStepsNotWritten.Add(1)
+			rt.sessions.markExisting(req.Tenant, req.Session)
+		}
 	}
 	if err == nil && !res.Duplicate {
 		rt.opts.Observer.RunStatus(req.Tenant, "", run.Status)
