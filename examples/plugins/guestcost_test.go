@@ -118,14 +118,15 @@ func BenchmarkRecoveredRunGuestCalls(b *testing.B) {
 const benchRunQuestion = "What is 2+3 and 4+5?"
 
 // BenchmarkBenchRunGuestCalls measures the six guest calls of one Run of
-// `agenthost bench runs`, each through the host's whole call path, on the
-// Go example plugins a default `make run` loads: prompt-builder's build
-// and scripted-model's start at each of the Run's two model steps, and
-// calculator's start for each of the two sums the model asks for between
-// them. "run" makes the six in a row, with the inputs the runtime would
-// give them; the others make one call each. The baseline, measured in the
-// same run, is calculator-c's start of the same tool call (docs/BENCHMARKS.md,
-// "Leaner guests").
+// `agenthost bench runs`, each through the host's whole call path:
+// prompt-builder's build and scripted-model's start at each of the Run's
+// two model steps, and calculator's start for each of the two sums the
+// model asks for between them. "run" makes the six in a row on the Go
+// example plugins, with the inputs the runtime would give them; "run-c"
+// makes them on the C builds, which a default `make run` loads; the
+// others make one call each. The baseline, measured in the same run, is
+// calculator-c's start of the same tool call (docs/BENCHMARKS.md, "Leaner
+// guests").
 func BenchmarkBenchRunGuestCalls(b *testing.B) {
 	ctx := context.Background()
 	e := newEnv(b)
@@ -141,6 +142,11 @@ func BenchmarkBenchRunGuestCalls(b *testing.B) {
 		b.Fatal(err)
 	}
 	calcC := e.executor(b, calculatorC, nil)
+	modelC := e.executor(b, scriptedModelC, nil)
+	builderC, err := e.load(b, promptBuilderC, abi.RoleBuilder, nil).Builder()
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	// One Run, call by call, to record each call's input.
 	transcript := []abi.Message{{Role: abi.MessageUser, Content: benchRunQuestion}}
@@ -178,19 +184,20 @@ func BenchmarkBenchRunGuestCalls(b *testing.B) {
 		b.Fatalf("the scripted model answered %+v", answer.Message)
 	}
 
+	doCalc := func(b *testing.B, x *host.Executor, c runtime.EffectCall) {
+		if r, err := x.Start(ctx, c); err != nil || r.State != abi.StateDone {
+			b.Fatalf("start: %+v %v", r, err)
+		}
+	}
 	doBuild := func(b *testing.B, in abi.BuildInput) {
 		if _, err := builder.Build(ctx, "acme", in); err != nil {
 			b.Fatal(err)
 		}
 	}
-	doModel := func(b *testing.B, c runtime.EffectCall) {
-		if r, err := modelX.Start(ctx, c); err != nil || r.State != abi.StateDone {
-			b.Fatalf("start: %+v %v", r, err)
-		}
-	}
-	doCalc := func(b *testing.B, x *host.Executor, c runtime.EffectCall) {
-		if r, err := x.Start(ctx, c); err != nil || r.State != abi.StateDone {
-			b.Fatalf("start: %+v %v", r, err)
+	doModel := func(b *testing.B, c runtime.EffectCall) { doCalc(b, modelX, c) }
+	doBuildC := func(b *testing.B, in abi.BuildInput) {
+		if _, err := builderC.Build(ctx, "acme", in); err != nil {
+			b.Fatal(err)
 		}
 	}
 	for _, bm := range []struct {
@@ -211,6 +218,17 @@ func BenchmarkBenchRunGuestCalls(b *testing.B) {
 		{"prompt-builder-build-2", func(b *testing.B) { doBuild(b, build2) }},
 		{"scripted-model-start-2", func(b *testing.B) { doModel(b, model2) }},
 		{"baseline-calculator-c-start", func(b *testing.B) { doCalc(b, calcC, calcs[0]) }},
+		// The C builds, which make run loads: the same six calls.
+		{"run-c", func(b *testing.B) {
+			doBuildC(b, build1)
+			doCalc(b, modelC, model1)
+			doCalc(b, calcC, calcs[0])
+			doCalc(b, calcC, calcs[1])
+			doBuildC(b, build2)
+			doCalc(b, modelC, model2)
+		}},
+		{"scripted-model-c-start-1", func(b *testing.B) { doCalc(b, modelC, model1) }},
+		{"scripted-model-c-start-2", func(b *testing.B) { doCalc(b, modelC, model2) }},
 	} {
 		b.Run(bm.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -284,6 +284,8 @@ func TestWarmExampleCache(t *testing.T) {
 		}
 	}
 	e.load(t, calculatorC, abi.RoleExecutor, nil)
+	e.load(t, promptBuilderC, abi.RoleBuilder, nil)
+	e.load(t, scriptedModelC, abi.RoleExecutor, nil)
 	e.load(t, calculatorAS, abi.RoleExecutor, nil)
 	// The reference call path compiles the modules as they are (the
 	// native one adds interrupt checks): the differential tests load both.

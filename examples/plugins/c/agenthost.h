@@ -14,7 +14,9 @@
 #ifndef AGENTHOST_AGENTHOST_H
 #define AGENTHOST_AGENTHOST_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define AGENTHOST_IMPORT(name) __attribute__((import_module("extism:host/user"), import_name(#name)))
 
@@ -35,6 +37,32 @@ AGENTHOST_IMPORT(agenthost_http_close) uint64_t agenthost_http_close(uint64_t st
  * output_set makes the len bytes at ptr the call's output. */
 AGENTHOST_IMPORT(agenthost_input_read) uint64_t agenthost_input_read(uint64_t ptr, uint64_t len); /* the input's length */
 AGENTHOST_IMPORT(agenthost_output_set) void agenthost_output_set(uint64_t ptr, uint64_t len);
+
+/* agenthost_input reads the call's input into a new NUL-terminated buffer
+ * from malloc (free it) with agenthost_input_read, and sets *n to its
+ * length (n may be NULL). NULL when malloc fails. Two host calls, where
+ * extism_input makes one for every 8 bytes. */
+static inline char *agenthost_input(size_t *n) {
+    size_t len = (size_t)agenthost_input_read(0, 0);
+    char *buf = malloc(len + 1);
+    if (buf == NULL) {
+        return NULL;
+    }
+    agenthost_input_read((uint64_t)(uintptr_t)buf, len);
+    buf[len] = 0;
+    if (n) {
+        *n = len;
+    }
+    return buf;
+}
+
+/* agenthost_output makes n bytes of data the call's output, in one host
+ * call (the host copies them before it returns), and returns 0, the ok
+ * status. */
+static inline int32_t agenthost_output(const char *data, size_t n) {
+    agenthost_output_set((uint64_t)(uintptr_t)data, n);
+    return 0;
+}
 
 /* AGENTHOST_ABI_V1 defines the marker export agenthost_abi_v1: a function
  * with no parameters and no results, which the host finds among the

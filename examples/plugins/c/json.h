@@ -10,8 +10,14 @@
  *   - nesting deeper than JSON_MAX_DEPTH is refused as malformed;
  *   - numbers are checked for JSON syntax; json_int reads integers only;
  *   - json_string decodes every escape, \uXXXX surrogate pairs included,
- *     into UTF-8; a string holding \u0000 is refused (C strings end at NUL);
- *   - duplicate keys: json_get finds the first.
+ *     into UTF-8; a string holding \u0000 is refused (C strings end at
+ *     NUL), unless read with json_string_n, which gives its length;
+ *   - duplicate keys: json_get and json_get_many find the first;
+ *   - a string's plain bytes are scanned 8 at a time (json_plain_run), in
+ *     aligned words that may read up to 7 bytes past the text's NUL but
+ *     never past the page that holds it, so never out of bounds (what
+ *     libc's strlen does; only the bytes up to the NUL decide anything,
+ *     and a memory checker such as ASan reports the read).
  *
  * Single-file: include it in one .c file (the functions are static inline).
  */
@@ -39,23 +45,52 @@ static inline int json_hex(char c) {
     return -1;
 }
 
+/* json_plain_run returns the first byte at or after p that a string's
+ * scan must look at: a quote, a backslash or a byte below 0x20 (the NUL
+ * at the end of the text among them). It reads aligned 8-byte words: an
+ * aligned word that holds one byte of the text lies in the same page (64
+ * KiB in linear memory), so the bytes it reads past the NUL are never out
+ * of bounds, and it stops at the NUL. */
+static inline const char *json_plain_run(const char *p) {
+    while (((uintptr_t)p & 7) != 0) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\' || c < 0x20) return p;
+        p++;
+    }
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    for (;;) {
+        uint64_t w;
+        __builtin_memcpy(&w, p, 8);
+        uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+        /* a byte of x is 0 where (x - ones) & ~x has its high bit; a byte
+         * below 0x20 where (w - 0x20 a byte) & ~w does */
+        uint64_t stop = ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | ((w - ones * 0x20) & ~w);
+        if ((stop & highs) != 0) break;
+        p += 8;
+    }
+    while (1) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\' || c < 0x20) return p;
+        p++;
+    }
+}
+
 /* json_skip_string returns the end of the string at p (after its closing
  * quote), or NULL when it is malformed. */
 static inline const char *json_skip_string(const char *p) {
     if (*p != '"') return NULL;
-    for (p++; *p != '"'; p++) {
+    for (p = json_plain_run(p + 1); *p != '"'; p = json_plain_run(p + 1)) {
         unsigned char c = (unsigned char)*p;
-        if (c == 0 || c < 0x20) return NULL;
-        if (c == '\\') {
-            p++;
-            if (*p == 'u') {
-                for (int i = 1; i <= 4; i++) {
-                    if (json_hex(p[i]) < 0) return NULL;
-                }
-                p += 4;
-            } else if (!strchr("\"\\/bfnrt", *p) || *p == 0) {
-                return NULL;
+        if (c < 0x20) return NULL;
+        /* a backslash */
+        p++;
+        if (*p == 'u') {
+            for (int i = 1; i <= 4; i++) {
+                if (json_hex(p[i]) < 0) return NULL;
             }
+            p += 4;
+        } else if (*p == 0 || !strchr("\"\\/bfnrt", *p)) {
+            return NULL;
         }
     }
     return p + 1;
@@ -164,6 +199,35 @@ static inline const char *json_get(const char *obj, const char *key) {
     return NULL;
 }
 
+/* json_get_many finds the members keys[0..n) of the object at obj in one
+ * pass over it, as json_get finds each (the first of a key, NULL when
+ * there is none or obj is not an object), and sets vals[i] to keys[i]'s.
+ * A value then costs one walk of the object, not one walk a key, and the
+ * walk stops once every key is found. */
+static inline void json_get_many(const char *obj, const char *const *keys, const char **vals, int n) {
+    for (int i = 0; i < n; i++) vals[i] = NULL;
+    if (obj == NULL) return;
+    const char *p = json_ws(obj);
+    if (*p != '{') return;
+    p = json_ws(p + 1);
+    int found = 0;
+    while (*p == '"') {
+        const char *key = p;
+        p = json_ws(json_skip_string(p));
+        p = json_ws(p + 1); /* after ':' */
+        for (int i = 0; i < n; i++) {
+            if (vals[i] == NULL && json_string_equals(key, keys[i])) {
+                vals[i] = p;
+                if (++found == n) return; /* the rest is not read */
+                break;
+            }
+        }
+        p = json_ws(json_skip(p));
+        if (*p != ',') return;
+        p = json_ws(p + 1);
+    }
+}
+
 static inline void json_utf8(char **out, uint32_t cp) {
     char *o = *out;
     if (cp < 0x80) {
@@ -188,10 +252,11 @@ static inline uint32_t json_u4(const char *p) {
     return (uint32_t)(json_hex(p[0]) << 12 | json_hex(p[1]) << 8 | json_hex(p[2]) << 4 | json_hex(p[3]));
 }
 
-/* json_string decodes the (valid) JSON string at p into a new
- * NUL-terminated UTF-8 buffer from malloc. It returns NULL when p is not a
- * string, holds \u0000, or malloc fails. */
-static inline char *json_string(const char *p) {
+/* json_string_n decodes the (valid) JSON string at p into a new
+ * NUL-terminated UTF-8 buffer from malloc and sets *n to its length,
+ * which counts any NUL decoded from \u0000. It returns NULL when p is not
+ * a string or malloc fails. */
+static inline char *json_string_n(const char *p, size_t *n) {
     if (p == NULL || *p != '"') return NULL;
     const char *end = json_skip_string(p);
     if (end == NULL) return NULL;
@@ -220,10 +285,6 @@ static inline char *json_string(const char *p) {
                     p += 6;
                 }
             }
-            if (cp == 0) {
-                free(out);
-                return NULL;
-            }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD; /* a lone surrogate */
             json_utf8(&o, cp);
             break;
@@ -232,6 +293,20 @@ static inline char *json_string(const char *p) {
         }
     }
     *o = 0;
+    *n = (size_t)(o - out);
+    return out;
+}
+
+/* json_string decodes the (valid) JSON string at p into a new
+ * NUL-terminated UTF-8 buffer from malloc. It returns NULL when p is not a
+ * string, holds \u0000, or malloc fails. */
+static inline char *json_string(const char *p) {
+    size_t n;
+    char *out = json_string_n(p, &n);
+    if (out != NULL && strlen(out) != n) {
+        free(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -281,11 +356,12 @@ static inline void jb_write(json_buf *j, const char *s, size_t n) {
 
 static inline void jb_raw(json_buf *j, const char *s) { jb_write(j, s, strlen(s)); }
 
-/* jb_string writes s as a JSON string, quoted and escaped. */
-static inline void jb_string(json_buf *j, const char *s) {
+/* jb_string_n writes the n bytes at s as a JSON string, quoted and
+ * escaped. */
+static inline void jb_string_n(json_buf *j, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     jb_write(j, "\"", 1);
-    for (; *s; s++) {
+    for (const char *e = s + n; s < e; s++) {
         unsigned char c = (unsigned char)*s;
         switch (c) {
         case '"': jb_raw(j, "\\\""); break;
@@ -304,5 +380,8 @@ static inline void jb_string(json_buf *j, const char *s) {
     }
     jb_write(j, "\"", 1);
 }
+
+/* jb_string writes s as a JSON string, quoted and escaped. */
+static inline void jb_string(json_buf *j, const char *s) { jb_string_n(j, s, strlen(s)); }
 
 #endif
