@@ -327,6 +327,11 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		switch {
 		case err == nil && tookAlong:
 		case err == nil:
+			if hook := rt.reportHook.Load(); hook != nil {
+				req, cur, idle := req, cur, sessionIdle // only these escape
+				(*hook)(cur, func() { rt.afterAdvance(req, cur, idle) })
+				break
+			}
 			rt.afterAdvance(req, cur, sessionIdle)
 		case errors.Is(err, errStoreFailed):
 			rt.afterUncertainCommit(req)
@@ -570,6 +575,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 		}
 		rt.stats.Commits.Add(1)
 		rt.observeCommit(run, next, batch)
+		rt.committed(next)
 		rt.hub.Publish(Notice{Tenant: req.tenant, RunID: req.runID, Seq: next.Seq})
 		rt.countTerminal(run, next)
 		traceRunEnded(&run, &next)

@@ -238,6 +238,7 @@ func (rt *Runtime) firstStep(ctx context.Context, t *Tenant, c *CreateRun) *firs
 func (rt *Runtime) stepped(t *Tenant, created, next loop.Run, epoch uint64, step *firstStepPlan) {
 	rt.stats.FirstSteps.Add(1)
 	rt.observeCommit(created, next, step.events)
+	rt.committed(next)
 	rt.hub.Publish(Notice{Tenant: next.Tenant, RunID: next.ID, Seq: next.Seq})
 	rt.perform(t, next, epoch, step.fx)
 }

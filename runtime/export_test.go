@@ -86,3 +86,15 @@ func SetGuessHook(rt *Runtime, f func(loop.Run) bool) {
 // OwnedRuns returns how many Runs the runtime keeps a committed snapshot
 // or a history of (ownedruns).
 func OwnedRuns(rt *Runtime) int { return rt.owned.Len() }
+
+// SetReportHook sets a function rt's advances hand their report of the
+// Run (what they tell its waiters) once its lock is let go: the hook runs
+// report when it likes, so that a test can make a report come after a
+// later advance's (nil: none, each advance reports at once).
+func SetReportHook(rt *Runtime, f func(run loop.Run, report func())) {
+	if f == nil {
+		rt.reportHook.Store(nil)
+		return
+	}
+	rt.reportHook.Store(&f)
+}

@@ -13,12 +13,28 @@ type waiter struct {
 	ch      chan Result
 }
 
+// runWaiters are the waiters of one Run, and the newest snapshot of it
+// this runtime committed while they waited (committed). A Run is reported
+// (afterAdvance) after its advance lets go of the Run's lock, and other
+// reports of a quiescent wait come after a commit too, so a report can
+// hold a snapshot older than a later advance's commit: notifyQuiescent
+// judges the newest one.
+type runWaiters struct {
+	list   []waiter
+	newest loop.Run // Seq 0: none committed yet
+}
+
 // addWaiter registers a one-shot channel for the next result of a Run.
 func (rt *Runtime) addWaiter(tenant, session, runID string) chan Result {
 	w := waiter{session: session, ch: make(chan Result, 1)}
 	rt.mu.Lock()
 	k := runKey(tenant, runID)
-	rt.waiters[k] = append(rt.waiters[k], w)
+	rw := rt.waiters[k]
+	if rw == nil {
+		rw = &runWaiters{}
+		rt.waiters[k] = rw
+	}
+	rw.list = append(rw.list, w)
 	rt.mu.Unlock()
 	return w.ch
 }
@@ -27,15 +43,28 @@ func (rt *Runtime) removeWaiter(tenant, runID string, w chan Result) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	k := runKey(tenant, runID)
-	ws := rt.waiters[k]
-	for i, x := range ws {
+	rw := rt.waiters[k]
+	if rw == nil {
+		return
+	}
+	for i, x := range rw.list {
 		if x.ch == w {
-			rt.waiters[k] = append(ws[:i:i], ws[i+1:]...)
+			rw.list = append(rw.list[:i:i], rw.list[i+1:]...)
 			break
 		}
 	}
-	if len(rt.waiters[k]) == 0 {
+	if len(rw.list) == 0 {
 		delete(rt.waiters, k)
+	}
+}
+
+// committed notes that this runtime committed run (its snapshot after the
+// commit), for the Run's waiters, if it has any.
+func (rt *Runtime) committed(run loop.Run) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rw := rt.waiters[runKey(run.Tenant, run.ID)]; rw != nil && run.Seq > rw.newest.Seq {
+		rw.newest = run
 	}
 }
 
@@ -43,10 +72,13 @@ func (rt *Runtime) removeWaiter(tenant, runID string, w chan Result) {
 func (rt *Runtime) notifyRun(tenant, runID string, r Result) {
 	rt.mu.Lock()
 	k := runKey(tenant, runID)
-	ws := rt.waiters[k]
+	rw := rt.waiters[k]
 	delete(rt.waiters, k)
 	rt.mu.Unlock()
-	for _, w := range ws {
+	if rw == nil {
+		return
+	}
+	for _, w := range rw.list {
 		w.ch <- r
 	}
 }
@@ -55,12 +87,12 @@ func (rt *Runtime) notifyRun(tenant, runID string, r Result) {
 func (rt *Runtime) notifySession(tenant, session string, r Result) {
 	rt.mu.Lock()
 	var ws []waiter
-	for k, list := range rt.waiters {
+	for k, rw := range rt.waiters {
 		if !strings.HasPrefix(k, tenant+"/") {
 			continue
 		}
-		keep := list[:0:0]
-		for _, w := range list {
+		keep := rw.list[:0:0]
+		for _, w := range rw.list {
 			if w.session == session {
 				ws = append(ws, w)
 			} else {
@@ -70,7 +102,7 @@ func (rt *Runtime) notifySession(tenant, session string, r Result) {
 		if len(keep) == 0 {
 			delete(rt.waiters, k)
 		} else {
-			rt.waiters[k] = keep
+			rw.list = keep
 		}
 	}
 	rt.mu.Unlock()
@@ -100,9 +132,26 @@ func (rt *Runtime) afterAdvance(req advanceReq, cur loop.Run, sessionIdle bool) 
 }
 
 // notifyQuiescent reports a quiescent wait when nothing synchronous is in
-// flight for the Run.
+// flight for the Run and nothing is left for it to do by itself. It
+// judges the newest snapshot this runtime committed when that is newer
+// than cur: an advance after cur's has moved the Run on (an answer that
+// came back at once was committed while cur's report was on its way),
+// and a Run that has ended is reported by the advance that ended it. The
+// newest snapshot is read after the holds are counted: an answer's hold
+// is given back once its commit is durable and noted (committed), so a
+// Run found idle has its newest commit noted already.
 func (rt *Runtime) notifyQuiescent(cur loop.Run) {
 	if rt.attempts.BusyRun(attempts.RunPrefixOf(cur.Tenant, cur.Session, cur.ID)) > 0 {
+		return
+	}
+	k := runKey(cur.Tenant, cur.ID)
+	rt.mu.Lock()
+	rw := rt.waiters[k]
+	if rw != nil && rw.newest.Seq > cur.Seq {
+		cur = rw.newest
+	}
+	rt.mu.Unlock()
+	if rw == nil || cur.Status.Terminal() {
 		return
 	}
 	for _, a := range loop.Decide(cur) {

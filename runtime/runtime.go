@@ -186,8 +186,8 @@ type Runtime struct {
 	// nodes; leaveFeed ends the subscription (cluster.go).
 	shared    bool
 	leaveFeed func()
-	waiters   map[string][]waiter // by tenant/run
-	runLocks  map[string]*runLock // by tenant/run, while an advance holds or waits
+	waiters   map[string]*runWaiters // by tenant/run
+	runLocks  map[string]*runLock    // by tenant/run, while an advance holds or waits
 
 	// wg counts the tracked goroutines (goTracked, session drivers), for
 	// Stop; see mu for its Add.
@@ -217,6 +217,10 @@ type Runtime struct {
 	// the Run's advance lock; false makes the advance load the Run
 	// instead.
 	guessHook atomic.Pointer[func(loop.Run) bool]
+	// reportHook, when set (tests, through export_test.go), is handed each
+	// advance's report of the Run it left (afterAdvance), once the Run's
+	// lock is let go, to run when the test says: a report that comes late.
+	reportHook atomic.Pointer[func(loop.Run, func())]
 }
 
 // Stats is a snapshot of the runtime's counters, taken by Stats.
@@ -352,7 +356,7 @@ func New(opts Options) (*Runtime, error) {
 		settles:    settlequeue.New(),
 		owned:      ownedruns.New(),
 		sessions:   newSessionTable(),
-		waiters:    map[string][]waiter{},
+		waiters:    map[string]*runWaiters{},
 		runLocks:   map[string]*runLock{},
 		dog:        &watchdog{suspects: map[string]int64{}},
 	}
@@ -640,7 +644,7 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 	sessions := rt.sessions.takeAll()
 	rt.mu.Lock()
 	waiters := rt.waiters
-	rt.waiters = map[string][]waiter{}
+	rt.waiters = map[string]*runWaiters{}
 	rt.mu.Unlock()
 	if err == nil {
 		for _, s := range sessions {
@@ -653,8 +657,8 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 			}
 		}
 	}
-	for _, ws := range waiters {
-		for _, w := range ws {
+	for _, rw := range waiters {
+		for _, w := range rw.list {
 			select {
 			case w.ch <- Result{Kind: ResultBoundary, Err: ErrClosed}:
 			default:
