@@ -6,6 +6,7 @@
 #   make test    deps, lint, warm the test cache, then every test (race-enabled, with the
 #                runtime's invariant checks), fuzz seed corpora included: what CI runs
 #   make deps    install what the tests need when it is missing (scripts/deps.sh)
+#   make deps-c  the same for the C toolchain alone, which make run needs
 #   make warm-cache  build the conformance plugins and fill the wazero cache, without -race
 #   make lint    gofmt -l, go vet and go mod tidy -diff; fails on any finding
 #   make bench   the go test benchmarks (figures in docs/BENCHMARKS.md)
@@ -22,7 +23,8 @@
 #                lld and wasi-libc)
 #   make plugins-as the AssemblyScript example plugin (needs node and npm; npm ci
 #                fetches the compiler and Extism's AssemblyScript PDK the first time)
-#   make run     the host and the Go plugins, then one Run on config.example.yaml
+#   make run     the host and the example plugins (the C builds of the three a Run
+#                uses), then one Run on config.example.yaml
 
 GO       ?= go
 BIN      := bin
@@ -33,7 +35,7 @@ TESTFLAGS ?=
 PLUGINS  := build/plugins
 QUESTION ?= What is (2+3)*4?
 
-.PHONY: build check fmt-check test deps lint bench bench-peers bench-peers-recovery clean warm-cache plugins plugins-c plugins-as run
+.PHONY: build check fmt-check test deps deps-c lint bench bench-peers bench-peers-recovery clean warm-cache plugins plugins-c plugins-as run
 
 build:
 	$(GO) build ./...
@@ -45,6 +47,11 @@ build:
 # printed and make stops. Instant when everything is there.
 deps:
 	@sh scripts/deps.sh
+
+# The C toolchain alone (clang, lld, wasi-libc, libclang-rt-14-dev-wasm32),
+# for the C builds of the example plugins that make run loads.
+deps-c:
+	@sh scripts/deps.sh c
 
 lint: fmt-check
 	$(GO) vet ./...
@@ -100,8 +107,11 @@ plugins-as:
 	examples/plugins/calculator-as/build.sh $(PLUGINS)/calculator-as.wasm
 
 # A first Run on the embedded defaults: builder, model, tool call, model,
-# final answer, streamed.
-run: plugins
+# final answer, streamed. config.example.yaml loads the C builds of the
+# prompt builder, the scripted model and the calculator (several times
+# cheaper a call than their Go twins, with the same replies), and the Go
+# builds of the other examples.
+run: deps-c plugins plugins-c
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 	$(BIN)/agenthost run --config config.example.yaml "$(QUESTION)"
 
@@ -127,8 +137,9 @@ bench:
 # a module of its own, so that DBOS is never a dependency of agenthost, and go
 # vet ./... and go test ./... here never build it. First its test on a tiny
 # workload, then the comparison: PEERSFLAGS=--concurrency 16 --runs 600, say
-# (--guests c: the C builds where there are). Its tests include the recovery
-# comparison's, which runs bin/agenthost, and one on the C builds.
+# (--guests go: the Go builds of the Wasm plugins in place of the C ones).
+# Its tests include the recovery comparison's, which runs bin/agenthost, and
+# one on the C builds.
 PEERSFLAGS ?= --runs 300 --rounds 3 --concurrency 1,16
 bench-peers: plugins plugins-c build
 	cd benchpeers && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -139,7 +150,7 @@ bench-peers: plugins plugins-c build
 # pending workflows at Launch, on one throwaway PostgreSQL, in alternating
 # rounds: RECOVERYFLAGS=--runs 10000, say.
 RECOVERYFLAGS ?= --runs 200 --job-seconds 5 --rounds 2
-bench-peers-recovery: plugins build
+bench-peers-recovery: plugins plugins-c build
 	cd benchpeers && $(GO) run . recovery --agenthost ../$(BIN)/agenthost --plugins ../$(PLUGINS) --cache-dir ../.cache/wazero $(RECOVERYFLAGS)
 
 clean:

@@ -32,6 +32,7 @@ import (
 
 	"github.com/agenthost/agenthost/internal/bench"
 	"github.com/agenthost/agenthost/internal/benchkit"
+	"github.com/agenthost/agenthost/internal/plugincatalog"
 	"github.com/agenthost/agenthost/pgstore"
 )
 
@@ -59,12 +60,14 @@ in --rounds rounds, the systems in turn in an order that rotates with the
 round, and reports each system's Runs/s, latency, and the server's CPU
 (all its processes) per Run, and agenthost's ratios to DBOS.
 
-The Wasm plugins are make plugins' (--plugins); docs/BENCHMARKS.md gives the
-figures and what each system does per Run that the other does not.`,
+The Wasm plugins are make plugins-c's C builds, which make run loads, or
+with --guests go make plugins' Go builds (--plugins); docs/BENCHMARKS.md
+gives the figures and what each system does per Run that the other does
+not.`,
 		Example: `  make bench-peers
   go run . --runs 300 --rounds 3 --concurrency 1,16
   go run . --systems in-process,dbos --concurrency 16 --json
-  go run . --systems wasm,dbos --guests c    # after make plugins-c
+  go run . --systems wasm,dbos --guests go    # the Go builds of the plugins
   go run . recovery --runs 200 --job-seconds 5    # kill -9 and recovery: benchpeers recovery --help`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
@@ -83,7 +86,7 @@ figures and what each system does per Run that the other does not.`,
 	f.IntVar(&p.Warmup, "warmup", benchkit.DefaultWarmupPerClient, "untimed Runs per client (at most "+strconv.Itoa(benchkit.MaxWarmupRuns)+" a level) that each system runs at the start of each level: fresh connections, their prepared statements and plans, and plugin instances are made there, not in the first timed round; 0 for none")
 	f.StringVar(&conc, "concurrency", "1,16", "comma-separated numbers of concurrent clients, one level each (also --clients)")
 	f.StringVar(&systems, "systems", strings.Join(allSystems, ","), "the systems to run, comma-separated: in-process (agenthost, Go twins of the plugins), wasm (agenthost, the Wasm plugins), dbos")
-	f.StringVar(&p.Guests, "guests", "go", "which `BUILD` of the example plugins agenthost Wasm loads: go (make plugins) or c (make plugins-c: the C builds where there are, prompt-builder and calculator; scripted-model has none)")
+	f.StringVar(&p.Guests, "guests", string(plugincatalog.DefaultGuests), "which `BUILD` of the example plugins agenthost Wasm loads: c (make plugins-c: the C builds, which make run loads: prompt-builder, scripted-model, calculator) or go (make plugins: their Go builds)")
 	f.IntVar(&p.PoolSize, "pool-size", 4, "instances per agenthost plugin kept warm (the config's plugins.ID.pool_size), as bench runs")
 	f.IntVar(&p.MaxConns, "max-conns", pgstore.DefaultMaxConns, "working PostgreSQL connections a system may hold: pgstore's pool (its change feed holds 2 more), DBOS's pool less its listener's")
 	f.StringVar(&p.plugins, "plugins", "../build/plugins", "the `DIR` that make plugins builds the plugins into")

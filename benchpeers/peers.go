@@ -46,8 +46,9 @@ type params struct {
 	Warmup   int      `json:"warmup_per_client"`
 	Systems  []string `json:"systems"`
 	PoolSize int      `json:"pool_size"`
-	// Guests is the build of agenthost's Wasm plugins: go (make plugins)
-	// or c (the C builds where there are, from make plugins-c).
+	// Guests is the build of agenthost's Wasm plugins: c (the C builds
+	// where there are, from make plugins-c; the default) or go (make
+	// plugins).
 	Guests string `json:"guests"`
 	// MaxConns is each system's working connections: pgstore's pool (its
 	// change feed holds 2 more) and DBOS's pool less the one its

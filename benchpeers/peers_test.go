@@ -75,16 +75,16 @@ func TestComparisonOfATinyWorkload(t *testing.T) {
 	}
 }
 
-// --guests c runs agenthost's Wasm plugins on their C builds where there
-// are: from a plugins directory that holds only those builds and the
-// scripted model (which has none), the comparison runs, and says so. It
-// needs make plugins-c's output (make bench-peers builds it).
-func TestTheWasmSystemRunsTheCBuildsOfItsPlugins(t *testing.T) {
+// agenthost's Wasm plugins are their C builds unless --guests says go:
+// from a plugins directory that holds only those builds, the comparison
+// runs, and says so. It needs make plugins-c's output (make bench-peers
+// builds it).
+func TestTheWasmSystemRunsTheCBuildsOfItsPluginsByDefault(t *testing.T) {
 	if _, err := pgserver.FindBinaries(); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for _, name := range []string{"prompt-builder-c", "calculator-c", "scripted-model"} {
+	for _, name := range []string{"prompt-builder-c", "calculator-c", "scripted-model-c"} {
 		src, err := filepath.Abs(filepath.Join("..", "build", "plugins", name+".wasm"))
 		if err != nil {
 			t.Fatal(err)
@@ -100,7 +100,7 @@ func TestTheWasmSystemRunsTheCBuildsOfItsPlugins(t *testing.T) {
 	var out, progress bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&progress)
-	cmd.SetArgs([]string{"--systems", "wasm", "--guests", "c", "--runs", "2", "--rounds", "1", "--clients", "1", "--warmup", "1",
+	cmd.SetArgs([]string{"--systems", "wasm", "--runs", "2", "--rounds", "1", "--clients", "1", "--warmup", "1",
 		"--plugins", dir, "--cache-dir", "", "--work-dir", t.TempDir()})
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())

@@ -1,6 +1,8 @@
 #!/bin/sh
 # scripts/deps.sh: make sure the tools `make test` needs are on this
-# machine; `make test` runs it first (as `make deps`).
+# machine; `make test` runs it first (as `make deps`). `scripts/deps.sh c`
+# checks only the C toolchain, which `make run` needs for the C builds of
+# the example plugins it loads (as `make deps-c`).
 #
 # Each line of REQUIRED below is a file that must exist (a glob pattern
 # that must match) and the Debian package that provides it. When every file is there, the script does
@@ -27,16 +29,30 @@
 # tests run as root.
 set -eu
 
-REQUIRED='
+C_TOOLCHAIN='
 /usr/bin/clang clang
 /usr/bin/wasm-ld lld
 /usr/include/wasm32-wasi/stdio.h wasi-libc
 /usr/lib/llvm-14/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a libclang-rt-14-dev-wasm32
+'
+REQUIRED="$C_TOOLCHAIN"'
 /usr/bin/node nodejs
 /usr/bin/npm npm
 /usr/lib/postgresql/*/bin/initdb postgresql
 /usr/bin/chromium chromium
 '
+target="make test"
+case "${1:-}" in
+"") ;;
+c)
+	REQUIRED=$C_TOOLCHAIN
+	target="make run (the C builds of the example plugins)"
+	;;
+*)
+	echo "usage: scripts/deps.sh [c]: every tool make test needs, or with c the C toolchain alone" >&2
+	exit 2
+	;;
+esac
 
 missing=$(printf '%s\n' "$REQUIRED" | while read -r file pkg; do
 	[ -n "$file" ] || continue
@@ -50,7 +66,7 @@ missing=${missing% }
 
 command="apt-get install -y $missing"
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-	echo "scripts/deps.sh: make test needs $missing; install them (Debian/Ubuntu: sudo apt-get update && sudo $command), then run make test again" >&2
+	echo "scripts/deps.sh: $target needs $missing; install them (Debian/Ubuntu: sudo apt-get update && sudo $command), then run it again" >&2
 	exit 1
 fi
 

@@ -142,8 +142,8 @@ func (bf *benchFlags) pluginPath(name string) (string, error) {
 // guestsFlag binds --guests, which build of the example plugins a bench
 // loads through guestPaths, to v.
 func guestsFlag(cmd *cobra.Command, v *string) {
-	cmd.Flags().StringVar(v, "guests", string(plugincatalog.GuestsGo),
-		"which `BUILD` of the example plugins to load: go (make plugins) or c (make plugins-c: the C builds, same replies at a small part of the guest's CPU, of the plugins that have one: prompt-builder, calculator)")
+	cmd.Flags().StringVar(v, "guests", string(plugincatalog.DefaultGuests),
+		"which `BUILD` of the example plugins to load: c (make plugins-c: the C builds, which make run loads, of the plugins that have one: prompt-builder, scripted-model, calculator) or go (make plugins: the Go builds, same replies at several times the guest's CPU)")
 }
 
 // CheckGuests reports a --guests value that names no build.
@@ -155,9 +155,12 @@ func CheckGuests(g string) error {
 	return fmt.Errorf("bench: --guests %q: want %s (the Go example plugins) or %s (their C builds)", g, plugincatalog.GuestsGo, plugincatalog.GuestsC)
 }
 
-// GuestsTitle names the build of the example plugins g loads, for a
-// table's title.
+// GuestsTitle names the build of the example plugins g loads ("" is
+// plugincatalog.DefaultGuests), for a table's title.
 func GuestsTitle(g string) string {
+	if g == "" {
+		g = string(plugincatalog.DefaultGuests)
+	}
 	if plugincatalog.Guests(g) == plugincatalog.GuestsC {
 		return "C builds where there are"
 	}
@@ -165,7 +168,8 @@ func GuestsTitle(g string) string {
 }
 
 // guestPaths is pluginPaths over the builds of the example plugins that g
-// names (see checkGuests; "" is go), keyed by the names asked for.
+// names (see CheckGuests; "" is plugincatalog.DefaultGuests), keyed by the
+// names asked for.
 func (bf *benchFlags) guestPaths(g string, names ...string) (map[string]string, error) {
 	builds := make([]string, len(names))
 	for i, n := range names {

@@ -40,8 +40,8 @@ type RunsTargetOptions struct {
 	Plugins   string
 	CacheDir  string
 	// Guests is the build of the Wasm plugins, as `bench runs --guests`:
-	// go ("" too) or c (the C builds where there are, from make
-	// plugins-c); see CheckGuests.
+	// c ("" too: the C builds where there are, from make plugins-c) or
+	// go; see CheckGuests.
 	Guests string
 	// WorkDir is where the runtime's config goes (a fresh directory in
 	// it, removed by Close); "" is the system's temporary directory.
@@ -69,7 +69,7 @@ func OpenRunsTarget(ctx context.Context, o RunsTargetOptions) (*RunsTarget, erro
 		o.PoolSize = 4
 	}
 	if o.Guests == "" {
-		o.Guests = string(plugincatalog.GuestsGo)
+		o.Guests = string(plugincatalog.DefaultGuests)
 	}
 	if err := CheckGuests(o.Guests); err != nil {
 		return nil, err

@@ -59,7 +59,8 @@ type runsParams struct {
 	// extism-sdk, or both (bench runs alone): a runtime on each, their
 	// rounds alternating. Empty for bench http, which runs the default.
 	PluginCallPath string `json:"plugin_call_path,omitempty"`
-	// Guests is the build of the three Wasm plugins: go or c ("" is go).
+	// Guests is the build of the three Wasm plugins: c or go ("" is
+	// plugincatalog.DefaultGuests, c).
 	Guests string `json:"guests,omitempty"`
 
 	pg *benchPostgres // with Store postgres

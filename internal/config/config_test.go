@@ -56,7 +56,7 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Errorf("demo token hashes: %v", demo.TokenSHA256)
 	}
 	root, _ := filepath.Abs("../..")
-	if want := filepath.Join(root, "build/plugins/calculator.wasm"); cfg.Plugins["calculator"].Path != want {
+	if want := filepath.Join(root, "build/plugins/calculator-c.wasm"); cfg.Plugins["calculator"].Path != want {
 		t.Errorf("calculator path %q, want %q (relative to the file)", cfg.Plugins["calculator"].Path, want)
 	}
 	if cfg.Plugins["prompt-builder"].Config["history_window"] != "6" {
@@ -245,7 +245,19 @@ func TestMissingPluginFilesAreListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := cfg.MissingFiles()
-	if len(missing) != 1 || !strings.Contains(missing[0], "plugins.m.path: m.wasm does not exist; run `make plugins`") {
+	if len(missing) != 1 || !strings.Contains(missing[0], "plugins.m.path: m.wasm does not exist; run `make plugins` (or") {
+		t.Fatalf("got %q", missing)
+	}
+	// A C build's file names the target that builds the C examples.
+	if !strings.Contains(minimal, "path: m.wasm") {
+		t.Fatal("the minimal config no longer loads m.wasm")
+	}
+	cfg, err = Parse(file, []byte(strings.Replace(minimal, "path: m.wasm", "path: m-c.wasm", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing = cfg.MissingFiles()
+	if len(missing) != 1 || !strings.Contains(missing[0], "plugins.m.path: m-c.wasm does not exist; run `make plugins-c`") {
 		t.Fatalf("got %q", missing)
 	}
 }

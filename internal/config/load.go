@@ -1322,7 +1322,11 @@ func (c *Config) MissingFiles() []string {
 			if rel, err := filepath.Rel(c.Dir, p.Path); err == nil && !strings.HasPrefix(rel, "..") {
 				shown = rel
 			}
-			out = append(out, fmt.Sprintf("%s: plugins.%s.path: %s does not exist; run `make plugins` (or fix the path)", c.File, id, shown))
+			build := "`make plugins`"
+			if strings.HasSuffix(p.Path, "-c.wasm") {
+				build = "`make plugins-c` (the C builds; make deps-c installs clang)"
+			}
+			out = append(out, fmt.Sprintf("%s: plugins.%s.path: %s does not exist; run %s (or fix the path)", c.File, id, shown, build))
 		}
 	}
 	return out

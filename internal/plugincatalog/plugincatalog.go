@@ -43,6 +43,10 @@ const (
 	// plugins-c`): the same requests as the Go build, which the examples'
 	// differential test holds it to, at a small part of the guest's CPU.
 	PromptBuilderC = "prompt-builder-c"
+	// ScriptedModelC is the C build of the scripted model (`make
+	// plugins-c`): the same replies as the Go build, which the examples'
+	// differential test holds it to.
+	ScriptedModelC = "scripted-model-c"
 )
 
 // Guests names which build of the example plugins a bench loads.
@@ -52,21 +56,28 @@ const (
 	// GuestsGo loads the Go builds (`make plugins`).
 	GuestsGo Guests = "go"
 	// GuestsC loads the C builds (`make plugins-c`) in place of the
-	// plugins that have one (the calculator and the prompt builder); the
-	// others stay Go.
+	// plugins that have one (the prompt builder, the scripted model and
+	// the calculator); the others (slow-job) stay Go.
 	GuestsC Guests = "c"
+	// DefaultGuests is the build a bench loads unless told otherwise, and
+	// "" stands for it: the one config.example.yaml and `make run` load.
+	DefaultGuests = GuestsC
 )
 
 // cBuilds maps each example plugin that has a C build to it.
 var cBuilds = map[string]string{
 	PromptBuilder: PromptBuilderC,
+	ScriptedModel: ScriptedModelC,
 	Calculator:    CalculatorC,
 }
 
 // Build returns the name under the plugins directory of the build of
-// example plugin name that g loads: name itself for GuestsGo and for a
-// plugin with no C build, its C build's for GuestsC.
+// example plugin name that g loads ("" is DefaultGuests): name itself for
+// GuestsGo and for a plugin with no C build, its C build's for GuestsC.
 func Build(name string, g Guests) string {
+	if g == "" {
+		g = DefaultGuests
+	}
 	if c, ok := cBuilds[name]; ok && g == GuestsC {
 		return c
 	}
@@ -77,7 +88,7 @@ func Build(name string, g Guests) string {
 // .wasm suffix, every plugin some `agenthost bench` command loads.
 var Bench = []string{
 	PromptBuilder, ScriptedModel, Calculator, SlowJobTool,
-	PromptBuilderC, CalculatorC,
+	PromptBuilderC, ScriptedModelC, CalculatorC,
 	ConformanceName(Builder), ConformanceName(Executor), ConformanceName(Scripted), ConformanceName(Hostile),
 }
 

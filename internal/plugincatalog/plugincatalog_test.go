@@ -48,7 +48,9 @@ func TestBuildNamesTheCBuilds(t *testing.T) {
 	}{
 		{PromptBuilder, GuestsGo, PromptBuilder},
 		{PromptBuilder, GuestsC, PromptBuilderC},
-		{ScriptedModel, GuestsC, ScriptedModel},
+		{ScriptedModel, GuestsC, ScriptedModelC},
+		{ScriptedModel, GuestsGo, ScriptedModel},
+		{ScriptedModel, "", ScriptedModelC},
 		{SlowJobTool, GuestsC, SlowJobTool},
 		{Calculator, GuestsC, CalculatorC},
 		{Calculator, GuestsGo, Calculator},
