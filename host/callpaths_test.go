@@ -795,6 +795,21 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 	scriptedCalls = append(scriptedCalls, lifecycle("lost", tc("run1.t3.1", 1, "lost", nil), time.Second)...)
 	scriptedCalls = append(scriptedCalls, lifecycle("echo", tc("run1.t3.2", 1, "echo", map[string]string{"text": "e"}), 0)...)
 
+	// The scripted model's calls, for its Go build and its C build alike.
+	scriptedModelCalls := append([]cpCall{
+		start("arithmetic", cpModelCall("run1.m1", 1, abi.Message{Role: abi.MessageSystem, Content: "You are careful."}, user("What is (2+3)*4?"))),
+		start("two sums", cpModelCall("run1.m2", 1, user("What is 2+3 and 4*5?"))),
+		start("tool results", cpModelCall("run1.m3", 1, user("What is 2+3?"),
+			abi.Message{Role: abi.MessageAssistant, ToolCalls: []abi.ToolCall{{ID: "call_1", Name: "calculate", Arguments: json.RawMessage(`{"expression":"2+3"}`)}}},
+			abi.Message{Role: abi.MessageTool, ToolCallID: "call_1", Content: "5"})),
+		start("time", cpModelCall("run1.m4", 1, user("What time is it?"))),
+		start("greeting", cpModelCall("run1.m5", 1, user("hi!"))),
+		start("slow job", cpModelCall("run1.m6", 1, user("run a slow job for 3 seconds"))),
+		start("fallback", cpModelCall("run1.m7", 1, user("\u00bfqu\u00e9? \u0000"))),
+		start("no messages", cpModelCall("run1.m8", 1)),
+		start("a tool effect", tc("run1.t1.0", 1, "calculate", nil)),
+	}, lifecycle("model lifecycle", cpModelCall("run1.m9", 1, user("hi")), time.Second)...)
+
 	return []cpPlugin{
 		{name: "prompt-builder", wasm: example("prompt-builder"), role: abi.RoleBuilder,
 			spec: func(s *PluginSpec) {
@@ -807,20 +822,9 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 			},
 			calls: builderCalls, exports: []string{abi.ExportBuild}},
 		{name: "scripted-model", wasm: example("scripted-model"), role: abi.RoleExecutor, kind: abi.KindModel,
-			calls: append([]cpCall{
-				start("arithmetic", cpModelCall("run1.m1", 1, abi.Message{Role: abi.MessageSystem, Content: "You are careful."}, user("What is (2+3)*4?"))),
-				start("two sums", cpModelCall("run1.m2", 1, user("What is 2+3 and 4*5?"))),
-				start("tool results", cpModelCall("run1.m3", 1, user("What is 2+3?"),
-					abi.Message{Role: abi.MessageAssistant, ToolCalls: []abi.ToolCall{{ID: "call_1", Name: "calculate", Arguments: json.RawMessage(`{"expression":"2+3"}`)}}},
-					abi.Message{Role: abi.MessageTool, ToolCallID: "call_1", Content: "5"})),
-				start("time", cpModelCall("run1.m4", 1, user("What time is it?"))),
-				start("greeting", cpModelCall("run1.m5", 1, user("hi!"))),
-				start("slow job", cpModelCall("run1.m6", 1, user("run a slow job for 3 seconds"))),
-				start("fallback", cpModelCall("run1.m7", 1, user("\u00bfqu\u00e9? \u0000"))),
-				start("no messages", cpModelCall("run1.m8", 1)),
-				start("a tool effect", tc("run1.t1.0", 1, "calculate", nil)),
-			}, lifecycle("model lifecycle", cpModelCall("run1.m9", 1, user("hi")), time.Second)...),
-			exports: cpExecutorExports},
+			calls: scriptedModelCalls, exports: cpExecutorExports},
+		{name: "scripted-model-c", wasm: example("scripted-model-c"), role: abi.RoleExecutor, kind: abi.KindModel,
+			calls: scriptedModelCalls, exports: cpExecutorExports},
 		{name: "calculator", wasm: example("calculator"), role: abi.RoleExecutor, kind: abi.KindTool, calls: calculatorCalls(t), exports: cpExecutorExports},
 		{name: "calculator-c", wasm: example("calculator-c"), role: abi.RoleExecutor, kind: abi.KindTool, calls: calculatorCalls(t), exports: cpExecutorExports},
 		// The AssemblyScript calculator: if it does not build, this entry

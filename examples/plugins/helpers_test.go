@@ -283,10 +283,18 @@ func TestWarmExampleCache(t *testing.T) {
 			t.Errorf("%s: ABI v%d", x.dir, p.ABIVersion())
 		}
 	}
-	e.load(t, calculatorC, abi.RoleExecutor, nil)
-	e.load(t, promptBuilderC, abi.RoleBuilder, nil)
-	e.load(t, scriptedModelC, abi.RoleExecutor, nil)
-	e.load(t, calculatorAS, abi.RoleExecutor, nil)
+	// The examples that are not Go, on both call paths: the differential
+	// tests load them on each.
+	others := []struct {
+		dir  string
+		role abi.Role
+	}{
+		{calculatorC, abi.RoleExecutor}, {promptBuilderC, abi.RoleBuilder}, {scriptedModelC, abi.RoleExecutor},
+		{calculatorAS, abi.RoleExecutor},
+	}
+	for _, x := range others {
+		e.load(t, x.dir, x.role, nil)
+	}
 	// The reference call path compiles the modules as they are (the
 	// native one adds interrupt checks): the differential tests load both.
 	sdk, err := host.New(host.Config{CacheDir: conformance.WazeroCacheDir(), KV: e.kv, Clock: e.clock, CallPath: host.CallPathSDK})
@@ -294,13 +302,7 @@ func TestWarmExampleCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sdk.Close(context.Background())
-	for _, x := range append(goExamples, struct {
-		dir  string
-		role abi.Role
-	}{calculatorC, abi.RoleExecutor}, struct {
-		dir  string
-		role abi.Role
-	}{calculatorAS, abi.RoleExecutor}) {
+	for _, x := range append(goExamples, others...) {
 		if _, err := sdk.Load(context.Background(), host.PluginSpec{Name: x.dir, Path: wasmPath(t, x.dir), Role: x.role}); err != nil {
 			t.Fatal(err)
 		}
