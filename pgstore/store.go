@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,8 +132,13 @@ type Store struct {
 	mu     sync.RWMutex // read-held by every call, write-held by Close
 	closed bool
 
-	kvMu    sync.Mutex
-	kvLocks map[kvScope]chan struct{}
+	kvMu     sync.Mutex
+	kvQueues map[kvScope]*kvQueue // the KV writes of each (tenant, plugin); kvwrites.go
+	// kvCommits counts the transactions that wrote KV (tests).
+	kvCommits atomic.Int64
+	// kvBatchHook, when set (tests), is called before a batch of KV writes
+	// is written, with its size.
+	kvBatchHook func(tenant, plugin string, n int)
 }
 
 var (
