@@ -23,8 +23,8 @@
 #                lld and wasi-libc)
 #   make plugins-as the AssemblyScript example plugin (needs node and npm; npm ci
 #                fetches the compiler and Extism's AssemblyScript PDK the first time)
-#   make run     the host and the example plugins (the C builds of the three a Run
-#                uses), then one Run on config.example.yaml
+#   make run     the host and the example plugins (the C builds of those a demo Run
+#                calls), then one Run on config.example.yaml
 
 GO       ?= go
 BIN      := bin
@@ -108,9 +108,9 @@ plugins-as:
 
 # A first Run on the embedded defaults: builder, model, tool call, model,
 # final answer, streamed. config.example.yaml loads the C builds of the
-# prompt builder, the scripted model and the calculator (several times
-# cheaper a call than their Go twins, with the same replies), and the Go
-# builds of the other examples.
+# prompt builder, the scripted model, the calculator and slow-job (several
+# times cheaper a call than their Go twins, with the same replies), and
+# the Go builds of the other examples.
 run: deps-c plugins plugins-c
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 	$(BIN)/agenthost run --config config.example.yaml "$(QUESTION)"

@@ -795,6 +795,17 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 	scriptedCalls = append(scriptedCalls, lifecycle("lost", tc("run1.t3.1", 1, "lost", nil), time.Second)...)
 	scriptedCalls = append(scriptedCalls, lifecycle("echo", tc("run1.t3.2", 1, "echo", map[string]string{"text": "e"}), 0)...)
 
+	// slow-job's calls, for its Go build and its C build alike.
+	slowJobCalls := append(append(
+		lifecycle("3 seconds", tc("run1.t1.0", 1, "slow_job", map[string]any{"seconds": 3, "label": "demo"}), 4*time.Second),
+		lifecycle("attempt 2", tc("run1.t1.0", 2, "slow_job", map[string]any{"seconds": 10}), 11*time.Second)...),
+		start("bad seconds", tc("run1.t2.0", 1, "slow_job", map[string]any{"seconds": "soon"})),
+		start("negative seconds", tc("run1.t2.1", 1, "slow_job", map[string]any{"seconds": -1})),
+		start("huge seconds", tc("run1.t2.2", 1, "slow_job", map[string]any{"seconds": 1e300})),
+		effectCall("poll of an unknown job", abi.ExportPoll, tc("run9.t1.0", 1, "slow_job", nil)),
+		effectCall("cancel of an unknown job", abi.ExportCancel, tc("run9.t1.0", 1, "slow_job", nil)),
+	)
+
 	// The scripted model's calls, for its Go build and its C build alike.
 	scriptedModelCalls := append([]cpCall{
 		start("arithmetic", cpModelCall("run1.m1", 1, abi.Message{Role: abi.MessageSystem, Content: "You are careful."}, user("What is (2+3)*4?"))),
@@ -831,16 +842,9 @@ func cpPlugins(t *testing.T, srv *cpServer) []cpPlugin {
 		// fails (it is part of what the paths must agree on), never skips.
 		{name: "calculator-as", wasm: example("calculator-as"), role: abi.RoleExecutor, kind: abi.KindTool, calls: calculatorCalls(t), exports: cpExecutorExports},
 		{name: "slow-job", wasm: example("slow-job"), role: abi.RoleExecutor, kind: abi.KindTool,
-			calls: append(append(
-				lifecycle("3 seconds", tc("run1.t1.0", 1, "slow_job", map[string]any{"seconds": 3, "label": "demo"}), 4*time.Second),
-				lifecycle("attempt 2", tc("run1.t1.0", 2, "slow_job", map[string]any{"seconds": 10}), 11*time.Second)...),
-				start("bad seconds", tc("run1.t2.0", 1, "slow_job", map[string]any{"seconds": "soon"})),
-				start("negative seconds", tc("run1.t2.1", 1, "slow_job", map[string]any{"seconds": -1})),
-				start("huge seconds", tc("run1.t2.2", 1, "slow_job", map[string]any{"seconds": 1e300})),
-				effectCall("poll of an unknown job", abi.ExportPoll, tc("run9.t1.0", 1, "slow_job", nil)),
-				effectCall("cancel of an unknown job", abi.ExportCancel, tc("run9.t1.0", 1, "slow_job", nil)),
-			),
-			exports: cpExecutorExports},
+			calls: slowJobCalls, exports: cpExecutorExports},
+		{name: "slow-job-c", wasm: example("slow-job-c"), role: abi.RoleExecutor, kind: abi.KindTool,
+			calls: slowJobCalls, exports: cpExecutorExports},
 		{name: "openai", wasm: example("openai"), role: abi.RoleExecutor, kind: abi.KindModel,
 			spec: func(s *PluginSpec) {
 				s.Sandbox.Config = map[string]string{"base_url": srv.url("/v1"), "model": "gpt-test", "api_key": "sk-test", "temperature": "0"}

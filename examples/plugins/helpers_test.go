@@ -111,6 +111,13 @@ func (e *emitted) Emit(_ context.Context, _ runtime.EmitScope, ev abi.EmitEvent)
 	return nil
 }
 
+// all is every event so far.
+func (e *emitted) all() []abi.EmitEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]abi.EmitEvent(nil), e.events...)
+}
+
 // deltas are the model_delta events' deltas so far, from the n-th event
 // on.
 func (e *emitted) deltas(from int) []abi.ModelDelta {
@@ -290,7 +297,7 @@ func TestWarmExampleCache(t *testing.T) {
 		role abi.Role
 	}{
 		{calculatorC, abi.RoleExecutor}, {promptBuilderC, abi.RoleBuilder}, {scriptedModelC, abi.RoleExecutor},
-		{calculatorAS, abi.RoleExecutor},
+		{slowJobC, abi.RoleExecutor}, {calculatorAS, abi.RoleExecutor},
 	}
 	for _, x := range others {
 		e.load(t, x.dir, x.role, nil)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/plugins/abi"
 )
 
@@ -18,9 +19,16 @@ func (e *env) execCount(t *testing.T, effect string, attempt int) string {
 	return string(b)
 }
 
-func TestSlowJob(t *testing.T) {
+func TestSlowJob(t *testing.T) { testSlowJob(t, "slow-job") }
+
+// asSlowJob loads a build of slow-job under the name "slow-job", whose KV
+// scope it then has: either build finds the other's jobs.
+func asSlowJob(s *host.PluginSpec) { s.Name = "slow-job" }
+
+// testSlowJob checks the slow-job plugin built from dir.
+func testSlowJob(t *testing.T, dir string) {
 	e := newEnv(t)
-	p := e.load(t, "slow-job", abi.RoleExecutor, nil)
+	p := e.load(t, dir, abi.RoleExecutor, asSlowJob)
 	if d := p.Describe(); !d.Attach || len(d.Tools) != 1 || d.Tools[0].Name != "slow_job" || d.Tools[0].Idempotent {
 		t.Fatalf("describe: %+v", d)
 	}
@@ -112,7 +120,7 @@ func TestSlowJob(t *testing.T) {
 		t.Fatalf("start before the restart: %+v %v", r, err)
 	}
 	e2 := restart(t, e.clock, e.kv)
-	x2 := e2.executor(t, "slow-job", nil)
+	x2 := e2.executor(t, dir, asSlowJob)
 	if r, err := x2.Attach(ctx, c3); err != nil || r.State != abi.StatePending {
 		t.Fatalf("attach after the restart: %+v %v", r, err)
 	}

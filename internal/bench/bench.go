@@ -143,7 +143,7 @@ func (bf *benchFlags) pluginPath(name string) (string, error) {
 // loads through guestPaths, to v.
 func guestsFlag(cmd *cobra.Command, v *string) {
 	cmd.Flags().StringVar(v, "guests", string(plugincatalog.DefaultGuests),
-		"which `BUILD` of the example plugins to load: c (make plugins-c: the C builds, which make run loads, of the plugins that have one: prompt-builder, scripted-model, calculator) or go (make plugins: the Go builds, same replies at several times the guest's CPU)")
+		"which `BUILD` of the example plugins to load: c (make plugins-c: the C builds, which make run loads, of the plugins that have one: prompt-builder, scripted-model, calculator, slow-job) or go (make plugins: the Go builds, same replies at several times the guest's CPU)")
 }
 
 // CheckGuests reports a --guests value that names no build.

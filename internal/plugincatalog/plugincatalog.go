@@ -47,6 +47,10 @@ const (
 	// plugins-c`): the same replies as the Go build, which the examples'
 	// differential test holds it to.
 	ScriptedModelC = "scripted-model-c"
+	// SlowJobToolC is the C build of slow-job (`make plugins-c`): the same
+	// replies and KV records as the Go build, which the examples'
+	// differential test holds it to.
+	SlowJobToolC = "slow-job-c"
 )
 
 // Guests names which build of the example plugins a bench loads.
@@ -56,8 +60,8 @@ const (
 	// GuestsGo loads the Go builds (`make plugins`).
 	GuestsGo Guests = "go"
 	// GuestsC loads the C builds (`make plugins-c`) in place of the
-	// plugins that have one (the prompt builder, the scripted model and
-	// the calculator); the others (slow-job) stay Go.
+	// plugins that have one (the prompt builder, the scripted model, the
+	// calculator and slow-job); the others stay Go.
 	GuestsC Guests = "c"
 	// DefaultGuests is the build a bench loads unless told otherwise, and
 	// "" stands for it: the one config.example.yaml and `make run` load.
@@ -69,6 +73,7 @@ var cBuilds = map[string]string{
 	PromptBuilder: PromptBuilderC,
 	ScriptedModel: ScriptedModelC,
 	Calculator:    CalculatorC,
+	SlowJobTool:   SlowJobToolC,
 }
 
 // Build returns the name under the plugins directory of the build of
@@ -88,7 +93,7 @@ func Build(name string, g Guests) string {
 // .wasm suffix, every plugin some `agenthost bench` command loads.
 var Bench = []string{
 	PromptBuilder, ScriptedModel, Calculator, SlowJobTool,
-	PromptBuilderC, ScriptedModelC, CalculatorC,
+	PromptBuilderC, ScriptedModelC, CalculatorC, SlowJobToolC,
 	ConformanceName(Builder), ConformanceName(Executor), ConformanceName(Scripted), ConformanceName(Hostile),
 }
 

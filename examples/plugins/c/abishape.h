@@ -2,7 +2,8 @@
  * abishape.h: checks that a JSON value has the shape Go's decoder needs to
  * decode it into an ABI v1 type (plugins/abi), so that a C example refuses
  * the inputs its Go twin refuses; and the starts of an array's elements.
- * Include json.h first; single-file, like it (the functions are static
+ * Include json.h first (and extism.h and agenthost.h, for
+ * read_effect_input); single-file, like it (the functions are static
  * inline).
  */
 #ifndef AGENTHOST_ABISHAPE_H
@@ -252,6 +253,47 @@ static inline int json_string_is(const char *v, const char *s) {
     int is = d != NULL && strcmp(d, s) == 0;
     free(d);
     return is;
+}
+
+/* read_effect_input reads the input of start, poll, attach or cancel
+ * (agenthost_input; include extism.h and agenthost.h first) and checks
+ * that it names an effect attempt, with the words of the Go examples'
+ * protocol errors. On success it returns the input (free it), its
+ * effect's members in *effect and the attempt in *attempt; otherwise it
+ * sets *rc to the status to return and returns NULL. */
+static inline char *read_effect_input(effect_view *effect, long long *attempt, int32_t *rc) {
+    char *in = agenthost_input(NULL);
+    if (in == NULL) {
+        *rc = extism_error("out of memory reading the input");
+        return NULL;
+    }
+    const char *bad = json_valid(in) ? effect_input_view(in, effect) : "it is not JSON";
+    if (bad != NULL) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the input is not an effect input: %s", bad);
+        free(in);
+        *rc = extism_error(msg);
+        return NULL;
+    }
+    *attempt = 0;
+    if (is_null(effect->id) || json_string_is(effect->id, "") || !json_int(effect->attempt, attempt) || *attempt < 1) {
+        free(in);
+        *rc = extism_error("the input names no effect attempt: effect.id and effect.attempt (from 1) are required");
+        return NULL;
+    }
+    return in;
+}
+
+/* check_describe_input reads describe's input and checks that it is a
+ * describe input (JSON: null, or an object whose abi is an integer). It
+ * returns -1, or the status of the protocol error it reported. */
+static inline int32_t check_describe_input(void) {
+    char *in = agenthost_input(NULL);
+    if (in == NULL) return extism_error("out of memory reading the input");
+    const char *p = json_ws(in);
+    int ok = json_valid(in) && (is_null(p) || (*p == '{' && is_int_or_null(json_get(p, "abi"))));
+    free(in);
+    return ok ? -1 : extism_error("describe: the input is not JSON: it is not a describe input");
 }
 
 #endif

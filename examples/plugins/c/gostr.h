@@ -162,4 +162,106 @@ static inline void go_lower(json_buf *j, const char *s, size_t n) {
     }
 }
 
+/* go_atoi parses [s, e) as strconv.Atoi (and ParseInt(s, 10, 64)) do:
+ * an optional sign, then decimal digits, within int64. */
+static inline int go_atoi(const char *s, const char *e, long long *out) {
+    int neg = 0;
+    if (s < e && (*s == '+' || *s == '-')) neg = *s++ == '-';
+    if (s == e) return 0;
+    unsigned long long v = 0;
+    for (; s < e; s++) {
+        if (*s < '0' || *s > '9') return 0;
+        if (v > (9223372036854775808ULL - (unsigned)(*s - '0')) / 10) return 0;
+        v = v * 10 + (unsigned)(*s - '0');
+    }
+    if (!neg && v > 9223372036854775807ULL) return 0;
+    *out = neg ? (long long)(0 - v) : (long long)v;
+    return 1;
+}
+
+/* go_float writes v, positive and finite, as Go writes a float64: the
+ * shortest decimal that reads back as v, in plain notation (plain set:
+ * strconv.FormatFloat(v, 'f', -1, 64)), or as encoding/json does (plain
+ * set to 0): plain from 1e-6 up to 1e21, else in exponent notation with
+ * at least one exponent digit after a minus and two after a plus. */
+static inline void go_float(json_buf *j, double v, int plain) {
+    char b[40];
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(b, sizeof b, "%.*e", prec - 1, v);
+        if (strtod(b, NULL) == v) break;
+    }
+    snprintf(b, sizeof b, "%.*e", prec - 1, v);
+    /* b is d[.ddd]e±XX */
+    char digits[24];
+    int nd = 0;
+    const char *p = b;
+    for (; *p != 'e'; p++) {
+        if (*p != '.') digits[nd++] = *p;
+    }
+    int exp = atoi(p + 1);
+    if (!plain && (v < 1e-6 || v >= 1e21)) {
+        jb_write(j, digits, 1);
+        if (nd > 1) {
+            jb_raw(j, ".");
+            jb_write(j, digits + 1, (size_t)nd - 1);
+        }
+        if (exp < 0) {
+            snprintf(b, sizeof b, "e-%d", -exp);
+        } else {
+            snprintf(b, sizeof b, "e+%02d", exp);
+        }
+        jb_raw(j, b);
+        return;
+    }
+    if (exp < 0) {
+        jb_raw(j, "0.");
+        for (int z = -1; z > exp; z--) jb_raw(j, "0");
+        jb_write(j, digits, (size_t)nd);
+    } else if (exp >= nd - 1) {
+        jb_write(j, digits, (size_t)nd);
+        for (int z = nd - 1; z < exp; z++) jb_raw(j, "0");
+    } else {
+        jb_write(j, digits, (size_t)exp + 1);
+        jb_raw(j, ".");
+        jb_write(j, digits + exp + 1, (size_t)(nd - exp - 1));
+    }
+}
+
+/* go_json_string writes the n bytes at s as a JSON string the way Go's
+ * encoding/json does: besides the quote, the backslash and the controls,
+ * it escapes <, > and & (\u003c…), U+2028 and U+2029, and writes each
+ * invalid byte as \ufffd; so a C example writes the bytes its Go twin
+ * writes. */
+static inline void go_json_string(json_buf *j, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s, *e = p + n;
+    jb_raw(j, "\"");
+    while (p < e) {
+        size_t size;
+        long r = go_utf8_rune(p, (size_t)(e - p), &size);
+        if (r < 0) {
+            jb_raw(j, "\\ufffd");
+        } else if (r == '"' || r == '\\') {
+            char b[3] = {'\\', (char)r, 0};
+            jb_raw(j, b);
+        } else if (r == '\n') {
+            jb_raw(j, "\\n");
+        } else if (r == '\r') {
+            jb_raw(j, "\\r");
+        } else if (r == '\t') {
+            jb_raw(j, "\\t");
+        } else if (r < 0x20 || r == '<' || r == '>' || r == '&') {
+            char u[7] = {'\\', 'u', '0', '0', hex[r >> 4], hex[r & 15], 0};
+            jb_raw(j, u);
+        } else if (r == 0x2028 || r == 0x2029) {
+            jb_raw(j, r == 0x2028 ? "\\u2028" : "\\u2029");
+        } else {
+            jb_write(j, (const char *)p, size);
+        }
+        p += size;
+    }
+    jb_raw(j, "\"");
+}
+
 #endif

@@ -32,23 +32,6 @@ static const char default_system_prompt[] =
 
 /* ---- config ------------------------------------------------------------ */
 
-/* atoi_go parses [s, e) as strconv.Atoi does: an optional sign, then
- * decimal digits, within int64. */
-static int atoi_go(const char *s, const char *e, long long *out) {
-    int neg = 0;
-    if (s < e && (*s == '+' || *s == '-')) neg = *s++ == '-';
-    if (s == e) return 0;
-    unsigned long long v = 0;
-    for (; s < e; s++) {
-        if (*s < '0' || *s > '9') return 0;
-        if (v > (9223372036854775808ULL - (unsigned)(*s - '0')) / 10) return 0;
-        v = v * 10 + (unsigned)(*s - '0');
-    }
-    if (!neg && v > 9223372036854775807ULL) return 0;
-    *out = neg ? (long long)(0 - v) : (long long)v;
-    return 1;
-}
-
 typedef struct {
     char *system_prompt; /* from the config, or NULL for the default */
     long long history_window;
@@ -74,7 +57,7 @@ static int parse_config(config *c, char **err) {
     go_trim_space(v, strlen(v), &s, &e);
     if (s != e) {
         long long n;
-        if (!atoi_go(s, e, &n) || n < 0) {
+        if (!go_atoi(s, e, &n) || n < 0) {
             json_buf j = {0};
             jb_raw(&j, "prompt-builder: config history_window: ");
             go_quote(&j, v, strlen(v));
@@ -136,12 +119,8 @@ static void write_elements(json_buf *j, const char *a) {
 static int is_empty_array(const char *a) { return is_null(a) || *json_ws(json_ws(a) + 1) == ']'; }
 
 EXTISM_EXPORT(describe) int32_t describe(void) {
-    char *in = agenthost_input(NULL);
-    if (in == NULL) return extism_error("prompt-builder: out of memory reading the input");
-    const char *p = json_ws(in);
-    int ok = json_valid(in) && (is_null(p) || (*p == '{' && is_int_or_null(json_get(p, "abi"))));
-    free(in);
-    if (!ok) return extism_error("describe: the input is not JSON: it is not a describe input");
+    int32_t rc = check_describe_input();
+    if (rc >= 0) return rc;
     const char *d = "{\"abi\":1,\"name\":\"prompt-builder\",\"version\":\"1.0.0\",\"role\":\"builder\",\"attach\":false}";
     return agenthost_output(d, strlen(d));
 }

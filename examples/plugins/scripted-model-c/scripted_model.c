@@ -513,50 +513,6 @@ static int seconds_in(const char *s, size_t n, size_t *from, size_t *to) {
     return 0;
 }
 
-/* go_float writes v as Go's encoding/json writes a float64: the shortest
- * decimal that reads back as v, in plain notation, or in exponent
- * notation below 1e-6 and from 1e21. */
-static void go_float(json_buf *j, double v) {
-    char b[40];
-    int prec = 1;
-    for (; prec < 17; prec++) {
-        snprintf(b, sizeof b, "%.*e", prec - 1, v);
-        if (strtod(b, NULL) == v) break;
-    }
-    snprintf(b, sizeof b, "%.*e", prec - 1, v);
-    /* b is d[.ddd]e±XX */
-    char digits[24];
-    int nd = 0;
-    char *p = b;
-    for (; *p != 'e'; p++) {
-        if (*p != '.') digits[nd++] = *p;
-    }
-    int exp = atoi(p + 1);
-    if (v < 1e-6 || v >= 1e21) {
-        jb_write(j, digits, 1);
-        if (nd > 1) {
-            jb_raw(j, ".");
-            jb_write(j, digits + 1, (size_t)nd - 1);
-        }
-        snprintf(b, sizeof b, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-        if (exp < 0 && exp > -10) snprintf(b, sizeof b, "e-%d", -exp);
-        jb_raw(j, b);
-        return;
-    }
-    if (exp < 0) {
-        jb_raw(j, "0.");
-        for (int z = -1; z > exp; z--) jb_raw(j, "0");
-        jb_write(j, digits, (size_t)nd);
-    } else if (exp >= nd - 1) {
-        jb_write(j, digits, (size_t)nd);
-        for (int z = nd - 1; z < exp; z++) jb_raw(j, "0");
-    } else {
-        jb_write(j, digits, (size_t)exp + 1);
-        jb_raw(j, ".");
-        jb_write(j, digits + exp + 1, (size_t)(nd - exp - 1));
-    }
-}
-
 static int slow_job_rule(request *r, const char *lower, size_t n, int turn, reply *out) {
     if (!contains(lower, n, "slow job") && !contains(lower, n, "slow_job") && !contains(lower, n, "slow-job")) return 0;
     if (!offers(r, TOOL_SLOW_JOB, strlen(TOOL_SLOW_JOB))) {
@@ -577,7 +533,7 @@ static int slow_job_rule(request *r, const char *lower, size_t n, int turn, repl
     }
     json_buf args = {0};
     jb_raw(&args, "{\"label\":\"demo\",\"seconds\":");
-    go_float(&args, secs);
+    go_float(&args, secs, 0);
     jb_raw(&args, "}");
     add_call(out, turn, TOOL_SLOW_JOB, strlen(TOOL_SLOW_JOB), args.b ? args.b : "", args.n);
     r->oom |= args.oom;
@@ -810,41 +766,15 @@ static int32_t failed(const char *message) {
     return output(&j, "building the reply");
 }
 
-/* effect_input reads the input of start, poll, attach or cancel and
- * checks that it names an effect attempt, with the words of the Go
- * build's protocol errors. On success it returns the input (free it) and
- * sets *effect to its effect's members; otherwise it sets *rc and
- * returns NULL. */
+/* effect_input is read_effect_input without the attempt. */
 static char *effect_input(effect_view *effect, int32_t *rc) {
-    char *in = agenthost_input(NULL);
-    if (in == NULL) {
-        *rc = extism_error(NAME ": out of memory reading the input");
-        return NULL;
-    }
-    const char *bad = json_valid(in) ? effect_input_view(in, effect) : "it is not JSON";
-    if (bad != NULL) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "the input is not an effect input: %s", bad);
-        free(in);
-        *rc = extism_error(msg);
-        return NULL;
-    }
-    long long attempt = 0;
-    if (is_null(effect->id) || json_string_is(effect->id, "") || !json_int(effect->attempt, &attempt) || attempt < 1) {
-        free(in);
-        *rc = extism_error("the input names no effect attempt: effect.id and effect.attempt (from 1) are required");
-        return NULL;
-    }
-    return in;
+    long long attempt;
+    return read_effect_input(effect, &attempt, rc);
 }
 
 EXTISM_EXPORT(describe) int32_t describe(void) {
-    char *in = agenthost_input(NULL);
-    if (in == NULL) return extism_error(NAME ": out of memory reading the input");
-    const char *p = json_ws(in);
-    int ok = json_valid(in) && (is_null(p) || (*p == '{' && is_int_or_null(json_get(p, "abi"))));
-    free(in);
-    if (!ok) return extism_error("describe: the input is not JSON: it is not a describe input");
+    int32_t rc = check_describe_input();
+    if (rc >= 0) return rc;
     const char *d = "{\"abi\":1,\"name\":\"" NAME "\",\"version\":\"1.0.0\",\"role\":\"executor\",\"effects\":[\"model\"],\"attach\":false}";
     return agenthost_output(d, strlen(d));
 }
