@@ -78,9 +78,6 @@ static const char *str(text t) { return t.s ? t.s : ""; }
 
 static void drop(text t) { free(t.s); }
 
-/* member returns the member key of the object at v (NULL for null). */
-static const char *member(const char *v, const char *key) { return is_null(v) ? NULL : json_get(v, key); }
-
 static int role_is(const message_view *m, const char *role) { return json_string_is(m->role, role); }
 
 static int is_true(const char *v) { return v != NULL && strncmp(v, "true", 4) == 0; }
@@ -243,7 +240,7 @@ static void summarize(request *r, const message_view *asked, size_t from, reply 
     r->oom |= oom;
     for (size_t k = 0; k < n; k++) {
         const char *c = calls[k];
-        text id = decode(r, member(c, "id")), name = decode(r, member(c, "name"));
+        text id = decode(r, json_get(c, "id")), name = decode(r, json_get(c, "name"));
         const message_view *result = NULL;
         for (size_t i = r->v.n_messages; i > from; i--) {
             const message_view *m = &r->v.messages[i - 1];
@@ -271,12 +268,12 @@ static void summarize(request *r, const message_view *asked, size_t from, reply 
             size_t cn = (size_t)(ce - cs);
             int is_error = is_true(result->is_error);
             if (calculate && !is_error && !(cn >= 5 && memcmp(cs, "error", 5) == 0)) {
-                expression_of(r, member(c, "arguments"), &s);
+                expression_of(r, json_get(c, "arguments"), &s);
                 jb_raw(&s, " = ");
                 jb_write(&s, cs, cn);
             } else if (calculate) {
                 jb_raw(&s, "I could not compute ");
-                expression_of(r, member(c, "arguments"), &s);
+                expression_of(r, json_get(c, "arguments"), &s);
                 jb_raw(&s, " (");
                 jb_write(&s, cs, cn);
                 jb_raw(&s, ")");
@@ -372,12 +369,14 @@ static void compact(json_buf *j, const char *p, const char *end) {
     }
 }
 
-static void offered_tools(const request *r, reply *out) {
+/* say_tools says which tools the Run offers: none when it offers none,
+ * else some, then their names and a full stop. */
+static void say_tools(const request *r, reply *out, const char *none, const char *some) {
     if (r->v.n_tools == 0) {
-        say(out, "It offers no tools.");
+        say(out, none);
         return;
     }
-    say(out, "It offers: ");
+    say(out, some);
     for (size_t i = 0; i < r->v.n_tools; i++) {
         if (i > 0) say(out, ", ");
         say_n(out, str(r->tool_names[i]), r->tool_names[i].n);
@@ -421,7 +420,7 @@ static int use_rule(request *r, const char *t, size_t n, int turn, reply *out) {
         say(out, "I would call the tool ");
         say_n(out, name, name_n);
         say(out, ", but this Run does not offer it. ");
-        offered_tools(r, out);
+        say_tools(r, out, "It offers no tools.", "It offers: ");
         say(out, " Write `use TOOL {JSON arguments}` with one of those, or add the plugin that offers ");
         say_n(out, name, name_n);
         say(out, " to the tenant's tool_executors.");
@@ -633,16 +632,7 @@ static void capabilities(const request *r, reply *out) {
              "(\"What is (2+3)*4?\", or two at once: \"What is 2+3 and 4*5?\"); start a slow job with the slow_job tool "
              "(\"run a slow job for 3 seconds\"); greet you; tell you that I cannot know the time; and call any tool the "
              "Run offers when you write use TOOL {JSON arguments} (use calculate {\"expression\": \"2^10\"}). ");
-    if (r->v.n_tools == 0) {
-        say(out, "This Run offers no tools.");
-        return;
-    }
-    say(out, "This Run offers the tools: ");
-    for (size_t i = 0; i < r->v.n_tools; i++) {
-        if (i > 0) say(out, ", ");
-        say_n(out, str(r->tool_names[i]), r->tool_names[i].n);
-    }
-    say(out, ".");
+    say_tools(r, out, "This Run offers no tools.", "This Run offers the tools: ");
 }
 
 /* answer_question tries the rules in order on the question t. */
