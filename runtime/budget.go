@@ -45,29 +45,39 @@ func (rt *Runtime) admitModelCall(ctx context.Context, t *Tenant, run loop.Run, 
 		return nil, true
 	}
 	rt.readEndpointClosure(ctx, b)
+	// The refusal and the Watcher's item are one step for the wake-ups
+	// (wakeBudgetWaiter): a call in flight that ends between them would
+	// find the waiter with no item to hasten, forget it, and leave it to
+	// wait budgetRecheck for a place that is free.
+	rt.budgetWaits.Lock()
 	now := rt.clock.Now()
 	ok, at := b.Admit(key, now)
 	if ok {
+		rt.budgetWaits.Unlock()
 		return b, true
 	}
 	slot.free()
 	if at.IsZero() {
 		at = now.Add(budgetRecheck)
 	}
-	if !rt.backToWatcher(key) {
-		b.Forget(key, now)
-		return nil, false
+	waits := rt.backToWatcher(key)
+	if waits {
+		waits = rt.watcher.Schedule(watcher.Item{
+			Key: "budget/" + key, Kind: watcher.Budget, At: at,
+			Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID, Attempt: e.Attempt,
+		})
+		if !waits {
+			rt.attempts.Forget(key)
+		}
 	}
-	rt.log.Debug("model call waits for its endpoint's budget", "endpoint", b.Endpoint, "tenant", run.Tenant, "run", run.ID, "assignment_key", key, "until", at)
-	if !rt.watcher.Schedule(watcher.Item{
-		Key: "budget/" + key, Kind: watcher.Budget, At: at,
-		Tenant: run.Tenant, Session: run.Session, RunID: run.ID, EffectID: e.ID, Attempt: e.Attempt,
-	}) {
-		rt.attempts.Forget(key)
+	if !waits {
 		b.Forget(key, now)
-		return nil, false
 	}
-	rt.notifyQuiescent(run)
+	rt.budgetWaits.Unlock()
+	if waits {
+		rt.log.Debug("model call waits for its endpoint's budget", "endpoint", b.Endpoint, "tenant", run.Tenant, "run", run.ID, "assignment_key", key, "until", at)
+		rt.notifyQuiescent(run)
+	}
 	return nil, false
 }
 
@@ -147,8 +157,12 @@ func (rt *Runtime) readEndpointClosure(ctx context.Context, b *budget.Budget) {
 }
 
 // wakeBudgetWaiter asks the Watcher to try the longest waiter for a place
-// in b now, forgetting the waiters it no longer holds.
+// in b now, forgetting the waiters it no longer holds. A waiter whose
+// refusal is not yet in the Watcher is not one of those: admitModelCall
+// holds budgetWaits from the refusal to the item.
 func (rt *Runtime) wakeBudgetWaiter(b *budget.Budget, now time.Time) {
+	rt.budgetWaits.Lock()
+	defer rt.budgetWaits.Unlock()
 	for {
 		k := b.LongestWaiter()
 		if k == "" || rt.watcher.Hasten("budget/"+k, now) {

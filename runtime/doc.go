@@ -179,11 +179,18 @@
 //   - watcher.Watcher.mu: the heap of items, its index, the armed timer and
 //     stopped. Under it only the Clock; fire is called without it.
 //   - watchdog.mu: the watchdog's suspects. A leaf.
+//   - Runtime.budgetWaits: guards no field; it makes a model call's
+//     refusal by its endpoint's budget and the Watcher's item for it one
+//     step for the wake-ups of the budget's waiters (admitModelCall,
+//     wakeBudgetWaiter), which would otherwise forget a waiter whose
+//     item is not yet there. Taken holding no lock; under it,
+//     budget.Budget.mu, attempts.Table.mu and watcher.Watcher.mu, one at
+//     a time.
 //   - budget.Budget.mu (internal/budget): a model budget's calls in
 //     flight, the calls that ended within its window, its token
 //     allowance and its waiting calls. A leaf; the runtime takes it
-//     holding no lock (callExecutor, modelCallDone, shareModelBudgets,
-//     BudgetWait).
+//     holding no lock but budgetWaits (callExecutor, modelCallDone,
+//     shareModelBudgets, BudgetWait).
 //   - instanceWaits.mu: the executor calls waiting for a plugin instance.
 //     A leaf; the plugin host takes it through the call's context
 //     (CapacityWaitBegan), holding no lock of the runtime.

@@ -153,6 +153,11 @@ type Runtime struct {
 	// instanceWaits holds the executor calls waiting for a plugin
 	// instance (InstanceWait).
 	instanceWaits instanceWaits
+	// budgetWaits makes a model call's refusal by its endpoint's budget
+	// and its registration in the Watcher one step for the wake-ups of
+	// budget waiters (admitModelCall, wakeBudgetWaiter). It guards no
+	// field.
+	budgetWaits sync.Mutex
 	// calls holds a token for each launched executor call in flight
 	// (Options.MaxCallsInFlight; launch). A channel, not a lock: a
 	// launch waits for a token holding its Run's advance lock.
