@@ -231,7 +231,10 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 			if err != nil {
 				return err
 			}
-			for _, sr := range runs {
+			for j, sr := range runs {
+				if j == 0 {
+					out[i].HeadOrdinal = sr.Ordinal
+				}
 				out[i].Active = append(out[i].Active, sr.Run)
 			}
 		}

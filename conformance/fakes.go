@@ -146,6 +146,9 @@ type ScriptedTools struct {
 	// ForgetOnAttach makes attach answer unknown for every job, like an
 	// executor that keeps nothing across a restart.
 	ForgetOnAttach bool
+	// DoneAtAttach makes attach find every slow job done, as a restart
+	// that comes after the job's end does.
+	DoneAtAttach bool
 
 	mu      sync.Mutex
 	jobs    map[string]*slowJob // by effect id + attempt
@@ -264,7 +267,7 @@ func (s *ScriptedTools) jobState(c runtime.EffectCall, poll bool) abi.EffectRepl
 	if poll {
 		j.polls++
 	}
-	if j.polls >= max(s.SlowPolls, 1) {
+	if j.polls >= max(s.SlowPolls, 1) || !poll && s.DoneAtAttach {
 		return done(j.content)
 	}
 	return abi.EffectReply{State: abi.StatePending, Handle: "job-" + jobKey(c)}

@@ -661,7 +661,14 @@ func (s *MemStore) ClaimSessions(ctx context.Context, nodeID string, nowMS int64
 			continue
 		}
 		out[i].Epoch = epoch
-		out[i].Active = s.activeRunsLocked(ref.Tenant, ref.Session)
+		for ord, r := range s.sessionRunsLocked(ref.Tenant, ref.Session) {
+			if !r.run.Status.Terminal() {
+				if out[i].Active == nil {
+					out[i].HeadOrdinal = int64(ord) + 1
+				}
+				out[i].Active = append(out[i].Active, decodeRun(r.snapshot))
+			}
+		}
 	}
 	return out, nil
 }

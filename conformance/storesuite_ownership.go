@@ -85,17 +85,21 @@ func testClaimSessions(t *testing.T, h *harness) {
 		return out
 	}
 	var owned *runtime.SessionOwnedError
-	if !errors.As(got[0].Err, &owned) || !errors.Is(got[0].Err, runtime.ErrSessionOwned) || owned.Owner != "node-b" || owned.Epoch != eb || got[0].Active != nil {
+	if !errors.As(got[0].Err, &owned) || !errors.Is(got[0].Err, runtime.ErrSessionOwned) || owned.Owner != "node-b" || owned.Epoch != eb || got[0].Active != nil || got[0].HeadOrdinal != 0 {
 		t.Fatalf("a session a live node owns: %+v; want a SessionOwnedError naming node-b at epoch %d, and no Runs", got[0], eb)
 	}
 	want := []struct {
 		epoch uint64
 		runs  []loop.Run
-	}{{}, {1, []loop.Run{f1, f2}}, {ec + 1, []loop.Run{d1}}, {ea, []loop.Run{m1}}, {1, nil}}
+		head  int64 // the ordinal of the first of runs
+	}{{}, {1, []loop.Run{f1, f2}, 2}, {ec + 1, []loop.Run{d1}, 1}, {ea, []loop.Run{m1}, 1}, {1, nil, 0}}
 	for i := 1; i < len(batch); i++ {
 		c := got[i]
 		if c.Err != nil || c.Epoch != want[i].epoch {
 			t.Fatalf("claim of %s: epoch %d, %v; want epoch %d", batch[i].Session, c.Epoch, c.Err, want[i].epoch)
+		}
+		if c.HeadOrdinal != want[i].head {
+			t.Fatalf("claim of %s: head ordinal %d, want %d", batch[i].Session, c.HeadOrdinal, want[i].head)
 		}
 		if !slices.Equal(ids(c.Active), ids(want[i].runs)) {
 			t.Fatalf("claim of %s read Runs %v, want the active ones %v (not %s, which ended)", batch[i].Session, ids(c.Active), ids(want[i].runs), done.ID)

@@ -237,7 +237,7 @@ func (s *Store) ClaimSession(ctx context.Context, tenant, session, nodeID string
 // sqlClaimedActiveRuns reads, in a batch claim's transaction, the active
 // Runs of the sessions ($1 tenants, $2 sessions) that node $3 owns, in
 // session order.
-const sqlClaimedActiveRuns = `SELECT r.tenant, r.session, r.snapshot
+const sqlClaimedActiveRuns = `SELECT r.tenant, r.session, r.ordinal, r.snapshot
 	FROM unnest($1::text[], $2::text[]) AS b(tenant, session)
 	JOIN sessions s ON s.tenant = b.tenant AND s.session = b.session AND s.owner = $3
 	JOIN runs r ON r.tenant = b.tenant AND r.session = b.session AND r.live
@@ -348,9 +348,10 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 		for rows.Next() {
 			var (
 				ref  runtime.SessionRef
+				ord  int64
 				snap []byte
 			)
-			if err := rows.Scan(&ref.Tenant, &ref.Session, &snap); err != nil {
+			if err := rows.Scan(&ref.Tenant, &ref.Session, &ord, &snap); err != nil {
 				rows.Close()
 				return err
 			}
@@ -360,6 +361,9 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 				return fmt.Errorf("pgstore: claim sessions: decode the snapshot of a Run of %s/%s: %w", ref.Tenant, ref.Session, err)
 			}
 			if i, ok := at[ref]; ok && out[i].Err == nil {
+				if out[i].Active == nil {
+					out[i].HeadOrdinal = ord
+				}
 				out[i].Active = append(out[i].Active, r)
 			}
 		}

@@ -286,6 +286,16 @@ func (rt *Runtime) ownerCommitted(tenant, session string, next loop.Run, epoch u
 	}
 }
 
+// ownerRead records the snapshot of a Run this node has just read from
+// the store under its claim on the Run's session (epoch), as
+// ownerCommitted records one it committed: the Run's next advance may
+// start from it, not from a LoadRun. It is a guess like those
+// (ownedruns): a commit from it is checked, and an advance that would
+// end without one reads the Run again.
+func (rt *Runtime) ownerRead(tenant, session string, run loop.Run, epoch uint64) {
+	rt.ownerCommitted(tenant, session, run, epoch)
+}
+
 // ownerCreated records a Run this node has just created under the claim
 // on its session the creation took or found (epoch), as ownerCommitted
 // does a commit: the creation is the owner's commit of the Run, so its
@@ -487,6 +497,11 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			if guest {
 				return next, nil // the owner acts on the Run, never a guest
 			}
+			// The Run as the store holds it, read under this claim: the
+			// Run's next advance may start from it, a guess like any
+			// other (a settlement's, after recovery's or a duplicate's
+			// advance that wrote nothing).
+			rt.ownerRead(req.tenant, req.session, run, epoch)
 			rt.perform(tenant, next, epoch, fx)
 			return next, nil
 		}

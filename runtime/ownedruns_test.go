@@ -35,6 +35,18 @@ func (s *readCounting) CompletedRunsBefore(ctx context.Context, tenant, session,
 	return s.Store.CompletedRunsBefore(ctx, tenant, session, runID, limit)
 }
 
+// readCountingEnv is a runtime env on h's store, wrapped in a
+// readCounting.
+func readCountingEnv(t *testing.T, h conformance.RuntimeHarness) (*conformance.RuntimeEnv, *readCounting) {
+	var s *readCounting
+	hh := h
+	hh.NewStore = func(t *testing.T, clock runtime.Clock) runtime.Store {
+		s = &readCounting{Store: h.NewStore(t, clock), loads: map[string]int{}, history: map[string]int{}}
+		return s
+	}
+	return conformance.NewRuntimeEnv(t, hh, nil), s
+}
+
 func (s *readCounting) counts(runID string) (loads, history int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -49,13 +61,7 @@ func (s *readCounting) counts(runID string) (loads, history int) {
 func TestAnOwnersAdvancesReadNoSnapshotBack(t *testing.T) {
 	for name, h := range harnesses() {
 		t.Run(name, func(t *testing.T) {
-			var s *readCounting
-			hh := h
-			hh.NewStore = func(t *testing.T, clock runtime.Clock) runtime.Store {
-				s = &readCounting{Store: h.NewStore(t, clock), loads: map[string]int{}, history: map[string]int{}}
-				return s
-			}
-			e := conformance.NewRuntimeEnv(t, hh, nil)
+			e, s := readCountingEnv(t, h)
 			res := e.Execute("s1", `call:echo({"text":"a"})|answer:$results`)
 			if res.Kind != runtime.ResultTerminal || res.Run.Status != loop.StatusCompleted || res.Run.Result != "a" {
 				t.Fatalf("result %s, run %s with %q", res.Kind, res.Run.Status, res.Run.Result)
@@ -125,6 +131,63 @@ func TestAGuestsInputUnderTheOwnersEpochIsNotLostOnAGuess(t *testing.T) {
 			}
 			if err := loop.CheckEnded(evs); err != nil {
 				t.Fatalf("event log: %v", err)
+			}
+		})
+	}
+}
+
+// A Run that recovery takes over is read from the store once, by the
+// first advance of its new owner, which finds nothing to commit while
+// its tool's job is in flight: the advance of the job's settlement, which
+// the attach finds done, starts from that read. The builder's history of
+// a session's first Run is known to be empty from the claim
+// (SessionClaim.HeadOrdinal) and is not read; a second Run's is read
+// once.
+func TestARecoveredRunIsReadOnceAndAFirstRunsHistoryNot(t *testing.T) {
+	for name, h := range harnesses() {
+		t.Run(name, func(t *testing.T) {
+			e, s := readCountingEnv(t, h)
+			first := e.Execute("s1", `call:slow({"text":"x"})|answer:$results`)
+			// s2's script, its first Run's input, is the session's: its
+			// first Run answers, its second calls the job.
+			if done := e.Execute("s2", `answer:before|call:slow({"text":"y"})|answer:$results`); done.Run.Status != loop.StatusCompleted {
+				t.Fatalf("s2's first Run: %s", done.Run.Status)
+			}
+			second := e.Execute("s2", `go on`)
+			if first.Kind != runtime.ResultWaiting || second.Kind != runtime.ResultWaiting {
+				t.Fatalf("results %s and %s, want both waiting on their jobs", first.Kind, second.Kind)
+			}
+			e.Crash(e.Runtime)
+			type reads struct{ loads, history int }
+			before := map[string]reads{}
+			for _, id := range []string{first.Run.ID, second.Run.ID} {
+				l, h := s.counts(id)
+				before[id] = reads{l, h}
+			}
+			tools, ok := e.Plugins.Tools.(*conformance.ScriptedTools)
+			if !ok {
+				t.Skipf("the harness's tools are %T, not ScriptedTools", e.Plugins.Tools)
+			}
+			tools.DoneAtAttach = true
+			b := e.Recover("node-b")
+			ctx := context.Background()
+			conformance.Eventually(t, "both Runs to complete", func() bool {
+				for _, id := range []string{first.Run.ID, second.Run.ID} {
+					if r, err := s.Store.LoadRun(ctx, "acme", id); err != nil || r.Status != loop.StatusCompleted {
+						return false
+					}
+				}
+				return true
+			})
+			if r := b.Recovery(); r.SessionsTaken != 2 || r.Settle != 2 {
+				t.Fatalf("sessions taken %d, settled %d; want 2 and 2", r.SessionsTaken, r.Settle)
+			}
+			for id, want := range map[string]reads{first.Run.ID: {1, 0}, second.Run.ID: {1, 1}} {
+				l, h := s.counts(id)
+				if got := (reads{l - before[id].loads, h - before[id].history}); got != want {
+					t.Errorf("Run %s after the takeover: loaded %d times, its history read %d times; want %d and %d",
+						id, got.loads, got.history, want.loads, want.history)
+				}
 			}
 		})
 	}

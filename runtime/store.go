@@ -371,6 +371,10 @@ type SessionClaim struct {
 	// head first), as the claim's transaction read them, as ActiveRuns
 	// would return them.
 	Active []loop.Run
+	// HeadOrdinal is the ordinal of Active[0] in its session, from 1; 0
+	// when Active is empty or the store does not say. A head at 1 has no
+	// Run before it, so its builder's history is empty without a read.
+	HeadOrdinal int64
 }
 
 // EffectRecord is an executing effect as the index holds it.

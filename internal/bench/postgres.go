@@ -363,23 +363,32 @@ func (sp *serverSpent) perRun(lvl *runsLevel, bare serverSpent, bareCommits int)
 	if bare.cpuKnown && bareCommits > 0 {
 		lvl.BareServerCPUMsPerCommit = float64(bare.cpu) / float64(time.Millisecond) / float64(bareCommits)
 	}
-	if sp.stmts == nil {
-		return
+	lvl.StatementsPerRun, lvl.Statements = sp.statementsPer(runs)
+}
+
+// statementsPer returns the statements the server executed per Run, in
+// all and by statement, most first; 0 and nil where they are not known.
+func (sp *serverSpent) statementsPer(runs float64) (float64, []statementCount) {
+	if sp.stmts == nil || runs <= 0 {
+		return 0, nil
 	}
-	var total int64
+	var (
+		total int64
+		out   []statementCount
+	)
 	for q, n := range sp.stmts {
 		total += n
 		text := strings.Join(strings.Fields(q), " ")
 		if len(text) > maxStatementText {
 			text = text[:maxStatementText] + "…"
 		}
-		lvl.Statements = append(lvl.Statements, statementCount{Statement: text, PerRun: float64(n) / runs})
+		out = append(out, statementCount{Statement: text, PerRun: float64(n) / runs})
 	}
-	slices.SortFunc(lvl.Statements, func(a, b statementCount) int {
+	slices.SortFunc(out, func(a, b statementCount) int {
 		if c := cmp.Compare(b.PerRun, a.PerRun); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Statement, b.Statement)
 	})
-	lvl.StatementsPerRun = float64(total) / runs
+	return float64(total) / runs, out
 }

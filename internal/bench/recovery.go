@@ -102,14 +102,21 @@ type RecoveryResult struct {
 	// CommitGroups and GroupedCommits are the Badger store's group
 	// transactions (one sync each) and the Run commits they wrote
 	// (badgerstore.Store.CommitGroups); 0 on PostgreSQL.
-	CommitGroups   int64            `json:"commit_groups,omitempty"`
-	GroupedCommits int64            `json:"grouped_commits,omitempty"`
-	SessionsTaken  int64            `json:"sessions_taken"`
-	Decisions      map[string]int64 `json:"decisions"`
-	Completed      int              `json:"completed"`
-	Failed         int              `json:"failed"`
-	Cancelled      int              `json:"cancelled"`
-	NotTerminal    int              `json:"not_terminal"`
+	CommitGroups   int64 `json:"commit_groups,omitempty"`
+	GroupedCommits int64 `json:"grouped_commits,omitempty"`
+	// On PostgreSQL, what the server did from the start of the restart
+	// until every Run was terminal, per Run: the statements it executed
+	// (pg_stat_statements; the BEGIN and COMMIT of pipelined batches not
+	// counted), in all and by statement, and its CPU time.
+	StatementsPerRun  float64          `json:"statements_per_run,omitempty"`
+	Statements        []statementCount `json:"statements,omitempty"`
+	ServerCPUMsPerRun float64          `json:"server_cpu_ms_per_run,omitempty"`
+	SessionsTaken     int64            `json:"sessions_taken"`
+	Decisions         map[string]int64 `json:"decisions"`
+	Completed         int              `json:"completed"`
+	Failed            int              `json:"failed"`
+	Cancelled         int              `json:"cancelled"`
+	NotTerminal       int              `json:"not_terminal"`
 	// LogViolations counts what loop.CheckEnded finds wrong in the event
 	// logs (an attempt settled twice, a gap in the numbering, a Run not
 	// ended, attempts beyond the policy, …); JobsRerun counts slow jobs
@@ -236,9 +243,11 @@ is reported apart, and the times start after it.`,
 func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn string, timeout time.Duration, cpuProfile, memProfile, traceFile string) error {
 	started := time.Now()
 	store := ""
+	var pg *benchPostgres // nil on Badger
 	if p.Store == config.DriverPostgres {
 		// Two processes in turn, each a runtime pool and a change feed.
-		pg, err := startBenchPostgres(benchContext(cmd), cmd, bf, dsn, 2*(pgstore.DefaultMaxConns+2))
+		var err error
+		pg, err = startBenchPostgres(benchContext(cmd), cmd, bf, dsn, 2*(pgstore.DefaultMaxConns+2))
 		if err != nil {
 			return err
 		}
@@ -327,7 +336,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		// CPU profile, as soon as every Run is terminal.
 		defer trace.Stop()
 	}
-	res, err := measureRecovery(cmd, bf, cfg, logf, p.Runs, timeout, memProfile)
+	res, err := measureRecovery(cmd, bf, cfg, pg, logf, p.Runs, timeout, memProfile)
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, serveproc.TailFile(logf.Name(), 20))
 	}
@@ -385,6 +394,15 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		tbl.Rows = append(tbl.Rows, []string{fmt.Sprintf("bare Badger: %d synced commits, %d committers", res.BareCommits, recoveryBareConcurrency),
 			fmt.Sprintf("%.1f", res.BareMS), ""})
 		tbl.Notes = append(tbl.Notes, fmt.Sprintf("every Run terminal in %.2f× the time bare Badger takes for as many synced commits", res.BareMultiple))
+	}
+	if res.StatementsPerRun > 0 || res.ServerCPUMsPerRun > 0 {
+		tbl.Notes = append(tbl.Notes, fmt.Sprintf("PostgreSQL from the restart until every Run was terminal: %.1f statements a Run (pg_stat_statements; pipelined BEGIN and COMMIT not counted), %.2f ms of server CPU a Run",
+			res.StatementsPerRun, res.ServerCPUMsPerRun))
+		for _, st := range res.Statements {
+			if st.PerRun >= 0.05 {
+				tbl.Notes = append(tbl.Notes, fmt.Sprintf("  %.2f a Run: %s", st.PerRun, st.Statement))
+			}
+		}
 	}
 	if leaseWait > 0 {
 		tbl.Notes = append(tbl.Notes, fmt.Sprintf("before the restart: %.0f ms for the dead child's node lease (lease_ttl %s) to run out; not in the times above", res.LeaseWaitMS, cfg.LeaseTTL))
@@ -578,9 +596,16 @@ const nodeNameFreed = 10 * time.Second
 
 // measureRecovery opens the system over the killed child's store and
 // times its recovery, then checks the event logs.
-func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logw io.Writer, n int, timeout time.Duration, memProfile string) (RecoveryResult, error) {
+func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, pg *benchPostgres, logw io.Writer, n int, timeout time.Duration, memProfile string) (RecoveryResult, error) {
 	var res RecoveryResult
 	ctx := cmd.Context()
+	var c0 serverCounts
+	if pg != nil {
+		var err error
+		if c0, err = pg.counts(ctx); err != nil {
+			return res, err
+		}
+	}
 	start := time.Now()
 	sys, err := node.Open(ctx, cfg, []string{recoveryTenant}, node.NewLogger(cfg, logw), node.Wiring{})
 	// Under a node name, the server frees the killed child's lock when it
@@ -607,6 +632,19 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, log
 	res.PeakHeapBytes, res.PeakGoroutines = peaks.stop()
 	if err != nil {
 		return res, err
+	}
+	if pg != nil {
+		// Read before the checks below, which read every Run.
+		c1, err := pg.counts(ctx)
+		if err != nil {
+			return res, err
+		}
+		var sp serverSpent
+		sp.add(c0, c1)
+		res.StatementsPerRun, res.Statements = sp.statementsPer(float64(n))
+		if sp.cpuKnown {
+			res.ServerCPUMsPerRun = float64(sp.cpu) / float64(time.Millisecond) / float64(n)
+		}
 	}
 	res.PeakRSSBytes = peakRSS()
 	if memProfile != "" {

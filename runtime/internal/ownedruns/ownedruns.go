@@ -1,6 +1,7 @@
 // Package ownedruns keeps, for the sessions this node owns, the snapshot
-// of each live Run as this node last committed it, under the fencing
-// epoch it committed with, and the history its builder was given, so
+// of each live Run as this node last committed it (or last read it under
+// its claim, finding nothing to write), under the fencing epoch it
+// committed or read with, and the history its builder was given, so
 // that the advances of a Run neither read back from the store a
 // snapshot the node itself has just written nor read the session's
 // history at every model step (docs/DESIGN.md §5.4).
@@ -74,8 +75,8 @@ func (c *Cache) Snapshot(session, run string) (loop.Run, uint64, bool) {
 	return e.run.Clone(), e.epoch, true
 }
 
-// Committed records r as the snapshot this node committed, under epoch,
-// of the Run of session. A terminal Run is forgotten instead: no advance
+// Committed records r as the snapshot this node committed, or read
+// under its claim, under epoch, of the Run of session. A terminal Run is forgotten instead: no advance
 // of it follows.
 func (c *Cache) Committed(session string, r loop.Run, epoch uint64) {
 	if r.Status.Terminal() {
