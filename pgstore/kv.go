@@ -69,8 +69,10 @@ func (s *Store) KVSet(ctx context.Context, tenant, plugin string, key, value []b
 		return err
 	}
 	defer s.leave()
-	// The store keeps its own copy of the value: the caller may reuse it.
-	return s.queueKVWrite(ctx, tenant, plugin, nonNil(key), append([]byte(nil), value...))
+	// Neither key nor value is copied: queueKVWrite returns only once
+	// its write is written, refused or withdrawn, and nothing keeps them
+	// after, so the caller may reuse them when it returns.
+	return s.queueKVWrite(ctx, tenant, plugin, nonNil(key), value)
 }
 
 // KVDelete implements runtime.PluginKV.
