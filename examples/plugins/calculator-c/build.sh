@@ -1,27 +1,10 @@
 #!/bin/sh
 # Build the C calculator plugin: examples/plugins/calculator-c/build.sh OUT.wasm
-#
-# Needs clang, lld and the WASI sysroot (Debian/Ubuntu:
-#   apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32).
-# Set CC to use another clang.
-#
-#   --target=wasm32-wasi     WASI preview 1, which the host links
-#   -mexec-model=reactor     a library, not a command: no main; wasi-libc's
-#                            _initialize runs its constructors, and the
-#                            exports can be called any number of times
-#   -Wl,--strip-all          smaller file (export names are kept)
+# (examples/plugins/c/build.sh says what it needs and how it compiles).
 set -eu
 if [ $# -ne 1 ]; then
 	echo "usage: $0 OUT.wasm" >&2
 	exit 2
 fi
-out=$1
 here=$(cd "$(dirname "$0")" && pwd)
-CC=${CC:-clang}
-if ! command -v "$CC" >/dev/null 2>&1; then
-	echo "$0: $CC not found: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32" >&2
-	exit 1
-fi
-exec "$CC" --target=wasm32-wasi -mexec-model=reactor -O2 -std=c11 -Wall -Wextra -Werror \
-	-Wl,--strip-all \
-	-o "$out" "$here/calculator.c" -lm
+exec sh "$here/../c/build.sh" "$1" "$here/calculator.c" -lm
