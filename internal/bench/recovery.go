@@ -111,12 +111,16 @@ type RecoveryResult struct {
 	StatementsPerRun  float64          `json:"statements_per_run,omitempty"`
 	Statements        []statementCount `json:"statements,omitempty"`
 	ServerCPUMsPerRun float64          `json:"server_cpu_ms_per_run,omitempty"`
-	SessionsTaken     int64            `json:"sessions_taken"`
-	Decisions         map[string]int64 `json:"decisions"`
-	Completed         int              `json:"completed"`
-	Failed            int              `json:"failed"`
-	Cancelled         int              `json:"cancelled"`
-	NotTerminal       int              `json:"not_terminal"`
+	// The same while the child put the Runs in flight (SubmitMS).
+	SubmitStatementsPerRun  float64          `json:"submit_statements_per_run,omitempty"`
+	SubmitStatements        []statementCount `json:"submit_statements,omitempty"`
+	SubmitServerCPUMsPerRun float64          `json:"submit_server_cpu_ms_per_run,omitempty"`
+	SessionsTaken           int64            `json:"sessions_taken"`
+	Decisions               map[string]int64 `json:"decisions"`
+	Completed               int              `json:"completed"`
+	Failed                  int              `json:"failed"`
+	Cancelled               int              `json:"cancelled"`
+	NotTerminal             int              `json:"not_terminal"`
 	// LogViolations counts what loop.CheckEnded finds wrong in the event
 	// logs (an attempt settled twice, a gap in the numbering, a Run not
 	// ended, attempts beyond the policy, …); JobsRerun counts slow jobs
@@ -168,7 +172,7 @@ func newBenchRecoveryCmd(bf *benchFlags) *cobra.Command {
 	p := recoveryParams{SyncWrites: true}
 	sf := &storeFlags{}
 	var timeout time.Duration
-	var cpuProfile, memProfile, traceFile string
+	var cpuProfile, childProfile, memProfile, traceFile string
 	cmd := &cobra.Command{
 		Use:   "recovery",
 		Short: "Kill -9 a process with N Runs in flight, restart, and time the recovery",
@@ -220,7 +224,7 @@ is reported apart, and the times start after it.`,
 				return err
 			}
 			p.Store = sf.store
-			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile, memProfile, traceFile)
+			return benchRecovery(cmd, bf, p, sf.dsn, timeout, cpuProfile, childProfile, memProfile, traceFile)
 		},
 	}
 	f := cmd.Flags()
@@ -232,6 +236,7 @@ is reported apart, and the times start after it.`,
 	f.StringVar(&p.NodeName, "node-name", "bench-recovery", "with --store postgres, both processes' node.name, under which the restart takes the child's sessions over at once; \"\": none, the restart waits out the child's lease")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up when the child or the recovery takes longer than this")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process from the open until every Run is terminal to `FILE` (go tool pprof)")
+	f.StringVar(&childProfile, "child-cpuprofile", "", "write a CPU profile of the child from its open until every Run is in flight (the submission) to `FILE` (go tool pprof)")
 	f.StringVar(&traceFile, "trace", "", "write an execution trace of this process from the open until every Run is terminal to `FILE` (go tool trace): where the restart waits, not only where it burns CPU")
 	f.StringVar(&memProfile, "memprofile", "", "write a heap profile of this process to `FILE` when every Run is terminal (go tool pprof)")
 	f.StringVar(&p.PluginCallPath, "plugin-call-path", config.PluginCallNative, "both processes' plugin_call_path: native or extism-sdk")
@@ -240,7 +245,7 @@ is reported apart, and the times start after it.`,
 	return cmd
 }
 
-func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn string, timeout time.Duration, cpuProfile, memProfile, traceFile string) error {
+func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn string, timeout time.Duration, cpuProfile, childProfile, memProfile, traceFile string) error {
 	started := time.Now()
 	store := ""
 	var pg *benchPostgres // nil on Badger
@@ -284,9 +289,23 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 	// The first incarnation: a child process that puts the Runs in flight
 	// and is killed.
 	bf.progressf(cmd, "recovery: a child process puts %d Runs in flight (slow jobs of %d s)", p.Runs, p.JobSeconds)
-	submit, err := runRecoveryChild(cmd, bf, bin, cfg.File, filepath.Join(dir, "child.log"), p, timeout)
+	var sc0 serverCounts
+	if pg != nil {
+		if sc0, err = pg.counts(cmd.Context()); err != nil {
+			return err
+		}
+	}
+	submit, err := runRecoveryChild(cmd, bf, bin, cfg.File, filepath.Join(dir, "child.log"), p, childProfile, timeout)
 	if err != nil {
 		return err
+	}
+	var submitted serverSpent // what the server did for the child
+	if pg != nil {
+		sc1, err := pg.counts(cmd.Context())
+		if err != nil {
+			return err
+		}
+		submitted.add(sc0, sc1)
 	}
 	var leaseWait time.Duration
 	switch {
@@ -341,6 +360,10 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		return fmt.Errorf("%w\n%s", err, serveproc.TailFile(logf.Name(), 20))
 	}
 	res.SubmitMS, res.LeaseWaitMS = msf(submit), msf(leaseWait)
+	res.SubmitStatementsPerRun, res.SubmitStatements = submitted.statementsPer(float64(p.Runs))
+	if submitted.cpuKnown {
+		res.SubmitServerCPUMsPerRun = float64(submitted.cpu) / float64(time.Millisecond) / float64(p.Runs)
+	}
 	if p.Store != config.DriverPostgres {
 		// The same number of synced commits on bare Badger, on the same
 		// disk, right after.
@@ -395,10 +418,21 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 			fmt.Sprintf("%.1f", res.BareMS), ""})
 		tbl.Notes = append(tbl.Notes, fmt.Sprintf("every Run terminal in %.2f× the time bare Badger takes for as many synced commits", res.BareMultiple))
 	}
-	if res.StatementsPerRun > 0 || res.ServerCPUMsPerRun > 0 {
-		tbl.Notes = append(tbl.Notes, fmt.Sprintf("PostgreSQL from the restart until every Run was terminal: %.1f statements a Run (pg_stat_statements; pipelined BEGIN and COMMIT not counted), %.2f ms of server CPU a Run",
-			res.StatementsPerRun, res.ServerCPUMsPerRun))
-		for _, st := range res.Statements {
+	for _, s := range []struct {
+		when    string
+		perRun  float64
+		stmts   []statementCount
+		cpuMsPR float64
+	}{
+		{"while the child put the Runs in flight", res.SubmitStatementsPerRun, res.SubmitStatements, res.SubmitServerCPUMsPerRun},
+		{"from the restart until every Run was terminal", res.StatementsPerRun, res.Statements, res.ServerCPUMsPerRun},
+	} {
+		if s.perRun == 0 && s.cpuMsPR == 0 {
+			continue
+		}
+		tbl.Notes = append(tbl.Notes, fmt.Sprintf("PostgreSQL %s: %.1f statements a Run (pg_stat_statements; pipelined BEGIN and COMMIT not counted), %.2f ms of server CPU a Run",
+			s.when, s.perRun, s.cpuMsPR))
+		for _, st := range s.stmts {
 			if st.PerRun >= 0.05 {
 				tbl.Notes = append(tbl.Notes, fmt.Sprintf("  %.2f a Run: %s", st.PerRun, st.Statement))
 			}
@@ -459,10 +493,14 @@ tenants:
 
 // runRecoveryChild starts `agenthost bench recovery-child`, relays its
 // progress, waits for its ready line and kills it with SIGKILL. It returns
-// the child's time to put the Runs in flight.
-func runRecoveryChild(cmd *cobra.Command, bf *benchFlags, bin, cfgPath, logPath string, p recoveryParams, timeout time.Duration) (time.Duration, error) {
+// the child's time to put the Runs in flight. With profile set, the
+// child writes its CPU profile of the submission there.
+func runRecoveryChild(cmd *cobra.Command, bf *benchFlags, bin, cfgPath, logPath string, p recoveryParams, profile string, timeout time.Duration) (time.Duration, error) {
 	args := []string{"bench", "recovery-child", "--config", cfgPath, "--log", logPath,
 		"--runs", strconv.Itoa(p.Runs), "--concurrency", strconv.Itoa(p.Concurrency), "--job-seconds", strconv.Itoa(p.JobSeconds)}
+	if profile != "" {
+		args = append(args, "--cpuprofile", profile)
+	}
 	if bf.quiet {
 		args = append(args, "--quiet")
 	}
@@ -850,6 +888,8 @@ func recoveryChild(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, logPa
 	if n := heldStarts.get(); n > 0 {
 		bf.progressf(cmd, "recovery: child: %d starts returned after their job was due (answered pending, left to the restart's attach)", n)
 	}
+	// --cpuprofile covers the submission: written before the kill.
+	bf.stopProfile()
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %d %.1f\n", recoveryReady, p.Runs, msf(time.Since(start)))
 	// Wait for the SIGKILL. Should the parent go away instead, stdin
 	// closes: exit as abruptly as the kill would have.

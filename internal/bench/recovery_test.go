@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,14 @@ import (
 // through a recovery decision, and the timings are real.
 func TestBenchRecovery(t *testing.T) {
 	conformance.SkipInShort(t, "SIGKILLing a child under load")
-	checkBenchRecovery(t, "badger")
+	// The child's CPU profile of the submission is written before the
+	// child is killed.
+	prof := filepath.Join(t.TempDir(), "child.pprof")
+	checkBenchRecovery(t, "badger", "--child-cpuprofile", prof)
+	b, err := os.ReadFile(prof)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--child-cpuprofile %s: %d bytes, %v; want a gzipped pprof profile", prof, len(b), err)
+	}
 }
 
 // TestBenchRecoveryOnPostgres is TestBenchRecovery on a database of the
