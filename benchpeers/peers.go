@@ -68,9 +68,11 @@ type level struct {
 	Runs        int     `json:"runs"`
 	Seconds     float64 `json:"seconds"`
 	RunsPerSec  float64 `json:"runs_per_sec"`
-	P50ms       float64 `json:"p50_ms"`
-	P95ms       float64 `json:"p95_ms"`
-	P99ms       float64 `json:"p99_ms"`
+	// RoundRunsPerSec is the Runs/s of each of its rounds, in order.
+	RoundRunsPerSec []float64 `json:"round_runs_per_sec"`
+	P50ms           float64   `json:"p50_ms"`
+	P95ms           float64   `json:"p95_ms"`
+	P99ms           float64   `json:"p99_ms"`
 	// ServerCPUMsPerRun is the PostgreSQL server's CPU (all its processes,
 	// user and system) during the system's rounds, per Run;
 	// BenchCPUMsPerRun is this process's, where the system runs.
@@ -93,6 +95,12 @@ type ratio struct {
 	RunsPerSec      float64 `json:"runs_per_sec"`
 	P50             float64 `json:"p50"`
 	ServerCPUPerRun float64 `json:"server_cpu_per_run"`
+	// RoundRunsPerSecMin and Max are the least and the greatest Runs/s
+	// ratio of one round of agenthost to DBOS's round of the same index,
+	// next to it in time: how much the machine's noise moves a ratio that
+	// RunsPerSec gives over all the rounds. 0 when a round gives none.
+	RoundRunsPerSecMin float64 `json:"round_runs_per_sec_min"`
+	RoundRunsPerSecMax float64 `json:"round_runs_per_sec_max"`
 }
 
 type result struct {
@@ -210,6 +218,7 @@ type acc struct {
 	lat                         []time.Duration
 	runTime, serverCPU, selfCPU time.Duration
 	writeTx, walBytes           int64
+	roundRate                   []float64 // Runs/s of each round
 }
 
 // serverMeter reads what the server has done so far: its CPU time, the
@@ -270,7 +279,9 @@ func measureLevel(ctx context.Context, meter *serverMeter, p *params, c int, sys
 					failed.CompareAndSwap(nil, &err)
 				}
 			})
-			a.runTime += time.Since(t0)
+			took := time.Since(t0)
+			a.runTime += took
+			a.roundRate = append(a.roundRate, float64(n)/took.Seconds())
 			a.selfCPU += selfCPUTime() - self0
 			server1, err := meter.read(ctx)
 			if err != nil {
@@ -290,7 +301,7 @@ func measureLevel(ctx context.Context, meter *serverMeter, p *params, c int, sys
 		runs := float64(len(a.lat))
 		l := benchkit.Summarize(a.lat)
 		out[k] = level{System: systems[k].name, Concurrency: c, Runs: len(a.lat), Seconds: a.runTime.Seconds(),
-			RunsPerSec: runs / a.runTime.Seconds(), P50ms: ms(l.P50), P95ms: ms(l.P95), P99ms: ms(l.P99),
+			RunsPerSec: runs / a.runTime.Seconds(), RoundRunsPerSec: a.roundRate, P50ms: ms(l.P50), P95ms: ms(l.P95), P99ms: ms(l.P99),
 			ServerCPUMsPerRun: ms(a.serverCPU) / runs, BenchCPUMsPerRun: ms(a.selfCPU) / runs,
 			WriteTxPerRun: float64(a.writeTx) / runs, WALKBPerRun: float64(a.walBytes) / 1000 / runs}
 	}
@@ -332,8 +343,20 @@ func ratios(levels []level) []ratio {
 			if a.System == sysDBOS || a.Concurrency != d.Concurrency {
 				continue
 			}
-			out = append(out, ratio{System: a.System, Concurrency: a.Concurrency, RunsPerSec: over(a.RunsPerSec, d.RunsPerSec),
-				P50: over(a.P50ms, d.P50ms), ServerCPUPerRun: over(a.ServerCPUMsPerRun, d.ServerCPUMsPerRun)})
+			r := ratio{System: a.System, Concurrency: a.Concurrency, RunsPerSec: over(a.RunsPerSec, d.RunsPerSec),
+				P50: over(a.P50ms, d.P50ms), ServerCPUPerRun: over(a.ServerCPUMsPerRun, d.ServerCPUMsPerRun)}
+			for i := range min(len(a.RoundRunsPerSec), len(d.RoundRunsPerSec)) {
+				x := over(a.RoundRunsPerSec[i], d.RoundRunsPerSec[i])
+				if x == 0 {
+					r.RoundRunsPerSecMin, r.RoundRunsPerSecMax = 0, 0
+					break
+				}
+				if r.RoundRunsPerSecMin == 0 || x < r.RoundRunsPerSecMin {
+					r.RoundRunsPerSecMin = x
+				}
+				r.RoundRunsPerSecMax = max(r.RoundRunsPerSecMax, x)
+			}
+			out = append(out, r)
 		}
 	}
 	return out
@@ -363,12 +386,19 @@ func levelsTable(p *params, levels []level) bench.Table {
 }
 
 func ratiosTable(rs []ratio) bench.Table {
-	t := bench.Table{Title: "agenthost ÷ DBOS (same rounds)", Header: []string{"clients", "agenthost", "Runs/s", "p50", "PG CPU/Run"}}
+	t := bench.Table{Title: "agenthost ÷ DBOS (same rounds)", Header: []string{"clients", "agenthost", "Runs/s", "p50", "PG CPU/Run", "Runs/s, round by round"}}
 	for _, r := range rs {
+		byRound := "n/a"
+		if r.RoundRunsPerSecMin > 0 {
+			byRound = fmt.Sprintf("%.2f–%.2f", r.RoundRunsPerSecMin, r.RoundRunsPerSecMax)
+		}
 		t.Rows = append(t.Rows, []string{strconv.Itoa(r.Concurrency), systemTitles[r.System],
-			ratioCell(r.RunsPerSec), ratioCell(r.P50), ratioCell(r.ServerCPUPerRun)})
+			ratioCell(r.RunsPerSec), ratioCell(r.P50), ratioCell(r.ServerCPUPerRun), byRound})
 	}
-	t.Notes = []string{"Runs/s > 1: agenthost is faster; p50 and PG CPU/Run < 1: agenthost is quicker, and costs PostgreSQL less; n/a: DBOS's figure was too small to measure (the server's CPU is read in 10 ms ticks)."}
+	t.Notes = []string{
+		"Runs/s > 1: agenthost is faster; p50 and PG CPU/Run < 1: agenthost is quicker, and costs PostgreSQL less; n/a: DBOS's figure was too small to measure (the server's CPU is read in 10 ms ticks).",
+		"Runs/s, round by round: the least and the greatest ratio of one agenthost round to the DBOS round of the same index, next to it in time; the spread is the machine's noise, which the ratio over all rounds averages (more --runs and --rounds narrow it).",
+	}
 	return t
 }
 

@@ -151,7 +151,27 @@ func TestARatioOverNothingIsNone(t *testing.T) {
 	if _, err := json.Marshal(result{Levels: levels, Ratios: rs}); err != nil {
 		t.Fatalf("the result does not encode: %v", err)
 	}
-	if row := ratiosTable(rs).Rows[0]; row[4] != "n/a" {
-		t.Errorf("the CPU ratio's cell is %q, want n/a", row[4])
+	if row := ratiosTable(rs).Rows[0]; row[4] != "n/a" || row[5] != "n/a" {
+		t.Errorf("the CPU ratio's cell is %q and the rounds' %q, want n/a for both (no rounds)", row[4], row[5])
+	}
+}
+
+// The ratio round by round pairs each agenthost round with DBOS's round
+// of the same index and gives the least and the greatest of them.
+func TestTheRatiosRoundByRound(t *testing.T) {
+	levels := []level{
+		{System: sysDBOS, Concurrency: 16, RunsPerSec: 200, RoundRunsPerSec: []float64{200, 100, 250}},
+		{System: sysWasm, Concurrency: 16, RunsPerSec: 250, RoundRunsPerSec: []float64{300, 150, 250}},
+	}
+	rs := ratios(levels)
+	if len(rs) != 1 || rs[0].RoundRunsPerSecMin != 1 || rs[0].RoundRunsPerSecMax != 1.5 {
+		t.Fatalf("ratios = %+v; want rounds from 1 to 1.5", rs)
+	}
+	if row := ratiosTable(rs).Rows[0]; row[5] != "1.00–1.50" {
+		t.Errorf("the rounds' cell is %q, want 1.00–1.50", row[5])
+	}
+	levels[0].RoundRunsPerSec[1] = 0
+	if rs := ratios(levels); rs[0].RoundRunsPerSecMin != 0 || rs[0].RoundRunsPerSecMax != 0 {
+		t.Errorf("a round of DBOS too short to measure: rounds %v–%v, want none (0)", rs[0].RoundRunsPerSecMin, rs[0].RoundRunsPerSecMax)
 	}
 }
