@@ -1,6 +1,7 @@
 #!/bin/sh
-# Build a C example plugin: examples/plugins/c/build.sh OUT.wasm SOURCE.c [LIBS...]
-# Each examples/plugins/NAME-c/build.sh calls it with its own source; the
+# Build a C example plugin: examples/plugins/c/compile.sh OUT.wasm SOURCE.c [LIBS...]
+# Each examples/plugins/NAME-c/build.sh calls it with its own source (it is
+# not named build.sh: a directory with one is an example); the
 # headers here (agenthost.h, json.h, ...) are found by its #include lines.
 #
 # Needs clang, lld and the WASI sysroot (Debian/Ubuntu:
