@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -425,4 +427,86 @@ func TestLiveNodesCountsTheLiveIncarnations(t *testing.T) {
 		t.Fatalf("%d live nodes once node-a's lease ran out, want 1", n)
 	}
 	var _ runtime.NodeCounter = a
+}
+
+// TestRacingBatchClaimsHaveOneWinnerEach: four nodes, on two Stores,
+// claim the same sessions at once in batches that name them in different
+// orders, new sessions and sessions with Runs alike. Each session goes to
+// exactly one of them, at epoch 1, the others get its SessionOwnedError,
+// and no batch fails: the batches make and lock their rows in one order,
+// so none deadlocks with another.
+func TestRacingBatchClaimsHaveOneWinnerEach(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	schema := freshSchema(t, dsn)
+	stores := []*Store{open(t, dsn, schema, nil), open(t, dsn, schema, nil)}
+	ctx := context.Background()
+	const (
+		claimers = 4
+		sessions = 64
+	)
+	for i := range claimers {
+		if err := stores[i%2].RegisterNode(ctx, fmt.Sprintf("n%d", i), time.Now().Add(time.Minute).UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 5 {
+		refs := make([]runtime.SessionRef, sessions)
+		for j := range refs {
+			refs[j] = runtime.SessionRef{Tenant: fmt.Sprintf("t%d", j%3), Session: fmt.Sprintf("r%d-s%02d", round, j)}
+			if j%2 == 0 { // a session with a Run, and so a row, before the claims
+				newRun(t, stores[0], refs[j].Tenant, refs[j].Session, fmt.Sprintf("run-%d-%d", round, j), 1)
+			}
+		}
+		var (
+			wg     sync.WaitGroup
+			start  = make(chan struct{})
+			claims = make([][]runtime.SessionClaim, claimers)
+			errs   = make([]error, claimers)
+		)
+		for i := range claimers {
+			batch := slices.Clone(refs)
+			rand.New(rand.NewPCG(uint64(round), uint64(i))).Shuffle(len(batch), func(a, b int) { batch[a], batch[b] = batch[b], batch[a] })
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				claims[i], errs[i] = stores[i%2].ClaimSessions(ctx, fmt.Sprintf("n%d", i), 0, batch)
+				// Back in refs' order, to compare.
+				byRef := map[runtime.SessionRef]runtime.SessionClaim{}
+				for k, c := range claims[i] {
+					byRef[batch[k]] = c
+				}
+				for k, ref := range refs {
+					claims[i][k] = byRef[ref]
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: n%d's batch failed: %v", round, i, err)
+			}
+		}
+		for j, ref := range refs {
+			winner := -1
+			for i := range claimers {
+				if claims[i][j].Err == nil {
+					if winner >= 0 || claims[i][j].Epoch != 1 {
+						t.Fatalf("round %d, %s/%s: n%d and n%d both claimed it, or epoch %d", round, ref.Tenant, ref.Session, winner, i, claims[i][j].Epoch)
+					}
+					winner = i
+				}
+			}
+			if winner < 0 {
+				t.Fatalf("round %d, %s/%s: no claim won", round, ref.Tenant, ref.Session)
+			}
+			for i := range claimers {
+				var owned *runtime.SessionOwnedError
+				if i != winner && (!errors.As(claims[i][j].Err, &owned) || owned.Owner != fmt.Sprintf("n%d", winner) || owned.Epoch != 1) {
+					t.Fatalf("round %d, %s/%s, n%d: %v; want owned by n%d at epoch 1", round, ref.Tenant, ref.Session, i, claims[i][j].Err, winner)
+				}
+			}
+		}
+	}
 }

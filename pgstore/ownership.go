@@ -81,14 +81,46 @@ func claimTakeSQL(self string) string {
 // after the session's lock, in the same statement as the write.
 var sqlClaimTake = claimTakeSQL(`coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false)`)
 
-// sqlBatchClaimTake is a batch claim's take. It does not judge the
-// claiming node's lease again: sqlClaimant judged it once for the whole
-// batch, and the batch gets this far only if the node was alive. Were
-// each take to judge it anew, a lease that ran out midway (the database's
-// clock moves on, another process marks the node dead) would refuse the
-// later sessions after the earlier ones were claimed, and the COMMIT
-// already queued behind them would keep those claims.
-var sqlBatchClaimTake = claimTakeSQL(`true`)
+// A batch claim's statements take every session of the batch at once:
+// $1 the tenants, $2 the sessions, in (tenant, session) byte order, so
+// that two nodes' batches, whose rows are inserted and locked in that
+// order (COLLATE "C", the columns' own), cannot deadlock.
+//
+// sqlBatchEnsureSessions creates the rows that are missing.
+const sqlBatchEnsureSessions = `INSERT INTO sessions (tenant, session)
+	SELECT b.tenant, b.session FROM unnest($1::text[], $2::text[]) AS b(tenant, session)
+	ORDER BY b.tenant COLLATE "C", b.session COLLATE "C"
+	ON CONFLICT DO NOTHING`
+
+// sqlBatchLockSessions locks the rows, in order.
+const sqlBatchLockSessions = `SELECT 1 FROM sessions s
+	JOIN unnest($1::text[], $2::text[]) AS b(tenant, session) ON s.tenant = b.tenant AND s.session = b.session
+	ORDER BY s.tenant, s.session FOR UPDATE OF s`
+
+// sqlBatchClaimTake is a batch claim's take, a statement that starts once
+// the rows are locked: for each session, what claimTakeSQL does for one
+// ($3 the node, $4 now), and it returns, by session, what it read and
+// whether it wrote. It does not judge the claiming node's lease again:
+// sqlClaimant judged it once for the whole batch, and the batch gets this
+// far only if the node was alive. Were the take to judge it anew, a lease
+// that ran out midway (the database's clock moves on, another process
+// marks the node dead) could refuse some sessions of a batch whose
+// others are claimed. With the node alive, a claim is refused only for a
+// session that has an owner, whose row is not empty: there is no row to
+// delete again, as ClaimSession's refused take may.
+var sqlBatchClaimTake = `WITH c AS (SELECT ` + dbNow(4) + ` AS now),
+	st AS (SELECT s.tenant, s.session, s.owner, s.epoch,
+			coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = s.owner), false) AS owner_alive
+		FROM unnest($1::text[], $2::text[]) AS b(tenant, session)
+		JOIN sessions s ON s.tenant = b.tenant AND s.session = b.session, c),
+	ok AS (SELECT st.tenant, st.session, st.epoch + 1 AS epoch FROM st
+		WHERE st.owner <> $3 AND (st.owner = '' OR NOT st.owner_alive)),
+	u AS (UPDATE sessions SET owner = $3, epoch = ok.epoch FROM ok
+		WHERE sessions.tenant = ok.tenant AND sessions.session = ok.session
+		RETURNING sessions.tenant, sessions.session)
+	SELECT st.tenant, st.session, st.owner, st.epoch, st.owner_alive,
+		EXISTS (SELECT 1 FROM u WHERE u.tenant = st.tenant AND u.session = st.session)
+	FROM st`
 
 // sqlClaimant judges, once for a batch claim and before its first write,
 // whether the claiming node $1 is alive at $2 (its now, or NULL). A node
@@ -245,10 +277,12 @@ const sqlClaimedActiveRuns = `SELECT r.tenant, r.session, r.ordinal, r.snapshot
 
 // ClaimSessions implements runtime.Ownership: one transaction of one round
 // trip for the whole batch: BEGIN; judge the claiming node's lease, once
-// (sqlClaimant); for each session, in (tenant, session) order so that two
-// nodes' batches lock their rows in the same order and cannot deadlock,
-// what ClaimSession's transaction does (create the row if missing, lock
-// it, take it if the claim goes ahead); then the active Runs of the
+// (sqlClaimant); what ClaimSession's transaction does for each session,
+// in one statement each for the whole batch, in (tenant, session) order
+// so that two nodes' batches lock their rows in the same order and
+// cannot deadlock: create the rows that are missing, lock them, take
+// those the claim goes ahead for (sqlBatchEnsureSessions,
+// sqlBatchLockSessions, sqlBatchClaimTake); then the active Runs of the
 // sessions the node now owns; COMMIT. A node found dead gets
 // ErrNodeExpired, and its batch stops at its first write and rolls back.
 // The lease is judged when the batch begins, as Badger judges it at
@@ -272,8 +306,8 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 		return x.Tenant < y.Tenant || (x.Tenant == y.Tenant && x.Session < y.Session)
 	})
 	tenants, names := make([]string, len(sessions)), make([]string, len(sessions))
-	for i, ref := range sessions {
-		tenants[i], names[i] = ref.Tenant, ref.Session
+	for j, i := range order {
+		tenants[j], names[j] = sessions[i].Tenant, sessions[i].Session
 	}
 	what := fmt.Sprintf("claim %d sessions", len(sessions))
 	now := s.nowParam()
@@ -283,11 +317,9 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 		b := &pgx.Batch{}
 		b.Queue(sqlBegin)
 		b.Queue(sqlClaimant, nodeID, now)
-		for _, i := range order {
-			b.Queue(sqlEnsureSession, sessions[i].Tenant, sessions[i].Session)
-			b.Queue(sqlLockSessionEpoch, sessions[i].Tenant, sessions[i].Session)
-			b.Queue(sqlBatchClaimTake, sessions[i].Tenant, sessions[i].Session, nodeID, now)
-		}
+		b.Queue(sqlBatchEnsureSessions, tenants, names)
+		b.Queue(sqlBatchLockSessions, tenants, names)
+		b.Queue(sqlBatchClaimTake, tenants, names, nodeID, now)
 		b.Queue(sqlClaimedActiveRuns, tenants, names, nodeID)
 		b.Queue(sqlCommit)
 		br := conn.SendBatch(ctx, b)
@@ -307,28 +339,42 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 			// reads that failure and txOnce rolls the transaction back.
 			return fmt.Errorf("pgstore: claim %d sessions by %s: %w", len(sessions), nodeID, runtime.ErrNodeExpired)
 		}
-		for _, i := range order {
-			ref := sessions[i]
+		if err := execAll(br, 2); err != nil { // the rows made, and locked
+			return err
+		}
+		at := make(map[runtime.SessionRef]int, len(sessions))
+		for i, ref := range sessions {
+			at[ref] = i
+		}
+		decided := make([]bool, len(sessions))
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
 			var (
-				owner              string
-				epoch              int64
-				self, alive, wrote bool
+				ref          runtime.SessionRef
+				owner        string
+				epoch        int64
+				alive, wrote bool
 			)
-			err := execAll(br, 1)
-			if err == nil {
-				_, err = queryOne(br, &owner, &epoch)
-			}
-			if err == nil {
-				_, err = queryOne(br, &owner, &epoch, &self, &alive, &wrote)
-			}
-			if err != nil {
+			if err := rows.Scan(&ref.Tenant, &ref.Session, &owner, &epoch, &alive, &wrote); err != nil {
+				rows.Close()
 				return err
 			}
-			e, done, refused := claimDecision(ref.Tenant, ref.Session, nodeID, owner, uint64(epoch), self, alive)
+			i, ok := at[ref]
+			if !ok || decided[i] {
+				rows.Close()
+				return fmt.Errorf("pgstore: claim %d sessions by %s: the take read session %s/%s, which the batch does not name once: %w",
+					len(sessions), nodeID, ref.Tenant, ref.Session, runtime.ErrStoreUnavailable)
+			}
+			decided[i] = true
+			e, done, refused := claimDecision(ref.Tenant, ref.Session, nodeID, owner, uint64(epoch), true, alive)
 			if !done {
 				e = uint64(epoch) + 1
 			}
 			if wrote == done {
+				rows.Close()
 				return fmt.Errorf("pgstore: claim session %s/%s by %s: the write's checks (wrote: %v) and the rows read disagree: %w",
 					ref.Tenant, ref.Session, nodeID, wrote, runtime.ErrStoreUnavailable)
 			}
@@ -337,11 +383,17 @@ func (s *Store) ClaimSessions(ctx context.Context, nodeID string, nowMS int64, s
 				out[i].Epoch = 0
 			}
 		}
-		at := make(map[runtime.SessionRef]int, len(sessions))
-		for i, ref := range sessions {
-			at[ref] = i
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
 		}
-		rows, err := br.Query()
+		for i, ok := range decided {
+			if !ok {
+				return fmt.Errorf("pgstore: claim session %s/%s by %s: its row was not there to take: %w",
+					sessions[i].Tenant, sessions[i].Session, nodeID, runtime.ErrStoreUnavailable)
+			}
+		}
+		rows, err = br.Query()
 		if err != nil {
 			return err
 		}
