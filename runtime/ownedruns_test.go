@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,24 @@ type readCounting struct {
 	mu      sync.Mutex
 	loads   map[string]int
 	history map[string]int
+	active  map[string]int // ActiveRuns, by session
+}
+
+func (s *readCounting) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.Run, error) {
+	s.mu.Lock()
+	s.active[session]++
+	s.mu.Unlock()
+	return s.Store.ActiveRuns(ctx, tenant, session)
+}
+
+// activeReads returns how many times each session's active Runs were
+// read, and forgets them.
+func (s *readCounting) activeReads() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.active
+	s.active = map[string]int{}
+	return out
 }
 
 func (s *readCounting) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, error) {
@@ -41,7 +60,7 @@ func readCountingEnv(t *testing.T, h conformance.RuntimeHarness) (*conformance.R
 	var s *readCounting
 	hh := h
 	hh.NewStore = func(t *testing.T, clock runtime.Clock) runtime.Store {
-		s = &readCounting{Store: h.NewStore(t, clock), loads: map[string]int{}, history: map[string]int{}}
+		s = &readCounting{Store: h.NewStore(t, clock), loads: map[string]int{}, history: map[string]int{}, active: map[string]int{}}
 		return s
 	}
 	return conformance.NewRuntimeEnv(t, hh, nil), s
@@ -188,6 +207,33 @@ func TestARecoveredRunIsReadOnceAndAFirstRunsHistoryNot(t *testing.T) {
 					t.Errorf("Run %s after the takeover: loaded %d times, its history read %d times; want %d and %d",
 						id, got.loads, got.history, want.loads, want.history)
 				}
+			}
+		})
+	}
+}
+
+// The watchdog reads nothing back for a session whose Run this process
+// has under way (a job it watches): that Run is not stuck, whatever the
+// store says of it. A session whose Run waits for a person is read, as
+// the safety net under a lost notice of another node's input.
+func TestTheWatchdogReadsNoSessionWhoseRunIsUnderWayHere(t *testing.T) {
+	for name, h := range harnesses() {
+		t.Run(name, func(t *testing.T) {
+			e, s := readCountingEnv(t, h)
+			for _, session := range []string{"job1", "job2", "job3"} {
+				if res := e.Execute(session, `call:slow({"text":"x"})|answer:$results`); res.Kind != runtime.ResultWaiting {
+					t.Fatalf("%s: result %s, want waiting on its job", session, res.Kind)
+				}
+			}
+			if res := e.Execute("asks", `ask:who?|answer:ok`); res.Kind != runtime.ResultWaiting || res.Waiting == nil || res.Waiting.Input == nil {
+				t.Fatalf("asks: result %s %+v, want waiting for input", res.Kind, res.Waiting)
+			}
+			s.activeReads()
+			if n := e.Runtime.WatchdogScan(context.Background()); n != 0 {
+				t.Fatalf("the watchdog reported %d Runs stuck, want 0", n)
+			}
+			if got, want := s.activeReads(), map[string]int{"asks": 1}; !maps.Equal(got, want) {
+				t.Fatalf("the watchdog read the active Runs of %v, want of %v only", got, want)
 			}
 		})
 	}

@@ -70,6 +70,9 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 	reported := 0
 	seen := map[string]bool{}
 	for _, o := range owned {
+		if rt.runningHere(o.Tenant, o.Session) {
+			continue // not stuck, without a read
+		}
 		runs, err := rt.store.ActiveRuns(ctx, o.Tenant, o.Session)
 		if err != nil || len(runs) == 0 {
 			continue
@@ -103,6 +106,25 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 	}
 	rt.dog.keepOnly(seen)
 	return reported
+}
+
+// runningHere reports whether a Run of the session, as this node last
+// committed or read it (rt.owned), has an executing effect whose attempt
+// this process calls or watches: that Run is under way, and so it is the
+// session's head (a queued Run has no effect), and stuck would find it
+// not stuck on the store's snapshot too, which differs from this node's
+// only by a guest's input, never by an effect's state. The watchdog then
+// reads nothing for the session: a node with thousands of Runs waiting on
+// their jobs does not read them all back at every scan.
+func (rt *Runtime) runningHere(tenant, session string) bool {
+	for _, r := range rt.owned.Snapshots(sessionKey(tenant, session)) {
+		for _, e := range r.Executing() {
+			if rt.attempts.Handled(assignment(r, e.ID, e.Attempt)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ownedActiveSessions reads, page by page, the sessions with an active Run

@@ -75,6 +75,20 @@ func (c *Cache) Snapshot(session, run string) (loop.Run, uint64, bool) {
 	return e.run.Clone(), e.epoch, true
 }
 
+// Snapshots returns copies of the snapshots kept of the session's Runs,
+// in no order.
+func (c *Cache) Snapshots(session string) []loop.Run {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []loop.Run
+	for _, e := range c.bySession[session] {
+		if e.hasRun {
+			out = append(out, e.run.Clone())
+		}
+	}
+	return out
+}
+
 // Committed records r as the snapshot this node committed, or read
 // under its claim, under epoch, of the Run of session. A terminal Run is forgotten instead: no advance
 // of it follows.
