@@ -117,11 +117,9 @@ func (rt *Runtime) WatchdogScan(ctx context.Context) int {
 // reads nothing for the session: a node with thousands of Runs waiting on
 // their jobs does not read them all back at every scan.
 func (rt *Runtime) runningHere(tenant, session string) bool {
-	for _, r := range rt.owned.Snapshots(sessionKey(tenant, session)) {
-		for _, e := range r.Executing() {
-			if rt.attempts.Handled(assignment(r, e.ID, e.Attempt)) {
-				return true
-			}
+	for _, key := range rt.owned.ExecutingAttempts(sessionKey(tenant, session)) {
+		if rt.attempts.Handled(key) {
+			return true
 		}
 	}
 	return false

@@ -75,15 +75,20 @@ func (c *Cache) Snapshot(session, run string) (loop.Run, uint64, bool) {
 	return e.run.Clone(), e.epoch, true
 }
 
-// Snapshots returns copies of the snapshots kept of the session's Runs,
-// in no order.
-func (c *Cache) Snapshots(session string) []loop.Run {
+// ExecutingAttempts returns the assignment keys of the executing effects
+// of the session's Runs, as their snapshots here have them, in no order.
+func (c *Cache) ExecutingAttempts(session string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []loop.Run
+	var out []string
 	for _, e := range c.bySession[session] {
-		if e.hasRun {
-			out = append(out, e.run.Clone())
+		if !e.hasRun {
+			continue
+		}
+		for i := range e.run.Effects {
+			if f := &e.run.Effects[i]; f.State == loop.EffectExecuting {
+				out = append(out, loop.AssignmentKey{Tenant: e.run.Tenant, Session: e.run.Session, EffectID: f.ID, Attempt: f.Attempt}.String())
+			}
 		}
 	}
 	return out
