@@ -56,17 +56,18 @@ var sqlClaimState = `SELECT s.owner, s.epoch,
 	FROM (SELECT ` + dbNow(4) + ` AS now) AS c
 	LEFT JOIN sessions s ON s.tenant = $1 AND s.session = $2`
 
-// claimTakeSQL is the statement that reads, after the session row is
-// locked, its owner and epoch and whether the claiming node and the owner
-// are alive, and takes the session (owner $3, epoch + 1) if the claim goes
-// ahead: the node is alive, and the owner is none, or dead, and not the
-// node itself. A claim refused deletes the session's row again if it is
-// empty (no Run, never claimed). $1 tenant, $2 session, $4 now. It
-// returns what it read and whether it wrote. self is the SQL that tells
-// whether the claiming node is alive.
-func claimTakeSQL(self string) string {
-	return `WITH c AS (SELECT ` + dbNow(4) + ` AS now),
-	st AS (SELECT s.owner, s.epoch, ` + self + ` AS self,
+// sqlClaimTake is ClaimSession's take, the statement that reads, after
+// the session row is locked, its owner and epoch and whether the claiming
+// node and the owner are alive (the claiming node's lease read after the
+// session's lock, in the same statement as the write), and takes the
+// session (owner $3, epoch + 1) if the claim goes ahead: the node is
+// alive, and the owner is none, or dead, and not the node itself. A claim
+// refused deletes the session's row again if it is empty (no Run, never
+// claimed). $1 tenant, $2 session, $4 now. It returns what it read and
+// whether it wrote.
+var sqlClaimTake = `WITH c AS (SELECT ` + dbNow(4) + ` AS now),
+	st AS (SELECT s.owner, s.epoch,
+			coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false) AS self,
 			coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = s.owner), false) AS owner_alive
 		FROM sessions s, c WHERE s.tenant = $1 AND s.session = $2),
 	ok AS (SELECT st.epoch + 1 AS epoch FROM st WHERE st.self AND st.owner <> $3 AND (st.owner = '' OR NOT st.owner_alive)),
@@ -75,11 +76,6 @@ func claimTakeSQL(self string) string {
 	j AS (DELETE FROM sessions WHERE tenant = $1 AND session = $2 AND NOT EXISTS (SELECT 1 FROM ok)
 		AND last_ordinal = 0 AND owner = '' AND epoch = 0 AND live_count = 0)
 	SELECT st.owner, st.epoch, st.self, st.owner_alive, EXISTS (SELECT 1 FROM u) FROM st`
-}
-
-// sqlClaimTake is ClaimSession's take: it reads the claiming node's lease
-// after the session's lock, in the same statement as the write.
-var sqlClaimTake = claimTakeSQL(`coalesce((SELECT ` + alive + ` FROM nodes n WHERE n.node_id = $3), false)`)
 
 // A batch claim's statements take every session of the batch at once:
 // $1 the tenants, $2 the sessions, in (tenant, session) byte order, so
@@ -98,7 +94,7 @@ const sqlBatchLockSessions = `SELECT 1 FROM sessions s
 	ORDER BY s.tenant, s.session FOR UPDATE OF s`
 
 // sqlBatchClaimTake is a batch claim's take, a statement that starts once
-// the rows are locked: for each session, what claimTakeSQL does for one
+// the rows are locked: for each session, what sqlClaimTake does for one
 // ($3 the node, $4 now), and it returns, by session, what it read and
 // whether it wrote. It does not judge the claiming node's lease again:
 // sqlClaimant judged it once for the whole batch, and the batch gets this
