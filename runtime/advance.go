@@ -307,10 +307,16 @@ func (rt *Runtime) ownerCreated(tenant, session string, run loop.Run, epoch uint
 	if held, ok := rt.sessions.claimed(tenant, session); !ok || held != epoch {
 		return
 	}
-	key := sessionKey(tenant, session)
-	rt.owned.Committed(key, run, epoch)
+	rt.owned.Committed(sessionKey(tenant, session), run, epoch)
+	rt.historyKnownAt(tenant, session, run.ID, ordinal)
+}
+
+// historyKnownAt records the builder's history of a Run at ordinal in
+// its session when it is known without a read: the session's first Run
+// (ordinal 1) has no Run before it, so its history is empty (history).
+func (rt *Runtime) historyKnownAt(tenant, session, runID string, ordinal int64) {
 	if ordinal == 1 {
-		rt.owned.SetHistory(key, run.ID, []abi.Message{})
+		rt.owned.SetHistory(sessionKey(tenant, session), runID, []abi.Message{})
 	}
 }
 

@@ -257,10 +257,8 @@ func (rt *Runtime) takeOver(ctx context.Context, orphans []SessionOwner) (int, e
 			continue // another live incarnation took it first
 		}
 		rt.sessions.setRecoveredClaim(ref.Tenant, ref.Session, c.Epoch, c.Active)
-		if c.HeadOrdinal == 1 {
-			// The session's first Run has no Run before it: its builder's
-			// history is empty, without a read (history).
-			rt.owned.SetHistory(sessionKey(ref.Tenant, ref.Session), c.Active[0].ID, []abi.Message{})
+		if len(c.Active) > 0 {
+			rt.historyKnownAt(ref.Tenant, ref.Session, c.Active[0].ID, c.HeadOrdinal)
 		}
 		rt.recStats.SessionsTaken.Add(1)
 		rt.log.Info("recovery: session taken over", "tenant", ref.Tenant, "session", ref.Session,
