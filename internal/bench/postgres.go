@@ -356,21 +356,24 @@ const maxStatementText = 160
 // perRun sets the level's server figures from what the server spent on
 // its Runs (sp) and on its bare commits (bare).
 func (sp *serverSpent) perRun(lvl *runsLevel, bare serverSpent, bareCommits int) {
-	runs := float64(lvl.Runs)
-	if sp.cpuKnown {
-		lvl.ServerCPUMsPerRun = float64(sp.cpu) / float64(time.Millisecond) / runs
-	}
+	lvl.StatementsPerRun, lvl.Statements, lvl.ServerCPUMsPerRun = sp.perRunFigures(float64(lvl.Runs))
 	if bare.cpuKnown && bareCommits > 0 {
 		lvl.BareServerCPUMsPerCommit = float64(bare.cpu) / float64(time.Millisecond) / float64(bareCommits)
 	}
-	lvl.StatementsPerRun, lvl.Statements = sp.statementsPer(runs)
 }
 
-// statementsPer returns the statements the server executed per Run, in
-// all and by statement, most first; 0 and nil where they are not known.
-func (sp *serverSpent) statementsPer(runs float64) (float64, []statementCount) {
-	if sp.stmts == nil || runs <= 0 {
-		return 0, nil
+// perRunFigures returns what the server spent per Run: the statements it
+// executed, in all and by statement, most first, and its CPU time in ms;
+// 0 (and nil) for what is not known.
+func (sp *serverSpent) perRunFigures(runs float64) (stmtsPerRun float64, stmts []statementCount, cpuMsPerRun float64) {
+	if runs <= 0 {
+		return 0, nil, 0
+	}
+	if sp.cpuKnown {
+		cpuMsPerRun = float64(sp.cpu) / float64(time.Millisecond) / runs
+	}
+	if sp.stmts == nil {
+		return 0, nil, cpuMsPerRun
 	}
 	var (
 		total int64
@@ -390,5 +393,5 @@ func (sp *serverSpent) statementsPer(runs float64) (float64, []statementCount) {
 		}
 		return strings.Compare(a.Statement, b.Statement)
 	})
-	return float64(total) / runs, out
+	return float64(total) / runs, out, cpuMsPerRun
 }

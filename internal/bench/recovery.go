@@ -289,23 +289,15 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 	// The first incarnation: a child process that puts the Runs in flight
 	// and is killed.
 	bf.progressf(cmd, "recovery: a child process puts %d Runs in flight (slow jobs of %d s)", p.Runs, p.JobSeconds)
-	var sc0 serverCounts
-	if pg != nil {
-		if sc0, err = pg.counts(cmd.Context()); err != nil {
-			return err
-		}
-	}
-	submit, err := runRecoveryChild(cmd, bf, bin, cfg.File, filepath.Join(dir, "child.log"), p, childProfile, timeout)
-	if err != nil {
+	var (
+		submit    time.Duration
+		submitted serverSpent // what the server did for the child
+	)
+	if err := pg.measure(cmd.Context(), &submitted, func() (err error) {
+		submit, err = runRecoveryChild(cmd, bf, bin, cfg.File, filepath.Join(dir, "child.log"), p, childProfile, timeout)
 		return err
-	}
-	var submitted serverSpent // what the server did for the child
-	if pg != nil {
-		sc1, err := pg.counts(cmd.Context())
-		if err != nil {
-			return err
-		}
-		submitted.add(sc0, sc1)
+	}); err != nil {
+		return err
 	}
 	var leaseWait time.Duration
 	switch {
@@ -360,10 +352,7 @@ func benchRecovery(cmd *cobra.Command, bf *benchFlags, p recoveryParams, dsn str
 		return fmt.Errorf("%w\n%s", err, serveproc.TailFile(logf.Name(), 20))
 	}
 	res.SubmitMS, res.LeaseWaitMS = msf(submit), msf(leaseWait)
-	res.SubmitStatementsPerRun, res.SubmitStatements = submitted.statementsPer(float64(p.Runs))
-	if submitted.cpuKnown {
-		res.SubmitServerCPUMsPerRun = float64(submitted.cpu) / float64(time.Millisecond) / float64(p.Runs)
-	}
+	res.SubmitStatementsPerRun, res.SubmitStatements, res.SubmitServerCPUMsPerRun = submitted.perRunFigures(float64(p.Runs))
 	if p.Store != config.DriverPostgres {
 		// The same number of synced commits on bare Badger, on the same
 		// disk, right after.
@@ -679,10 +668,7 @@ func measureRecovery(cmd *cobra.Command, bf *benchFlags, cfg *config.Config, pg 
 		}
 		var sp serverSpent
 		sp.add(c0, c1)
-		res.StatementsPerRun, res.Statements = sp.statementsPer(float64(n))
-		if sp.cpuKnown {
-			res.ServerCPUMsPerRun = float64(sp.cpu) / float64(time.Millisecond) / float64(n)
-		}
+		res.StatementsPerRun, res.Statements, res.ServerCPUMsPerRun = sp.perRunFigures(float64(n))
 	}
 	res.PeakRSSBytes = peakRSS()
 	if memProfile != "" {
