@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -200,6 +201,23 @@ func testAlsoCommandIDs(t *testing.T, h *harness) {
 	}
 	if res, err := h.s.Commit(h.ctx, next("fifth")); err != nil || res.Duplicate {
 		t.Fatalf("the refused commit recorded its further command: %+v, %v", res, err)
+	}
+	// However many it carries: one applied before at the end of a long
+	// list refuses the commit, and a long list is recorded whole.
+	many := make([]string, 20)
+	for i := range many {
+		many[i] = fmt.Sprintf("many%d", i)
+	}
+	_, err = h.s.Commit(h.ctx, next("seventh", append(slices.Clone(many[:19]), "first")...))
+	h.wantErr(err, runtime.ErrVersionConflict, "a commit whose twentieth further command was applied")
+	if res, err := h.s.Commit(h.ctx, next("seventh", many...)); err != nil || res.Duplicate {
+		t.Fatalf("a commit of twenty further commands: %+v, %v", res, err)
+	}
+	r = h.load("t", "r")
+	for _, cmd := range many {
+		if res, err := h.s.Commit(h.ctx, next(cmd)); err != nil || !res.Duplicate || res.Seq != r.Seq {
+			t.Fatalf("commit under %q after a commit applied it with nineteen others: %+v, %v; want a duplicate at Seq %d", cmd, res, err, r.Seq)
+		}
 	}
 	// Malformed lists are refused.
 	for name, c := range map[string]runtime.Commit{

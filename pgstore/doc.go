@@ -100,9 +100,10 @@
 // A Commit is one round trip of two statements, one implicit
 // transaction: lock the session row (SELECT … FOR UPDATE; its epoch
 // fences the commit); one statement of data-modifying CTEs that locks
-// and reads the Run (FOR UPDATE), looks the command ID up and, only if
-// the port's checks pass (command not applied, Seq, epoch), appends the
-// events, rewrites the Run and records the command ID. That statement
+// and reads the Run (FOR UPDATE), looks the command IDs up (each by the
+// whole primary key: a further command ID is a parameter of its own) and,
+// only if the port's checks pass (no command applied, Seq, epoch), appends
+// the events, rewrites the Run and records the command IDs. That statement
 // returns the rows it read, whether it wrote and, when it ended the Run,
 // the live Runs its session has left (CommitResult.SessionIdle); Go
 // decides from the rows, in the port's order (duplicate, malformed,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -89,26 +90,50 @@ var sqlCreate = `WITH x AS (SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 
 		FROM x LEFT JOIN d ON true`
 
 // commitSQL is the statement that locks and reads a Run, looks its
-// command ID up, and writes the commit if the checks Go makes on the same
-// rows pass: the command ID was not applied to it, it is of session $3,
-// at Seq $4, the session's epoch is $5, and it does not leave a terminal
-// status. Parameters: $1 tenant, $2 run, $6 the command ID (NULL for
-// none), $7 the events' Seqs, $8 their JSON, $9 the new Seq, $10 status,
-// $11 live, $12 has_executing, $13 updated_at, $14 executing, $15
-// snapshot, $17 the further command IDs (Commit.AlsoCommandIDs: the
-// commit is refused when one was applied before, and each is recorded), $16
-// what the commit adds to the Run's stored_bytes: the
-// lengths of $15, of the events and of the command IDs (the old snapshot's
-// length is taken off in SQL, where octet_length reads a TOASTed value's
-// size without fetching it). It returns the Run's row as read (no row: no
-// such Run), whether it wrote, and, when ending is set and it wrote, the
-// live Runs its session has left (else NULL). When ending is set, a Run
-// that ends leaves its session's live count and enters prunable.
-func commitSQL(ending bool) string {
+// command IDs up, and writes the commit if the checks Go makes on the same
+// rows pass: no command ID was applied to it, it is of session $3, at Seq
+// $4, the session's epoch is $5, and it does not leave a terminal status.
+// Parameters: $1 tenant, $2 run, $6 the command ID (NULL for none), $7
+// the events' Seqs, $8 their JSON, $9 the new Seq, $10 status, $11 live,
+// $12 has_executing, $13 updated_at, $14 executing, $15 snapshot, $16
+// what the commit adds to the Run's stored_bytes: the lengths of $15, of
+// the events and of the command IDs (the old snapshot's length is taken
+// off in SQL, where octet_length reads a TOASTed value's size without
+// fetching it), and $17 to $16+also the further command IDs
+// (Commit.AlsoCommandIDs: the commit is refused when one was applied
+// before, and each is recorded). It returns the Run's row as read (no
+// row: no such Run), the Seq the command ID was applied at and the least
+// Seq one of the further ones was applied at (NULL for none), whether it
+// wrote, and, when ending is set and it wrote, the live Runs its session has left (else NULL). When
+// ending is set, a Run that ends leaves its session's live count and
+// enters prunable.
+//
+// Each further command ID is a parameter of its own, looked up on the
+// whole primary key, so that the plan PostgreSQL caches for the
+// statement is a probe of the key per ID. An array of them, command_id =
+// ANY($17), was planned (generically, once for all, on a fresh schema) as
+// a filter over every command of the Run: each commit of a long Run read
+// all the commands it had applied.
+func commitSQL(ending bool, also int) string {
+	var alsoSeq, ids strings.Builder
+	ids.WriteString("$6::text")
+	if also == 0 {
+		alsoSeq.WriteString("NULL::bigint")
+	} else {
+		alsoSeq.WriteString("least(")
+		for i := range also {
+			if i > 0 {
+				alsoSeq.WriteString(", ")
+			}
+			fmt.Fprintf(&alsoSeq, "(SELECT c.seq FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = $%d::text)", 17+i)
+			fmt.Fprintf(&ids, ", $%d::text", 17+i)
+		}
+		alsoSeq.WriteString(")")
+	}
 	q := `WITH r AS (
 			SELECT r.session, r.seq, r.live,
 				(SELECT c.seq FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = $6) AS cmd_seq,
-				(SELECT min(c.seq) FROM commands c WHERE c.tenant = r.tenant AND c.run_id = r.run_id AND c.command_id = ANY($17::text[])) AS also_seq
+				` + alsoSeq.String() + ` AS also_seq
 			FROM runs r WHERE r.tenant = $1 AND r.run_id = $2 FOR UPDATE OF r),
 		ok AS (
 			SELECT r.live FROM r WHERE r.cmd_seq IS NULL AND r.also_seq IS NULL AND r.session = $3 AND r.seq = $4 AND (r.live OR NOT $11::boolean)
@@ -116,7 +141,7 @@ func commitSQL(ending bool) string {
 		e AS (INSERT INTO events (tenant, run_id, seq, body)
 			SELECT $1, $2, u.seq, u.body FROM ok, unnest($7::bigint[], $8::bytea[]) AS u(seq, body)),
 		c AS (INSERT INTO commands (tenant, run_id, command_id, seq)
-			SELECT $1, $2, x.id, $9 FROM ok, unnest(array_remove(ARRAY[$6::text] || $17::text[], NULL)) AS x(id)),`
+			SELECT $1, $2, x.id, $9 FROM ok, unnest(array_remove(ARRAY[` + ids.String() + `], NULL)) AS x(id)),`
 	if ending {
 		q += `
 		l AS (UPDATE sessions SET live_count = live_count - 1 FROM ok WHERE ok.live AND sessions.tenant = $1 AND sessions.session = $3
@@ -134,10 +159,32 @@ func commitSQL(ending bool) string {
 		SELECT r.session, r.seq, r.live, r.cmd_seq, r.also_seq, EXISTS (SELECT 1 FROM w), ` + sessionLive + ` FROM r`
 }
 
-var (
-	sqlCommitLive   = commitSQL(false)
-	sqlCommitEnding = commitSQL(true)
-)
+// commitStatements holds commitSQL's texts for commits with up to
+// len-1 further command IDs, by ending, then by how many; a commit with
+// more (settlements of one Run that queued together, a copied history)
+// has its text made when it commits, and prepared on each connection as
+// the others are.
+var commitStatements = func() (out [2][9]string) {
+	for i, ending := range []bool{false, true} {
+		for also := range out[i] {
+			out[i][also] = commitSQL(ending, also)
+		}
+	}
+	return out
+}()
+
+// commitStatement returns the commit statement for a commit that does or
+// does not end its Run, with also further command IDs.
+func commitStatement(ending bool, also int) string {
+	i := 0
+	if ending {
+		i = 1
+	}
+	if also < len(commitStatements[i]) {
+		return commitStatements[i][also]
+	}
+	return commitSQL(ending, also)
+}
 
 // encoded is what a snapshot writes: the JSON the store keeps, and its
 // executing effects' records, as JSON (nil when none).
@@ -155,15 +202,6 @@ func encodeRun(r loop.Run) (encoded, error) {
 		}
 	}
 	return e, nil
-}
-
-// alsoIDs is the text[] parameter of a commit's further command IDs: never
-// NULL, so that ANY and || see an empty array.
-func alsoIDs(ids []string) []string {
-	if ids == nil {
-		return []string{}
-	}
-	return ids
 }
 
 // optional is a text parameter: NULL for "".
@@ -414,18 +452,19 @@ func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitRes
 		owner string
 	)
 	nowLive := !c.Run.Status.Terminal()
-	write := sqlCommitLive
-	if !nowLive {
-		write = sqlCommitEnding
-	}
+	write := commitStatement(!nowLive, len(c.AlsoCommandIDs))
 	err := s.inTx(ctx, false, func(ctx context.Context, conn *pgx.Conn) error {
 		res, owner = runtime.CommitResult{}, ""
 		b := &pgx.Batch{}
 		b.Queue(sqlLockSessionEpoch, t, c.Session)
 		if payloadErr == nil {
-			b.Queue(write, t, id, c.Session, c.ExpectedSeq, int64(c.Epoch), optional(c.CommandID),
+			args := append(make([]any, 0, 16+len(c.AlsoCommandIDs)), t, id, c.Session, c.ExpectedSeq, int64(c.Epoch), optional(c.CommandID),
 				seqs, bodies, c.Run.Seq, string(c.Run.Status), nowLive, enc.executing != nil,
-				c.Run.UpdatedAt, enc.executing, enc.snapshot, added, alsoIDs(c.AlsoCommandIDs))
+				c.Run.UpdatedAt, enc.executing, enc.snapshot, added)
+			for _, also := range c.AlsoCommandIDs {
+				args = append(args, also)
+			}
+			b.Queue(write, args...)
 		} else { // nothing to write: look the command up all the same
 			b.Queue(sqlLockRun, t, id, optional(c.CommandID))
 		}
