@@ -27,48 +27,74 @@ func (s *Server) CPUTime() (time.Duration, error) {
 	if !running {
 		return 0, fmt.Errorf("pgserver: CPUTime: no postmaster runs in %s", s.dir)
 	}
-	ticks, ok := procCPUTicks(pid, true)
-	if !ok {
-		return 0, fmt.Errorf("pgserver: CPUTime: reading /proc/%d/stat", pid)
+	// A child's time moves into the postmaster's reaped total when the
+	// postmaster reaps it; until then /proc shows it as the child's (a
+	// zombie's too). A child reaped while the children are read would be
+	// counted in neither reading, or in both: the postmaster is read
+	// before and after them, and the children read again when its total
+	// moved in between.
+	var ticks int64
+	for range cpuReadAttempts {
+		_, reaped, ok := procCPUTicks(pid)
+		if !ok {
+			return 0, fmt.Errorf("pgserver: CPUTime: reading /proc/%d/stat", pid)
+		}
+		children, err := childrenCPUTicks(pid)
+		if err != nil {
+			return 0, err
+		}
+		own, reapedAfter, ok := procCPUTicks(pid)
+		if !ok {
+			return 0, fmt.Errorf("pgserver: CPUTime: reading /proc/%d/stat", pid)
+		}
+		ticks = own + reapedAfter + children
+		if reapedAfter == reaped {
+			break
+		}
 	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// cpuReadAttempts bounds CPUTime's readings while children keep exiting:
+// past it, the last reading stands (a child reaped in between may be
+// counted twice).
+const cpuReadAttempts = 100
+
+// childrenCPUTicks is the user and system time of the processes whose
+// parent is pid, exited ones not yet reaped included.
+func childrenCPUTicks(pid int) (int64, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, fmt.Errorf("pgserver: CPUTime: %w", err)
 	}
+	var ticks int64
 	for _, e := range entries {
 		child, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
 		if f, ok := procStatFields(child); ok && f[1] == strconv.Itoa(pid) {
-			// A child that exits between the two reads is lost from the
-			// sum until the postmaster reaps it: a few ticks at most.
-			t, _ := procCPUTicks(child, false)
-			ticks += t
+			own, _, _ := procCPUTicks(child)
+			ticks += own
 		}
 	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
+	return ticks, nil
 }
 
 // procCPUTicks is a process's user and system time in ticks (fields 14
-// and 15 of /proc/PID/stat), and with reaped, its reaped children's too
+// and 15 of /proc/PID/stat), and that of the children it has reaped
 // (fields 16 and 17).
-func procCPUTicks(pid int, reaped bool) (int64, bool) {
+func procCPUTicks(pid int) (own, reaped int64, ok bool) {
 	f, ok := procStatFields(pid)
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	last := 12
-	if reaped {
-		last = 14
-	}
-	var sum int64
-	for i := 11; i <= last; i++ {
-		n, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return 0, false
+	var n [4]int64
+	for i := range n {
+		var err error
+		if n[i], err = strconv.ParseInt(f[11+i], 10, 64); err != nil {
+			return 0, 0, false
 		}
-		sum += n
 	}
-	return sum, true
+	return n[0] + n[1], n[2] + n[3], true
 }
