@@ -32,6 +32,17 @@ func scansOf(n planNode, relation string) []planNode {
 	return out
 }
 
+// wantKeyLookups fails the test for each scan of relation in scans that
+// is not an index scan without a filter, saying why that costs: why.
+func wantKeyLookups(t *testing.T, name, relation string, scans []planNode, why string) {
+	t.Helper()
+	for _, n := range scans {
+		if n.Filter != "" || !strings.Contains(n.NodeType, "Index") {
+			t.Errorf("%s: a %s of %s with index condition %q and filter %q: %s", name, n.NodeType, relation, n.IndexCond, n.Filter, why)
+		}
+	}
+}
+
 // genericPlansConn opens a connection to s's schema on which every
 // prepared statement runs its generic plan.
 func genericPlansConn(t *testing.T, s *Store) *pgx.Conn {
@@ -97,12 +108,7 @@ func TestKVKeyLookupsStayKeyLookupsInGenericPlans(t *testing.T) {
 		if len(scans) == 0 {
 			t.Fatalf("%s: no scan of %s in its plan", c.name, c.relation)
 		}
-		for _, n := range scans {
-			if n.Filter != "" || !strings.Contains(n.NodeType, "Index") {
-				t.Errorf("%s: a %s of %s with index condition %q and filter %q: a lookup by key reads every row of the range",
-					c.name, n.NodeType, c.relation, n.IndexCond, n.Filter)
-			}
-		}
+		wantKeyLookups(t, c.name, c.relation, scans, "a lookup by key reads every row of the range")
 	}
 }
 
@@ -126,12 +132,7 @@ func TestCommitCommandLookupsStayKeyLookupsInGenericPlans(t *testing.T) {
 			if len(scans) != 1+also {
 				t.Errorf("%s: %d scans of commands in its plan, want %d: one a command ID", name, len(scans), 1+also)
 			}
-			for _, n := range scans {
-				if n.Filter != "" || !strings.Contains(n.NodeType, "Index") {
-					t.Errorf("%s: a %s of commands with index condition %q and filter %q: a lookup by command ID reads every command of the Run",
-						name, n.NodeType, n.IndexCond, n.Filter)
-				}
-			}
+			wantKeyLookups(t, name, "commands", scans, "a lookup by command ID reads every command of the Run")
 		}
 	}
 }
