@@ -33,12 +33,12 @@ func (s *Server) CPUTime() (time.Duration, error) {
 	// counted in neither reading, or in both: the postmaster is read
 	// before and after them, and the children read again when its total
 	// moved in between.
+	_, reaped, ok := procCPUTicks(pid)
+	if !ok {
+		return 0, fmt.Errorf("pgserver: CPUTime: reading /proc/%d/stat", pid)
+	}
 	var ticks int64
 	for range cpuReadAttempts {
-		_, reaped, ok := procCPUTicks(pid)
-		if !ok {
-			return 0, fmt.Errorf("pgserver: CPUTime: reading /proc/%d/stat", pid)
-		}
 		children, err := childrenCPUTicks(pid)
 		if err != nil {
 			return 0, err
@@ -51,6 +51,7 @@ func (s *Server) CPUTime() (time.Duration, error) {
 		if reapedAfter == reaped {
 			break
 		}
+		reaped = reapedAfter // the next try starts from this reading
 	}
 	return time.Duration(ticks) * time.Second / userHZ, nil
 }
