@@ -124,6 +124,12 @@
 // it, with the step's events after the first, when its checks find the
 // session new (last ordinal 0) and the claim taken at the step's epoch,
 // and says whether it did; Go checks that against the rows it read.
+// Commits and creations that arrive while Options.WriteGroups
+// transactions of them are under way queue, and share the next one, each
+// with the statements it sends alone (group commit, groups.go): sorted by
+// (tenant, session, run), the order batch claims lock in; judged each as
+// if alone; written again each alone when PostgreSQL aborts the group, so
+// that an error is its own write's.
 // ClaimSession decides with one read when it writes nothing, and takes a
 // session over in one round trip of the same shape. KVSet is two round
 // trips: the locked reads, then Go decides and the writes and COMMIT

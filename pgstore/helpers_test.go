@@ -35,6 +35,18 @@ func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p
 
 var _ io.Writer = tWriter{}
 
+// untilCount waits, 10 s at most, until count returns n.
+func untilCount(t *testing.T, what string, n int, count func() int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for got := count(); got != n; got = count() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %s after 10 s; want %d", got, what, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 var schemaSeq atomic.Int64
 
 // freshSchema names a schema no other test of this process uses on the

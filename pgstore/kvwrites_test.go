@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/runtime"
@@ -46,14 +45,7 @@ func (h *heldKVBatches) batchSizes() []int {
 // untilQueued waits until n writes of (t, p) wait behind the held batch.
 func untilQueued(t *testing.T, s *Store, n int) {
 	t.Helper()
-	q := s.kvQueueOf("t", "p")
-	deadline := time.Now().Add(10 * time.Second)
-	for q.len() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d writes queued after 10 s; want %d", q.len(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	untilCount(t, "KV writes queued", n, s.kvQueueOf("t", "p").len)
 }
 
 func openKVStore(t *testing.T, quota int64) *Store {

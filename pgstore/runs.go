@@ -212,123 +212,163 @@ func optional(s string) *string {
 	return &s
 }
 
-// CreateRun implements runtime.Store in one implicit transaction, one
-// round trip: create the session's row if missing; lock it (its last ordinal,
-// owner and epoch); in a statement of its own, look the run ID and the
-// creation command up and, if neither was used, write the Run, its first
-// event, its place in the session and its creation command, and claim the
-// session for c.Claimant when no one owns it (sqlCreate). Go
-// decides from what that statement read (duplicate, run ID used) and
-// checks that the write agrees.
+// CreateRun implements runtime.Store: one createCall, written in a
+// transaction of its own or in one it shares with the commits and
+// creations queued with it (groups.go).
 func (s *Store) CreateRun(ctx context.Context, c runtime.CreateRun) (runtime.CreateResult, error) {
 	if err := c.Check(); err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run: %w", err)
 	}
-	ev := c.Event
-	ev.Seq = 1
-	evb, err := runcodec.MarshalJSON(ev)
+	k, err := newCreateCall(c, s.nowParam())
 	if err != nil {
-		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s: encode event: %w", c.Run.ID, err)
-	}
-	enc, err := encodeRun(c.Run)
-	if err != nil {
-		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s: encode snapshot: %w", c.Run.ID, err)
-	}
-	step, err := encodeFirstStep(c)
-	if err != nil {
-		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s: %w", c.Run.ID, err)
+		return runtime.CreateResult{}, err
 	}
 	if err := s.enter(); err != nil {
 		return runtime.CreateResult{}, err
 	}
 	defer s.leave()
-	t, id, session := c.Run.Tenant, c.Run.ID, c.Run.Session
-	now := s.nowParam()
-	var (
-		res   runtime.CreateResult
-		dup   []byte
-		owner string
-	)
-	err = s.inTx(ctx, true, func(ctx context.Context, conn *pgx.Conn) error {
-		res, dup, owner = runtime.CreateResult{}, nil, ""
-		b := &pgx.Batch{}
-		b.Queue(sqlEnsureSession, t, session)
-		b.Queue(sqlLockSession, t, session)
-		b.Queue(sqlCreate, t, session, id, boolInt(!c.Run.Status.Terminal()), c.Run.Seq, string(c.Run.Status),
-			enc.executing != nil, c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb,
-			int64(len(enc.snapshot)+len(evb)+len(c.CommandID)), c.Claimant, now,
-			step.epoch, step.run.Seq, string(step.run.Status), step.enc.executing != nil, step.run.UpdatedAt,
-			step.enc.executing, step.enc.snapshot, step.seqs, step.bodies, step.storedBytes+int64(len(evb)+len(c.CommandID)))
-		br := conn.SendBatch(ctx, b)
-		var (
-			last, epoch            int64
-			used                   bool
-			dupOrdinal, newOrdinal *int64
-			claimEpoch             *int64
-			stepped                bool
-		)
-		err := execAll(br, 1)
-		if err == nil {
-			_, err = queryOne(br, &last, &owner, &epoch)
-		}
-		if err == nil {
-			_, err = queryOne(br, &used, &dupOrdinal, &dup, &newOrdinal, &claimEpoch, &stepped)
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		unowned := owner == ""
-		var refused error
-		switch {
-		case dupOrdinal != nil:
-			res = runtime.CreateResult{Ordinal: *dupOrdinal, Duplicate: true}
-		case used:
-			refused = fmt.Errorf("pgstore: create run %s/%s: %w", t, id, runtime.ErrRunExists)
-		default:
-			res = runtime.CreateResult{Ordinal: last + 1}
-		}
-		wrote := refused == nil && !res.Duplicate
-		if wrote != (newOrdinal != nil) || wrote && *newOrdinal != last+1 || !wrote && claimEpoch != nil {
-			return fmt.Errorf("pgstore: create run %s/%s: the write's checks and the rows read disagree: %w", t, id, runtime.ErrStoreUnavailable)
-		}
-		if claimEpoch != nil {
-			// A claim taken (no owner) or held already (the claimant's).
-			if taken := owner == ""; !taken && owner != c.Claimant || taken && *claimEpoch != epoch+1 || !taken && *claimEpoch != epoch {
-				return fmt.Errorf("pgstore: create run %s/%s: the claim of the session and the rows read disagree: %w", t, id, runtime.ErrStoreUnavailable)
-			}
-			res.Epoch, owner = uint64(*claimEpoch), c.Claimant
-		}
-		// The first step goes with the session's first Run, under the claim
-		// the creation took for it at the step's epoch.
-		wantStep := step.epoch > 0 && wrote && last == 0 && unowned && claimEpoch != nil && *claimEpoch == step.epoch
-		if res.Stepped = stepped; stepped != wantStep {
-			return fmt.Errorf("pgstore: create run %s/%s: the first step's checks (wrote it: %v) and the rows read (write it: %v) disagree: %w",
-				t, id, stepped, wantStep, runtime.ErrStoreUnavailable)
-		}
-		return refused
-	})
+	t, id := c.Run.Tenant, c.Run.ID
+	res, err := writeQueued(ctx, s, k)
 	if err != nil {
 		return runtime.CreateResult{}, fail("create run "+t+"/"+id, err)
 	}
 	// Hand back a copy decoded from the stored bytes, which shares nothing
 	// with the caller's argument.
-	stored := enc.snapshot
+	stored := k.enc.snapshot
 	switch {
 	case res.Duplicate:
-		stored = dup
+		stored = k.read.dup
 	case res.Stepped:
-		stored = step.enc.snapshot
+		stored = k.step.enc.snapshot
 	}
 	if res.Run, err = runcodec.Unmarshal(stored); err != nil {
 		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s/%s: decode snapshot: %w", t, id, err)
 	}
 	if !res.Duplicate {
-		s.feed.publish(runtime.Change{Tenant: t, Session: session, RunID: id, Seq: res.Run.Seq, Owner: owner})
+		s.feed.publish(runtime.Change{Tenant: t, Session: c.Run.Session, RunID: id, Seq: res.Run.Seq, Owner: k.owner})
 	}
 	return res, nil
+}
+
+// createCall is one CreateRun, three statements in the port's order:
+// create the session's row if missing; lock it (its last ordinal, owner
+// and epoch); in a statement of its own, look the run ID and the creation
+// command up and, if neither was used, write the Run, its first event,
+// its place in the session and its creation command, and claim the
+// session for c.Claimant when no one owns it (sqlCreate). Go decides from
+// what that statement read (duplicate, run ID used) and checks that the
+// write agrees.
+type createCall struct {
+	c    runtime.CreateRun
+	enc  encoded
+	step firstStep
+	args []any // sqlCreate's
+
+	read createRead
+	// owner is the session's owner once the creation is written: the
+	// claimant when it claimed the session.
+	owner string
+}
+
+// createRead is what a createCall's statements read.
+type createRead struct {
+	last, epoch            int64
+	owner                  string
+	used                   bool
+	dupOrdinal, newOrdinal *int64
+	dup                    []byte
+	claimEpoch             *int64
+	stepped                bool
+}
+
+func newCreateCall(c runtime.CreateRun, now *int64) (*createCall, error) {
+	ev := c.Event
+	ev.Seq = 1
+	evb, err := runcodec.MarshalJSON(ev)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: create run %s: encode event: %w", c.Run.ID, err)
+	}
+	k := &createCall{c: c}
+	if k.enc, err = encodeRun(c.Run); err != nil {
+		return nil, fmt.Errorf("pgstore: create run %s: encode snapshot: %w", c.Run.ID, err)
+	}
+	if k.step, err = encodeFirstStep(c); err != nil {
+		return nil, fmt.Errorf("pgstore: create run %s: %w", c.Run.ID, err)
+	}
+	enc, step := k.enc, k.step
+	k.args = []any{c.Run.Tenant, c.Run.Session, c.Run.ID, boolInt(!c.Run.Status.Terminal()), c.Run.Seq, string(c.Run.Status),
+		enc.executing != nil, c.Run.UpdatedAt, optional(c.CommandID), enc.executing, enc.snapshot, evb,
+		int64(len(enc.snapshot) + len(evb) + len(c.CommandID)), c.Claimant, now,
+		step.epoch, step.run.Seq, string(step.run.Status), step.enc.executing != nil, step.run.UpdatedAt,
+		step.enc.executing, step.enc.snapshot, step.seqs, step.bodies, step.storedBytes + int64(len(evb)+len(c.CommandID))}
+	return k, nil
+}
+
+func (k *createCall) orderKey() (tenant, session, run string) {
+	return k.c.Run.Tenant, k.c.Run.Session, k.c.Run.ID
+}
+
+func (k *createCall) queue(b *pgx.Batch) {
+	t, session := k.c.Run.Tenant, k.c.Run.Session
+	b.Queue(sqlEnsureSession, t, session)
+	b.Queue(sqlLockSession, t, session)
+	b.Queue(sqlCreate, k.args...)
+}
+
+func (k *createCall) readResults(br pgx.BatchResults) error {
+	r := createRead{}
+	k.read = r
+	err := execAll(br, 1)
+	if err == nil {
+		_, err = queryOne(br, &r.last, &r.owner, &r.epoch)
+	}
+	if err == nil {
+		_, err = queryOne(br, &r.used, &r.dupOrdinal, &r.dup, &r.newOrdinal, &r.claimEpoch, &r.stepped)
+	}
+	k.read = r
+	return err
+}
+
+// retryUnique: two creations of one ID racing, the second is written
+// again and reads the first one's row.
+func (k *createCall) retryUnique() bool { return true }
+
+func (k *createCall) decide() (runtime.CreateResult, error) {
+	c, r := k.c, k.read
+	t, id := c.Run.Tenant, c.Run.ID
+	k.owner = r.owner
+	unowned := r.owner == ""
+	var (
+		res     runtime.CreateResult
+		refused error
+	)
+	switch {
+	case r.dupOrdinal != nil:
+		res = runtime.CreateResult{Ordinal: *r.dupOrdinal, Duplicate: true}
+	case r.used:
+		refused = fmt.Errorf("pgstore: create run %s/%s: %w", t, id, runtime.ErrRunExists)
+	default:
+		res = runtime.CreateResult{Ordinal: r.last + 1}
+	}
+	wrote := refused == nil && !res.Duplicate
+	if wrote != (r.newOrdinal != nil) || wrote && *r.newOrdinal != r.last+1 || !wrote && r.claimEpoch != nil {
+		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s/%s: the write's checks and the rows read disagree: %w", t, id, runtime.ErrStoreUnavailable)
+	}
+	if r.claimEpoch != nil {
+		// A claim taken (no owner) or held already (the claimant's).
+		if taken := unowned; !taken && r.owner != c.Claimant || taken && *r.claimEpoch != r.epoch+1 || !taken && *r.claimEpoch != r.epoch {
+			return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s/%s: the claim of the session and the rows read disagree: %w", t, id, runtime.ErrStoreUnavailable)
+		}
+		res.Epoch, k.owner = uint64(*r.claimEpoch), c.Claimant
+	}
+	// The first step goes with the session's first Run, under the claim
+	// the creation took for it at the step's epoch.
+	wantStep := k.step.epoch > 0 && wrote && r.last == 0 && unowned && r.claimEpoch != nil && *r.claimEpoch == k.step.epoch
+	if res.Stepped = r.stepped; r.stepped != wantStep {
+		return runtime.CreateResult{}, fmt.Errorf("pgstore: create run %s/%s: the first step's checks (wrote it: %v) and the rows read (write it: %v) disagree: %w",
+			t, id, r.stepped, wantStep, runtime.ErrStoreUnavailable)
+	}
+	return res, refused
 }
 
 // firstStep is what CreateRun writes of a first step (runtime.FirstStep):
@@ -394,140 +434,170 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 	return r, nil
 }
 
-// Commit implements runtime.Store, in one implicit transaction, in the
-// port's order, sent as one pipelined batch (one round trip) of two
-// statements: lock the session row (whose epoch fences the commit);
-// then, in a statement of its own, lock and read the Run, look the
-// command ID up and write the commit if the port's checks pass
-// (commitSQL). A statement's snapshot is taken when it starts, so
-// the one that reads and writes, which starts once the session lock is
-// held, sees what the lock's previous holder committed. Locks are always
-// taken session first, then Run. Go decides from the rows that statement
-// read, in the port's order (duplicate command, malformed, version
-// conflict, fenced), and checks that the write agrees: it wrote exactly
-// when the commit goes ahead. A refused commit commits a transaction that
-// wrote nothing, which costs what a rollback does.
+// Commit implements runtime.Store: one commitCall, written in a
+// transaction of its own or in one it shares with the commits queued
+// with it (groups.go).
 func (s *Store) Commit(ctx context.Context, c runtime.Commit) (runtime.CommitResult, error) {
 	if err := c.CheckIDs(); err != nil {
 		return runtime.CommitResult{}, fmt.Errorf("pgstore: commit: %w", err)
 	}
-	// The payload is checked now but judged after the command-ID lookup,
-	// so that a retried command gets its first result whatever it carries.
-	payloadErr := c.Check()
-	var (
-		enc    encoded
-		seqs   []int64
-		bodies [][]byte
-		added  int64 // to stored_bytes ($16)
-	)
-	if payloadErr == nil {
-		seqs, bodies = make([]int64, len(c.Events)), make([][]byte, len(c.Events))
-		added = int64(len(c.CommandID))
-		for _, also := range c.AlsoCommandIDs {
-			added += int64(len(also))
-		}
-		for i, ev := range c.Events {
-			seqs[i] = ev.Seq
-			if bodies[i], payloadErr = runcodec.MarshalJSON(ev); payloadErr != nil {
-				payloadErr = fmt.Errorf("%w: encode event %d: %v", runtime.ErrInvalidRequest, ev.Seq, payloadErr)
-				break
-			}
-			added += int64(len(bodies[i]))
-		}
-	}
-	if payloadErr == nil {
-		var err error
-		if enc, err = encodeRun(c.Run); err != nil {
-			payloadErr = fmt.Errorf("%w: encode snapshot: %v", runtime.ErrInvalidRequest, err)
-		}
-		added += int64(len(enc.snapshot))
-	}
+	k := newCommitCall(c)
 	if err := s.enter(); err != nil {
 		return runtime.CommitResult{}, err
 	}
 	defer s.leave()
-	t, id := c.Tenant, c.RunID
-	var (
-		res   runtime.CommitResult
-		owner string
-	)
-	nowLive := !c.Run.Status.Terminal()
-	write := commitStatement(!nowLive, len(c.AlsoCommandIDs))
-	err := s.inTx(ctx, false, func(ctx context.Context, conn *pgx.Conn) error {
-		res, owner = runtime.CommitResult{}, ""
-		b := &pgx.Batch{}
-		b.Queue(sqlLockSessionEpoch, t, c.Session)
-		if payloadErr == nil {
-			args := append(make([]any, 0, 16+len(c.AlsoCommandIDs)), t, id, c.Session, c.ExpectedSeq, int64(c.Epoch), optional(c.CommandID),
-				seqs, bodies, c.Run.Seq, string(c.Run.Status), nowLive, enc.executing != nil,
-				c.Run.UpdatedAt, enc.executing, enc.snapshot, added)
-			for _, also := range c.AlsoCommandIDs {
-				args = append(args, also)
-			}
-			b.Queue(write, args...)
-		} else { // nothing to write: look the command up all the same
-			b.Queue(sqlLockRun, t, id, optional(c.CommandID))
-		}
-		br := conn.SendBatch(ctx, b)
-		var (
-			epoch, seq      int64
-			cmdSeq, alsoSeq *int64
-			sessionLive     *int64 // after an ending write
-			runSession      string
-			live, runFound  bool
-			written         bool
-		)
-		_, err := queryOne(br, &owner, &epoch)
-		if err == nil {
-			dest := []any{&runSession, &seq, &live, &cmdSeq}
-			if payloadErr == nil {
-				dest = append(dest, &alsoSeq, &written, &sessionLive)
-			}
-			runFound, err = queryOne(br, dest...)
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		var refused error
-		switch {
-		case cmdSeq != nil:
-			res = runtime.CommitResult{Seq: *cmdSeq, Duplicate: true}
-		case !runFound:
-			refused = fmt.Errorf("pgstore: commit to run %s/%s: %w", t, id, runtime.ErrRunNotFound)
-		case payloadErr != nil:
-			refused = fmt.Errorf("pgstore: commit: %w", payloadErr)
-		case runSession != c.Session:
-			refused = fmt.Errorf("pgstore: commit to run %s: %w: it belongs to session %s, not %s", id, runtime.ErrInvalidRequest, runSession, c.Session)
-		case seq != c.ExpectedSeq:
-			refused = fmt.Errorf("pgstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)", t, id, c.ExpectedSeq, runtime.ErrVersionConflict, seq)
-		case uint64(epoch) != c.Epoch:
-			refused = fmt.Errorf("pgstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, epoch)
-		case alsoSeq != nil:
-			refused = fmt.Errorf("pgstore: commit to run %s/%s: %w: a command it also applies was applied at Seq %d", t, id, runtime.ErrVersionConflict, *alsoSeq)
-		case !live && nowLive:
-			refused = fmt.Errorf("pgstore: commit to run %s/%s: %w: it has ended, and the snapshot is %s", t, id, runtime.ErrInvalidRequest, c.Run.Status)
-		default:
-			res = runtime.CommitResult{Seq: c.Run.Seq, SessionIdle: sessionLive != nil && *sessionLive == 0}
-		}
-		// The write checked in SQL what Go checked on the rows it read: they
-		// agree, or something is badly wrong.
-		if wrote := refused == nil && !res.Duplicate; wrote != written {
-			return fmt.Errorf("pgstore: commit to run %s/%s: the write's checks (wrote: %v) and the rows read (write: %v) disagree: %w",
-				t, id, written, wrote, runtime.ErrStoreUnavailable)
-		}
-		return refused
-	})
+	res, err := writeQueued(ctx, s, k)
 	if err != nil {
-		return runtime.CommitResult{}, fail("commit to run "+t+"/"+id, err)
+		return runtime.CommitResult{}, fail("commit to run "+c.Tenant+"/"+c.RunID, err)
 	}
 	if !res.Duplicate {
-		s.feed.publish(runtime.Change{Tenant: t, Session: c.Session, RunID: id, Seq: res.Seq, Owner: owner})
+		s.feed.publish(runtime.Change{Tenant: c.Tenant, Session: c.Session, RunID: c.RunID, Seq: res.Seq, Owner: k.owner})
 	}
 	return res, nil
 }
+
+// commitCall is one Commit: the two statements it sends, in the port's
+// order: lock the session row (whose epoch fences the commit); then, in
+// a statement of its own, lock and read the Run, look the command IDs up
+// and write the commit if the port's checks pass (commitSQL). A
+// statement's snapshot is taken when it starts, so the one that reads and
+// writes, which starts once the session lock is held, sees what the
+// lock's previous holder committed. Locks are always taken session
+// first, then Run. Go decides from the rows that statement read, in the
+// port's order (duplicate command, malformed, version conflict, fenced),
+// and checks that the write agrees: it wrote exactly when the commit goes
+// ahead. A refused commit writes nothing.
+type commitCall struct {
+	c runtime.Commit
+	// payloadErr is what is wrong with the payload: checked now, judged
+	// after the command-ID lookup, so that a retried command gets its
+	// first result whatever it carries. With one, only the lookup is sent.
+	payloadErr error
+	nowLive    bool
+	write      string // the statement that reads and writes
+	args       []any
+
+	read commitRead // what the statements read, set by readResults
+	// owner is the session's owner as read.
+	owner string
+}
+
+// commitRead is what a commitCall's statements read.
+type commitRead struct {
+	epoch, seq      int64
+	cmdSeq, alsoSeq *int64
+	sessionLive     *int64 // after an ending write
+	runSession      string
+	live, runFound  bool
+	written         bool
+}
+
+func newCommitCall(c runtime.Commit) *commitCall {
+	k := &commitCall{c: c, nowLive: !c.Run.Status.Terminal()}
+	k.payloadErr = c.Check()
+	if k.payloadErr != nil {
+		return k
+	}
+	seqs, bodies := make([]int64, len(c.Events)), make([][]byte, len(c.Events))
+	added := int64(len(c.CommandID)) // to stored_bytes ($16)
+	for _, also := range c.AlsoCommandIDs {
+		added += int64(len(also))
+	}
+	for i, ev := range c.Events {
+		seqs[i] = ev.Seq
+		var err error
+		if bodies[i], err = runcodec.MarshalJSON(ev); err != nil {
+			k.payloadErr = fmt.Errorf("%w: encode event %d: %v", runtime.ErrInvalidRequest, ev.Seq, err)
+			return k
+		}
+		added += int64(len(bodies[i]))
+	}
+	enc, err := encodeRun(c.Run)
+	if err != nil {
+		k.payloadErr = fmt.Errorf("%w: encode snapshot: %v", runtime.ErrInvalidRequest, err)
+		return k
+	}
+	added += int64(len(enc.snapshot))
+	k.write = commitStatement(!k.nowLive, len(c.AlsoCommandIDs))
+	k.args = append(make([]any, 0, 16+len(c.AlsoCommandIDs)), c.Tenant, c.RunID, c.Session, c.ExpectedSeq, int64(c.Epoch), optional(c.CommandID),
+		seqs, bodies, c.Run.Seq, string(c.Run.Status), k.nowLive, enc.executing != nil,
+		c.Run.UpdatedAt, enc.executing, enc.snapshot, added)
+	for _, also := range c.AlsoCommandIDs {
+		k.args = append(k.args, also)
+	}
+	return k
+}
+
+// queue queues the call's statements on b.
+func (k *commitCall) queue(b *pgx.Batch) {
+	b.Queue(sqlLockSessionEpoch, k.c.Tenant, k.c.Session)
+	if k.payloadErr == nil {
+		b.Queue(k.write, k.args...)
+	} else { // nothing to write: look the command up all the same
+		b.Queue(sqlLockRun, k.c.Tenant, k.c.RunID, optional(k.c.CommandID))
+	}
+}
+
+// readResults reads the results of the statements queue queued.
+func (k *commitCall) readResults(br pgx.BatchResults) error {
+	r := commitRead{}
+	k.read, k.owner = r, ""
+	_, err := queryOne(br, &k.owner, &r.epoch)
+	if err != nil {
+		return err
+	}
+	dest := []any{&r.runSession, &r.seq, &r.live, &r.cmdSeq}
+	if k.payloadErr == nil {
+		dest = append(dest, &r.alsoSeq, &r.written, &r.sessionLive)
+	}
+	r.runFound, err = queryOne(br, dest...)
+	k.read = r
+	return err
+}
+
+// decide judges the call from what its statements read, in the port's
+// order, and checks that the write agrees.
+func (k *commitCall) decide() (runtime.CommitResult, error) {
+	c, r := k.c, k.read
+	t, id := c.Tenant, c.RunID
+	var (
+		res     runtime.CommitResult
+		refused error
+	)
+	switch {
+	case r.cmdSeq != nil:
+		res = runtime.CommitResult{Seq: *r.cmdSeq, Duplicate: true}
+	case !r.runFound:
+		refused = fmt.Errorf("pgstore: commit to run %s/%s: %w", t, id, runtime.ErrRunNotFound)
+	case k.payloadErr != nil:
+		refused = fmt.Errorf("pgstore: commit: %w", k.payloadErr)
+	case r.runSession != c.Session:
+		refused = fmt.Errorf("pgstore: commit to run %s: %w: it belongs to session %s, not %s", id, runtime.ErrInvalidRequest, r.runSession, c.Session)
+	case r.seq != c.ExpectedSeq:
+		refused = fmt.Errorf("pgstore: commit to run %s/%s at Seq %d: %w (stored Seq is %d)", t, id, c.ExpectedSeq, runtime.ErrVersionConflict, r.seq)
+	case uint64(r.epoch) != c.Epoch:
+		refused = fmt.Errorf("pgstore: commit to run %s/%s with epoch %d: %w (session epoch is %d)", t, id, c.Epoch, runtime.ErrFenced, r.epoch)
+	case r.alsoSeq != nil:
+		refused = fmt.Errorf("pgstore: commit to run %s/%s: %w: a command it also applies was applied at Seq %d", t, id, runtime.ErrVersionConflict, *r.alsoSeq)
+	case !r.live && k.nowLive:
+		refused = fmt.Errorf("pgstore: commit to run %s/%s: %w: it has ended, and the snapshot is %s", t, id, runtime.ErrInvalidRequest, c.Run.Status)
+	default:
+		res = runtime.CommitResult{Seq: c.Run.Seq, SessionIdle: r.sessionLive != nil && *r.sessionLive == 0}
+	}
+	// The write checked in SQL what Go checked on the rows it read: they
+	// agree, or something is badly wrong.
+	if wrote := refused == nil && !res.Duplicate; wrote != r.written {
+		return runtime.CommitResult{}, fmt.Errorf("pgstore: commit to run %s/%s: the write's checks (wrote: %v) and the rows read (write: %v) disagree: %w",
+			t, id, r.written, wrote, runtime.ErrStoreUnavailable)
+	}
+	return res, refused
+}
+
+func (k *commitCall) orderKey() (tenant, session, run string) {
+	return k.c.Tenant, k.c.Session, k.c.RunID
+}
+
+func (k *commitCall) retryUnique() bool { return false }
 
 // Events implements runtime.Store. One query answers both whether the Run
 // exists and its events.

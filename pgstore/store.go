@@ -24,6 +24,7 @@ import (
 const (
 	DefaultSchema           = "agenthost"
 	DefaultMaxConns         = 16
+	DefaultWriteGroups      = 4
 	DefaultStatementTimeout = 30 * time.Second
 	DefaultConnectTimeout   = 10 * time.Second
 	DefaultKVMaxKeyBytes    = 1 << 10
@@ -50,6 +51,11 @@ type Options struct {
 	// the DSN, or else DefaultMaxConns. The change feed holds two more
 	// connections of its own.
 	MaxConns int32
+
+	// WriteGroups bounds the transactions of commits and creations under
+	// way at once; the ones that arrive meanwhile share the next ones
+	// (groups.go). Zero takes DefaultWriteGroups.
+	WriteGroups int
 
 	// StatementTimeout is set as statement_timeout on every connection,
 	// and as idle_in_transaction_session_timeout, so that no statement and
@@ -89,6 +95,9 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
+	}
+	if o.WriteGroups <= 0 {
+		o.WriteGroups = DefaultWriteGroups
 	}
 	if o.StatementTimeout == 0 {
 		o.StatementTimeout = DefaultStatementTimeout
@@ -131,6 +140,15 @@ type Store struct {
 
 	mu     sync.RWMutex // read-held by every call, write-held by Close
 	closed bool
+	// closing is cancelled by Close: the groups of writes still under
+	// way, whose callers gave up waiting, stop.
+	closing     context.Context
+	stopClosing context.CancelFunc
+
+	writes writeQueue // the commits and creations queued; groups.go
+	// writeGroupHook, when set (tests), is called before a group of
+	// writes is written, with its size.
+	writeGroupHook func(n int)
 
 	kvMu     sync.Mutex
 	kvQueues map[kvScope]*kvQueue // the KV writes of each (tenant, plugin); kvwrites.go
@@ -199,6 +217,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, connectError(opts.DSN, where, err)
 	}
 	s := &Store{pool: pool, connCf: cc.Copy(), opts: opts, log: opts.Logger, where: where}
+	s.closing, s.stopClosing = context.WithCancel(context.Background())
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -260,6 +279,7 @@ func (s *Store) Close() error {
 	if s.feed != nil {
 		s.feed.close()
 	}
+	s.stopClosing()
 	s.pool.Close()
 	return nil
 }

@@ -130,6 +130,10 @@ type Postgres struct {
 	// node's MaxConns together must stay under the server's
 	// max_connections.
 	MaxConns int
+	// WriteGroups bounds the transactions of commits and creations this
+	// node has under way at once (default 4); the ones that arrive
+	// meanwhile share the next transactions (group commit).
+	WriteGroups int
 	// StatementTimeout bounds every statement (default 30s).
 	StatementTimeout time.Duration
 	// Schema is the schema holding the tables (default "agenthost").

@@ -285,6 +285,7 @@ store:
   dsn: postgres://agenthost:s3cret@db.internal:5432/agenthost
   postgres:
     max_conns: 8
+    write_groups: 2
     statement_timeout: 5s
     schema: ah_prod
 `)
@@ -292,7 +293,7 @@ store:
 		t.Fatal(err)
 	}
 	want := Store{Driver: DriverPostgres, DSN: "postgres://agenthost:s3cret@db.internal:5432/agenthost",
-		Postgres: Postgres{MaxConns: 8, StatementTimeout: 5 * time.Second, Schema: "ah_prod"}}
+		Postgres: Postgres{MaxConns: 8, WriteGroups: 2, StatementTimeout: 5 * time.Second, Schema: "ah_prod"}}
 	if cfg.Store != want {
 		t.Errorf("store: %+v, want %+v", cfg.Store, want)
 	}
@@ -321,12 +322,13 @@ func TestStoreEnvironmentOverrides(t *testing.T) {
 	t.Setenv("AGENTHOST_STORE_DSN", "postgres://u:pw@h/db")
 	t.Setenv("AGENTHOST_STORE_POSTGRES_MAX_CONNS", "4")
 	t.Setenv("AGENTHOST_STORE_POSTGRES_STATEMENT_TIMEOUT", "2s")
+	t.Setenv("AGENTHOST_STORE_POSTGRES_WRITE_GROUPS", "3")
 	cfg, err := parse(t, minimal)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Store.Driver != DriverPostgres || cfg.Store.DSN != "postgres://u:pw@h/db" ||
-		cfg.Store.Postgres.MaxConns != 4 || cfg.Store.Postgres.StatementTimeout != 2*time.Second {
+		cfg.Store.Postgres.MaxConns != 4 || cfg.Store.Postgres.StatementTimeout != 2*time.Second || cfg.Store.Postgres.WriteGroups != 3 {
 		t.Errorf("store from the environment: %+v", cfg.Store)
 	}
 }
@@ -356,6 +358,10 @@ func TestStoreProblems(t *testing.T) {
 			[]string{"store.dsn: is set, but store.driver is badger", "set store.driver: postgres"}},
 		{"negative pool", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {max_conns: -2}}\n",
 			[]string{"store.postgres.max_conns: -2 is negative: want the size of the connection pool, at least 1"}},
+		{"negative write groups", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {write_groups: -1}}\n",
+			[]string{"store.postgres.write_groups: -1 is negative: want how many transactions of commits this node may have under way at once"}},
+		{"too many write groups", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {write_groups: 5000}}\n",
+			[]string{"store.postgres.write_groups"}},
 		{"pool not a number", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {max_conns: many}}\n",
 			[]string{`store.postgres.max_conns: want an integer, got the string "many"`}},
 		{"bad statement timeout", "store: {driver: postgres, dsn: \"host=/tmp\", postgres: {statement_timeout: -1s}}\n",

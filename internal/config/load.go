@@ -45,7 +45,8 @@ var (
 	topKeys = []string{
 		"data_dir", "sync_writes", "cache_dir", "retention", "retention_interval", "watchdog_interval", "lease_ttl", "listen",
 		"log.format", "log.level", "max_instance_memory", "plugin_call_path",
-		"store.driver", "store.dsn", "store.postgres.max_conns", "store.postgres.statement_timeout", "store.postgres.schema",
+		"store.driver", "store.dsn", "store.postgres.max_conns", "store.postgres.write_groups", "store.postgres.statement_timeout",
+		"store.postgres.schema",
 		"http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout", "http.max_header_bytes",
 		"http.max_connections", "http.max_connections_per_client",
 		"http.unauthenticated_rate.per_second", "http.unauthenticated_rate.burst",
@@ -353,6 +354,13 @@ func (d *decoder) store(all map[string]any) Store {
 			d.problem("store.postgres.max_conns", "%d is negative: want the size of the connection pool, at least 1, or 0 for the default (16)", n)
 		} else {
 			s.Postgres.MaxConns = d.integer(all, "store.postgres.max_conns", 0, 1<<20)
+		}
+	}
+	if raw, ok := lookup(all, "store.postgres.write_groups"); ok {
+		if n, isInt := signedInt(raw); isInt && n < 0 {
+			d.problem("store.postgres.write_groups", "%d is negative: want how many transactions of commits this node may have under way at once, at least 1, or 0 for the default (4)", n)
+		} else {
+			s.Postgres.WriteGroups = d.integer(all, "store.postgres.write_groups", 0, 1024)
 		}
 	}
 	s.Postgres.StatementTimeout = d.duration(all, "store.postgres.statement_timeout", 0)

@@ -213,7 +213,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (runti
 	case config.DriverPostgres:
 		pg := cfg.Store.Postgres
 		st, err := pgstore.Open(ctx, pgstore.Options{
-			DSN: cfg.Store.DSN, MaxConns: int32(pg.MaxConns), StatementTimeout: pg.StatementTimeout, Schema: pg.Schema,
+			DSN: cfg.Store.DSN, MaxConns: int32(pg.MaxConns), WriteGroups: pg.WriteGroups, StatementTimeout: pg.StatementTimeout, Schema: pg.Schema,
 			// No Clock: leases and claims are judged by the database's
 			// clock, the one every node shares.
 			Logger: log,

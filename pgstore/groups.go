@@ -1,0 +1,244 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Writes that queue share a transaction: group commit.
+//
+// A transaction costs the server what its statements cost and, on top, a
+// round trip, a start, a commit record, a wait for the WAL to reach the
+// disk and the wake-ups of the processes on both ends; on a busy server
+// that is most of what a commit costs (docs/BENCHMARKS.md, "Commits that
+// share a transaction"). So at most Options.WriteGroups transactions of
+// commits and creations are under way at once. The ones that arrive
+// meanwhile queue, and when a transaction ends, the caller of the first
+// of them writes every one queued up to then (at most maxWriteGroup) in
+// one transaction: each with the statements it sends alone, in one
+// pipelined batch, one implicit transaction, one round trip. A write
+// that finds fewer transactions under way goes at once, alone: none
+// waits for others to come.
+//
+// Each write of a group is judged as it would be alone: its statements
+// lock its session's row, then its Run's, and read what the writes
+// before it in the transaction wrote. A refused write writes nothing and
+// takes nothing from the others. A group is written in (tenant, session,
+// run) byte order, the order batch claims lock sessions in, so that two
+// groups, or a group and a batch claim, cannot deadlock. When PostgreSQL
+// aborts a group's transaction (an error that is one write's, a
+// deadlock), nothing of it was written, and each of its writes is
+// written again alone, so that an error is its own write's. When the
+// connection fails, whether the transaction committed is not known, for
+// any of them: each gets the error, as a write alone would.
+
+// maxWriteGroup bounds the writes of one transaction.
+const maxWriteGroup = 64
+
+// groupWrite is what a group needs of a write (createCall, commitCall).
+type groupWrite interface {
+	// orderKey is where the write goes in its group.
+	orderKey() (tenant, session, run string)
+	// queue queues the write's statements.
+	queue(b *pgx.Batch)
+	// readResults reads their results, setting afresh what it read.
+	readResults(br pgx.BatchResults) error
+	// retryUnique says whether the write, alone, is tried again after a
+	// unique violation (inTx).
+	retryUnique() bool
+}
+
+// queuedWrite is one write in the queue.
+type queuedWrite struct {
+	ctx  context.Context // its caller's
+	w    groupWrite
+	err  error // how its transaction went, set before done is closed
+	done chan struct{}
+}
+
+// errWriteAlone is how a write went whose group's transaction PostgreSQL
+// aborted: its caller writes it again, alone.
+var errWriteAlone = errors.New("pgstore: write again alone")
+
+// writeQueue is the queue of a Store's commits and creations. Its mu is a
+// leaf.
+type writeQueue struct {
+	mu      sync.Mutex
+	pending []*queuedWrite
+	// writers counts the goroutines writing groups (writeGroups): at
+	// most WriteGroups.
+	writers int
+}
+
+// writeQueued writes w and judges it from what it read. It queues w and,
+// when fewer than WriteGroups writers are under way, starts one; a writer
+// writes what is queued, a group at a time, until nothing is. A caller
+// whose ctx ends before a writer took its write withdraws it: nothing is
+// written. A caller whose ctx ends once its write was taken returns at
+// once, not knowing whether it was written, as after a lost reply; the
+// group goes on under its own deadline (groupContext).
+func writeQueued[R any, W interface {
+	groupWrite
+	decide() (R, error)
+}](ctx context.Context, s *Store, w W) (R, error) {
+	var zero R
+	q := &queuedWrite{ctx: ctx, w: w, done: make(chan struct{})}
+	wq := &s.writes
+	wq.mu.Lock()
+	wq.pending = append(wq.pending, q)
+	if wq.writers < s.opts.WriteGroups {
+		wq.writers++
+		go s.writeGroups()
+	}
+	wq.mu.Unlock()
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		select {
+		case <-q.done: // written meanwhile: its result is known
+		default:
+			wq.withdraw(q)
+			return zero, ctx.Err()
+		}
+	}
+	err := q.err
+	if errors.Is(err, errWriteAlone) {
+		err = s.inTx(ctx, w.retryUnique(), func(ctx context.Context, conn *pgx.Conn) error {
+			return sendGroup(ctx, conn, []*queuedWrite{q})
+		})
+	}
+	if err != nil {
+		return zero, err
+	}
+	return w.decide()
+}
+
+// withdraw takes q out of the queue if no writer has taken it yet.
+func (wq *writeQueue) withdraw(q *queuedWrite) {
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	if i := slices.Index(wq.pending, q); i >= 0 {
+		wq.pending = slices.Delete(wq.pending, i, i+1)
+	}
+}
+
+// take takes the next group from the queue, up to maxWriteGroup writes;
+// with none queued, it counts the calling writer out and returns nil.
+func (wq *writeQueue) take() []*queuedWrite {
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	if len(wq.pending) == 0 {
+		wq.writers--
+		return nil
+	}
+	n := min(len(wq.pending), maxWriteGroup)
+	group := slices.Clone(wq.pending[:n])
+	wq.pending = slices.Delete(wq.pending, 0, n)
+	return group
+}
+
+// writeGroups is a writer: it writes the queue's groups until it is empty.
+func (s *Store) writeGroups() {
+	for {
+		group := s.writes.take()
+		if group == nil {
+			return
+		}
+		s.writeGroup(group)
+	}
+}
+
+// groupContext is the context a group is written under: its first
+// write's values, no cancellation but the Store's closing, and the latest
+// of its writes' deadlines, or, when one has none, the statement timeout
+// from now (none when it is off). So a caller that gives up, or whose
+// client went away, takes no one else's write down with it.
+func (s *Store) groupContext(group []*queuedWrite) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, q := range group {
+		d, ok := q.ctx.Deadline()
+		if !ok {
+			if s.opts.StatementTimeout <= 0 {
+				latest = time.Time{}
+				break
+			}
+			d = time.Now().Add(s.opts.StatementTimeout)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	base := context.WithoutCancel(group[0].ctx)
+	ctx, cancel := context.WithCancel(base)
+	if !latest.IsZero() {
+		ctx, cancel = context.WithDeadline(base, latest)
+	}
+	stop := context.AfterFunc(s.closing, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// writeGroup writes a group in one transaction and tells each write how
+// it went. A write alone is tried again as inTx tries it.
+func (s *Store) writeGroup(group []*queuedWrite) {
+	if hook := s.writeGroupHook; hook != nil {
+		hook(len(group))
+	}
+	ctx, cancel := s.groupContext(group)
+	defer cancel()
+	var err error
+	if len(group) == 1 {
+		err = s.inTx(ctx, group[0].w.retryUnique(), func(ctx context.Context, conn *pgx.Conn) error {
+			return sendGroup(ctx, conn, group)
+		})
+	} else {
+		slices.SortFunc(group, func(a, b *queuedWrite) int {
+			at, as, ar := a.w.orderKey()
+			bt, bs, br := b.w.orderKey()
+			if c := strings.Compare(at, bt); c != 0 {
+				return c
+			}
+			if c := strings.Compare(as, bs); c != 0 {
+				return c
+			}
+			return strings.Compare(ar, br)
+		})
+		err = s.txOnce(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			return sendGroup(ctx, conn, group)
+		})
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			err = errWriteAlone
+		}
+	}
+	for _, q := range group {
+		q.err = err
+		close(q.done)
+	}
+}
+
+// sendGroup sends the statements of a group's writes in one pipelined
+// batch, one implicit transaction, and reads their results.
+func sendGroup(ctx context.Context, conn *pgx.Conn, group []*queuedWrite) error {
+	b := &pgx.Batch{}
+	for _, q := range group {
+		q.w.queue(b)
+	}
+	br := conn.SendBatch(ctx, b)
+	var err error
+	for _, q := range group {
+		if err = q.w.readResults(br); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
