@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,6 +76,20 @@ type writeQueue struct {
 	// writers counts the goroutines writing groups (writeGroups): at
 	// most WriteGroups.
 	writers int
+
+	// groups and grouped count the transactions that committed a group
+	// and the writes they carried (CommitGroups).
+	groups, grouped atomic.Int64
+}
+
+// CommitGroups returns how many transactions have committed a group of
+// Run creations and commits since Open, and how many writes they carried:
+// writes/groups is how many shared a transaction, on average. (A group of
+// one counts; a write written again alone after its group was aborted is
+// in neither.) It is what agenthost_store_commit_groups_total and
+// agenthost_store_grouped_commits_total report.
+func (s *Store) CommitGroups() (groups, commits int64) {
+	return s.writes.groups.Load(), s.writes.grouped.Load()
 }
 
 // writeQueued writes w and judges it from what it read. It queues w and,
@@ -216,6 +231,10 @@ func (s *Store) writeGroup(group []*queuedWrite) {
 		if errors.As(err, &pe) {
 			err = errWriteAlone
 		}
+	}
+	if err == nil {
+		s.writes.groups.Add(1)
+		s.writes.grouped.Add(int64(len(group)))
 	}
 	for _, q := range group {
 		q.err = err

@@ -115,6 +115,7 @@ func TestWritesThatQueueShareATransactionEachJudgedAsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	groups0, grouped0 := s.CommitGroups()
 	h := holdFirstGroup(s)
 	held := make(chan error, 1)
 	go func() { _, err := s.Commit(ctx, startCommit(t, r0, "held")); held <- err }()
@@ -166,6 +167,9 @@ func TestWritesThatQueueShareATransactionEachJudgedAsAlone(t *testing.T) {
 	}
 	if sizes := h.groupSizes(); len(sizes) != 2 || sizes[0] != 1 || sizes[1] != len(writes) {
 		t.Fatalf("groups of %v writes; want [1 %d]", sizes, len(writes))
+	}
+	if groups, grouped := s.CommitGroups(); groups-groups0 != 2 || grouped-grouped0 != int64(1+len(writes)) {
+		t.Errorf("CommitGroups: %d transactions of %d writes; want 2 of %d", groups-groups0, grouped-grouped0, 1+len(writes))
 	}
 
 	check := func(name string, ok bool, want string) {

@@ -31,8 +31,8 @@
 //	agenthost_store_commits_total                 counter    -                               commits that wrote
 //	agenthost_store_duplicate_commits_total       counter    -                               commits answered from an applied command ID
 //	agenthost_store_conflicts_total               counter    -                               version conflicts retried
-//	agenthost_store_commit_groups_total           counter    -                               Badger: transactions, one sync each, that wrote a group of Run creations and commits (RegisterCommitGroups)
-//	agenthost_store_grouped_commits_total         counter    -                               Badger: the Run creations and commits those transactions wrote
+//	agenthost_store_commit_groups_total           counter    -                               transactions, one sync each, that wrote a group of Run creations and commits (RegisterCommitGroups)
+//	agenthost_store_grouped_commits_total         counter    -                               the Run creations and commits those transactions wrote
 //	agenthost_runtime_dropped_outcomes_total      counter    -                               stale or repeated outcomes dropped
 //	agenthost_runtime_ownership_boundaries_total  counter    -                               sessions given up on lost ownership
 //	agenthost_executor_calls_total                counter    plugin, kind, export, state,    executor plugin calls by what they came back with, through Executor: state pending|done|failed|cancelled|unknown, or error

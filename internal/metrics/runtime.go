@@ -61,8 +61,9 @@ func (m *Metrics) RegisterRuntime(rt RuntimeCounters) error {
 	return nil
 }
 
-// CommitGrouper is the Badger store's count of the transactions its
-// Run creations and commits shared (*badgerstore.Store has it).
+// CommitGrouper is a store's count of the transactions its
+// Run creations and commits shared (*badgerstore.Store and
+// *pgstore.Store have it).
 type CommitGrouper interface {
 	CommitGroups() (groups, commits int64)
 }
@@ -71,7 +72,7 @@ type CommitGrouper interface {
 // writes, agenthost_store_commit_groups_total (the group transactions,
 // one sync each) and agenthost_store_grouped_commits_total (the Run
 // creations and commits they wrote): their ratio is how many shared a
-// sync. A store without groups (PostgreSQL) registers nothing.
+// sync. A store without groups registers nothing.
 func (m *Metrics) RegisterCommitGroups(store any) error {
 	g, ok := store.(CommitGrouper)
 	if !ok {
@@ -79,10 +80,10 @@ func (m *Metrics) RegisterCommitGroups(store any) error {
 	}
 	for _, c := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agenthost_store_commit_groups_total",
-			Help: "Transactions, one sync each, that wrote a group of Run creations and commits (Badger store)."},
+			Help: "Transactions, one sync each, that wrote a group of Run creations and commits."},
 			func() float64 { n, _ := g.CommitGroups(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agenthost_store_grouped_commits_total",
-			Help: "Run creations and commits written by group transactions (Badger store); divided by agenthost_store_commit_groups_total, how many shared a sync."},
+			Help: "Run creations and commits written by group transactions; divided by agenthost_store_commit_groups_total, how many shared a sync."},
 			func() float64 { _, n := g.CommitGroups(); return float64(n) }),
 	} {
 		if err := m.reg.Register(c); err != nil {
