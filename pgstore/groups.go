@@ -20,13 +20,16 @@ import (
 // disk and the wake-ups of the processes on both ends; on a busy server
 // that is most of what a commit costs (docs/BENCHMARKS.md, "Commits that
 // share a transaction"). So at most Options.WriteGroups transactions of
-// commits and creations are under way at once. The ones that arrive
-// meanwhile queue, and when a transaction ends, the caller of the first
-// of them writes every one queued up to then (at most maxWriteGroup) in
-// one transaction: each with the statements it sends alone, in one
-// pipelined batch, one implicit transaction, one round trip. A write
-// that finds fewer transactions under way goes at once, alone: none
-// waits for others to come.
+// commits and creations are under way at once, each written by a writer
+// goroutine. The ones that arrive meanwhile queue, and when a writer's
+// transaction ends, it takes every one queued up to then (at most
+// maxWriteGroup) into its next: each with the statements it sends alone,
+// in one pipelined batch, one implicit transaction, one round trip. A
+// write that finds fewer transactions under way and none queued goes at
+// once, written by its caller under its own context, as before groups:
+// none waits for others to come. A group runs under a context of its
+// own (groupContext), so that a caller that gives up takes no one else's
+// write down with it.
 //
 // Each write of a group is judged as it would be alone: its statements
 // lock its session's row, then its Run's, and read what the writes
@@ -92,9 +95,11 @@ func (s *Store) CommitGroups() (groups, commits int64) {
 	return s.writes.groups.Load(), s.writes.grouped.Load()
 }
 
-// writeQueued writes w and judges it from what it read. It queues w and,
-// when fewer than WriteGroups writers are under way, starts one; a writer
-// writes what is queued, a group at a time, until nothing is. A caller
+// writeQueued writes w and judges it from what it read. With fewer than
+// WriteGroups writers under way and nothing queued, the caller writes w
+// itself. Else it queues w and, when fewer than WriteGroups writers are
+// under way, starts one; a writer writes what is queued, a group at a
+// time, until nothing is. A caller
 // whose ctx ends before a writer took its write withdraws it: nothing is
 // written. A caller whose ctx ends once its write was taken returns at
 // once, not knowing whether it was written, as after a lost reply; the
@@ -107,6 +112,19 @@ func writeQueued[R any, W interface {
 	q := &queuedWrite{ctx: ctx, w: w, done: make(chan struct{})}
 	wq := &s.writes
 	wq.mu.Lock()
+	if wq.writers < s.opts.WriteGroups && len(wq.pending) == 0 {
+		// Nothing to share the transaction with: the caller writes it,
+		// under its own ctx, as a write alone always was, with no
+		// goroutine to hand it to and back.
+		wq.writers++
+		wq.mu.Unlock()
+		err := s.writeInOne(ctx, []*queuedWrite{q})
+		s.writerDone()
+		if err != nil {
+			return zero, err
+		}
+		return w.decide()
+	}
 	wq.pending = append(wq.pending, q)
 	if wq.writers < s.opts.WriteGroups {
 		wq.writers++
@@ -142,6 +160,19 @@ func (wq *writeQueue) withdraw(q *queuedWrite) {
 	if i := slices.Index(wq.pending, q); i >= 0 {
 		wq.pending = slices.Delete(wq.pending, i, i+1)
 	}
+}
+
+// writerDone counts out a caller that wrote its own write, and starts a
+// writer for the writes that queued meanwhile, if any.
+func (s *Store) writerDone() {
+	wq := &s.writes
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	if len(wq.pending) == 0 {
+		wq.writers--
+		return
+	}
+	go s.writeGroups()
 }
 
 // take takes the next group from the queue, up to maxWriteGroup writes;
@@ -199,14 +230,25 @@ func (s *Store) groupContext(group []*queuedWrite) (context.Context, context.Can
 	return ctx, func() { stop(); cancel() }
 }
 
-// writeGroup writes a group in one transaction and tells each write how
-// it went. A write alone is tried again as inTx tries it.
+// writeGroup writes a group in one transaction, under its own context,
+// and tells each write how it went.
 func (s *Store) writeGroup(group []*queuedWrite) {
+	ctx, cancel := s.groupContext(group)
+	defer cancel()
+	err := s.writeInOne(ctx, group)
+	for _, q := range group {
+		q.err = err
+		close(q.done)
+	}
+}
+
+// writeInOne writes a group in one transaction: a write alone as inTx
+// tries it; a larger group once, and errWriteAlone when PostgreSQL
+// aborted it.
+func (s *Store) writeInOne(ctx context.Context, group []*queuedWrite) error {
 	if hook := s.writeGroupHook; hook != nil {
 		hook(len(group))
 	}
-	ctx, cancel := s.groupContext(group)
-	defer cancel()
 	var err error
 	if len(group) == 1 {
 		err = s.inTx(ctx, group[0].w.retryUnique(), func(ctx context.Context, conn *pgx.Conn) error {
@@ -236,10 +278,7 @@ func (s *Store) writeGroup(group []*queuedWrite) {
 		s.writes.groups.Add(1)
 		s.writes.grouped.Add(int64(len(group)))
 	}
-	for _, q := range group {
-		q.err = err
-		close(q.done)
-	}
+	return err
 }
 
 // sendGroup sends the statements of a group's writes in one pipelined

@@ -99,9 +99,9 @@ type RecoveryResult struct {
 	// and plugin calls until every Run was terminal.
 	Commits       int64 `json:"commits"`
 	ExecutorCalls int64 `json:"executor_calls"`
-	// CommitGroups and GroupedCommits are the Badger store's group
-	// transactions (one sync each) and the Run commits they wrote
-	// (badgerstore.Store.CommitGroups); 0 on PostgreSQL.
+	// CommitGroups and GroupedCommits are the store's group transactions
+	// (one sync each) and the Run commits they wrote (CommitGroups of
+	// badgerstore.Store and pgstore.Store).
 	CommitGroups   int64 `json:"commit_groups,omitempty"`
 	GroupedCommits int64 `json:"grouped_commits,omitempty"`
 	// On PostgreSQL, what the server did from the start of the restart
