@@ -99,11 +99,11 @@ func (s *Store) CommitGroups() (groups, commits int64) {
 // WriteGroups writers under way and nothing queued, the caller writes w
 // itself. Else it queues w and, when fewer than WriteGroups writers are
 // under way, starts one; a writer writes what is queued, a group at a
-// time, until nothing is. A caller
-// whose ctx ends before a writer took its write withdraws it: nothing is
-// written. A caller whose ctx ends once its write was taken returns at
-// once, not knowing whether it was written, as after a lost reply; the
-// group goes on under its own deadline (groupContext).
+// time, until nothing is. A caller whose ctx ends before a writer took
+// its write withdraws it: nothing is written. A caller whose ctx ends
+// once its write was taken returns at once, not knowing whether it was
+// written, as after a lost reply; the group goes on under its own
+// deadline (groupContext).
 func writeQueued[R any, W interface {
 	groupWrite
 	decide() (R, error)
@@ -222,8 +222,13 @@ func (s *Store) groupContext(group []*queuedWrite) (context.Context, context.Can
 		}
 	}
 	base := context.WithoutCancel(group[0].ctx)
-	ctx, cancel := context.WithCancel(base)
-	if !latest.IsZero() {
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+	)
+	if latest.IsZero() {
+		ctx, cancel = context.WithCancel(base)
+	} else {
 		ctx, cancel = context.WithDeadline(base, latest)
 	}
 	stop := context.AfterFunc(s.closing, cancel)

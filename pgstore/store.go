@@ -217,7 +217,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, connectError(opts.DSN, where, err)
 	}
 	s := &Store{pool: pool, connCf: cc.Copy(), opts: opts, log: opts.Logger, where: where}
-	s.closing, s.stopClosing = context.WithCancel(context.Background())
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -228,6 +227,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, connectError(opts.DSN, where, err)
 	}
 	s.feed = f
+	s.closing, s.stopClosing = context.WithCancel(context.Background())
 	return s, nil
 }
 
