@@ -57,6 +57,9 @@ func TestBenchRunsAndHTTP(t *testing.T) {
 				if l.BuildMsPerRun <= 0 || l.ModelMsPerRun <= 0 || l.ToolMsPerRun <= 0 || l.CommitMsPerRun <= 0 {
 					t.Errorf("level %d: the time split misses a part: %+v", i, l)
 				}
+				if l.CommitsPerTransaction < 1 {
+					t.Errorf("level %d: %.2f Run writes a store transaction; want at least 1 (the store groups them)", i, l.CommitsPerTransaction)
+				}
 			}
 		})
 	}
@@ -121,6 +124,9 @@ func TestBenchRunsOnPostgres(t *testing.T) {
 				}
 				if l.RunsPerSec <= 0 || l.BareCommitsPerSec <= 0 || l.Ratio <= 0 || l.P50ms <= 0 || l.CommitMsPerRun <= 0 {
 					t.Errorf("level %d: figures missing: %+v", i, l)
+				}
+				if l.CommitsPerTransaction < 1 {
+					t.Errorf("level %d: %.2f Run writes a transaction; want at least 1 (pgstore groups them)", i, l.CommitsPerTransaction)
 				}
 			}
 		})
