@@ -150,10 +150,10 @@ func TestCommitGroupsAreCountedForAStoreThatGroups(t *testing.T) {
 	require.NoError(t, m.RegisterCommitGroups(g))
 	g.groups, g.commits = 4, 12
 	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
-# HELP agenthost_store_commit_groups_total Transactions, one sync each, that wrote a group of Run creations and commits (Badger store).
+# HELP agenthost_store_commit_groups_total Transactions, one sync each, that wrote a group of Run creations and commits.
 # TYPE agenthost_store_commit_groups_total counter
 agenthost_store_commit_groups_total 4
-# HELP agenthost_store_grouped_commits_total Run creations and commits written by group transactions (Badger store); divided by agenthost_store_commit_groups_total, how many shared a sync.
+# HELP agenthost_store_grouped_commits_total Run creations and commits written by group transactions; divided by agenthost_store_commit_groups_total, how many shared a sync.
 # TYPE agenthost_store_grouped_commits_total counter
 agenthost_store_grouped_commits_total 12
 `), "agenthost_store_commit_groups_total", "agenthost_store_grouped_commits_total"))
