@@ -143,9 +143,7 @@ func writeQueued[R any, W interface {
 	}
 	err := q.err
 	if errors.Is(err, errWriteAlone) {
-		err = s.inTx(ctx, w.retryUnique(), func(ctx context.Context, conn *pgx.Conn) error {
-			return sendGroup(ctx, conn, []*queuedWrite{q})
-		})
+		err = s.writeAlone(ctx, q)
 	}
 	if err != nil {
 		return zero, err
@@ -256,9 +254,7 @@ func (s *Store) writeInOne(ctx context.Context, group []*queuedWrite) error {
 	}
 	var err error
 	if len(group) == 1 {
-		err = s.inTx(ctx, group[0].w.retryUnique(), func(ctx context.Context, conn *pgx.Conn) error {
-			return sendGroup(ctx, conn, group)
-		})
+		err = s.writeAlone(ctx, group[0])
 	} else {
 		slices.SortFunc(group, func(a, b *queuedWrite) int {
 			at, as, ar := a.w.orderKey()
@@ -284,6 +280,14 @@ func (s *Store) writeInOne(ctx context.Context, group []*queuedWrite) error {
 		s.writes.grouped.Add(int64(len(group)))
 	}
 	return err
+}
+
+// writeAlone writes q in a transaction of its own, tried again as inTx
+// tries a transaction.
+func (s *Store) writeAlone(ctx context.Context, q *queuedWrite) error {
+	return s.inTx(ctx, q.w.retryUnique(), func(ctx context.Context, conn *pgx.Conn) error {
+		return sendGroup(ctx, conn, []*queuedWrite{q})
+	})
 }
 
 // sendGroup sends the statements of a group's writes in one pipelined
