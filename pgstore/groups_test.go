@@ -12,38 +12,10 @@ import (
 	"github.com/agenthost/agenthost/runtime"
 )
 
-// heldGroups holds the first group of writes back until release is
-// closed, and records every group's size. onGroup, when set, is called
-// with each later group's size before it is written.
-type heldGroups struct {
-	mu      sync.Mutex
-	sizes   []int
-	entered chan struct{} // closed when the first group is held
-	release chan struct{}
-	onGroup func(n int)
-}
-
-func holdFirstGroup(s *Store) *heldGroups {
-	h := &heldGroups{entered: make(chan struct{}), release: make(chan struct{})}
-	s.writeGroupHook = func(n int) {
-		h.mu.Lock()
-		h.sizes = append(h.sizes, n)
-		first, on := len(h.sizes) == 1, h.onGroup
-		h.mu.Unlock()
-		if first {
-			close(h.entered)
-			<-h.release
-		} else if on != nil {
-			on(n)
-		}
-	}
+func holdFirstGroup(s *Store) *heldBatches {
+	h := newHeldBatches()
+	s.writeGroupHook = h.hook
 	return h
-}
-
-func (h *heldGroups) groupSizes() []int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]int(nil), h.sizes...)
 }
 
 // untilWritesQueued waits until n writes wait in s's queue.
@@ -165,7 +137,7 @@ func TestWritesThatQueueShareATransactionEachJudgedAsAlone(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
-	if sizes := h.groupSizes(); len(sizes) != 2 || sizes[0] != 1 || sizes[1] != len(writes) {
+	if sizes := h.batchSizes(); len(sizes) != 2 || sizes[0] != 1 || sizes[1] != len(writes) {
 		t.Fatalf("groups of %v writes; want [1 %d]", sizes, len(writes))
 	}
 	if groups, grouped := s.CommitGroups(); groups-groups0 != 2 || grouped-grouped0 != int64(1+len(writes)) {
@@ -232,7 +204,7 @@ func TestAnAbortedGroupIsWrittenAgainAloneAndTheErrorIsOneWrites(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
-	if sizes := h.groupSizes(); len(sizes) < 2 || sizes[1] != len(runs) {
+	if sizes := h.batchSizes(); len(sizes) < 2 || sizes[1] != len(runs) {
 		t.Fatalf("groups of %v writes; want the second of %d", sizes, len(runs))
 	}
 	for i, r := range runs {
@@ -275,7 +247,7 @@ func TestAWriteWithdrawnFromTheQueueIsNotWritten(t *testing.T) {
 	if seq := seqOf(t, s, "r1"); seq != r1.Seq {
 		t.Fatalf("the withdrawn commit's Run at Seq %d; want %d", seq, r1.Seq)
 	}
-	if sizes := h.groupSizes(); len(sizes) != 1 {
+	if sizes := h.batchSizes(); len(sizes) != 1 {
 		t.Fatalf("groups of %v writes; want the held one alone", sizes)
 	}
 }
@@ -299,7 +271,7 @@ func TestACallerThatGivesUpTakesNoOneElsesWriteDown(t *testing.T) {
 	go func() { _, err := s.Commit(ctx, startCommit(t, r2, "c")); other <- err }()
 	untilWritesQueued(t, s, 2)
 	h.mu.Lock()
-	h.onGroup = func(int) {
+	h.onLater = func(int) {
 		giveUp()
 		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 			t.Errorf("the caller that gave up: %v; want context.Canceled", err)

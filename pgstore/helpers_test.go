@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +35,42 @@ type tWriter struct{ t testing.TB }
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 var _ io.Writer = tWriter{}
+
+// heldBatches holds the first batch of writes (of KV writes, or a group
+// of commits and creations) back until release is closed, and records
+// every batch's size. onLater, when set, is called with each later
+// batch's size before it is written.
+type heldBatches struct {
+	mu      sync.Mutex
+	sizes   []int
+	entered chan struct{} // closed when the first batch is held
+	release chan struct{}
+	onLater func(n int)
+}
+
+func newHeldBatches() *heldBatches {
+	return &heldBatches{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+// hook is the store's hook for a batch of n writes.
+func (h *heldBatches) hook(n int) {
+	h.mu.Lock()
+	h.sizes = append(h.sizes, n)
+	first, later := len(h.sizes) == 1, h.onLater
+	h.mu.Unlock()
+	if first {
+		close(h.entered)
+		<-h.release
+	} else if later != nil {
+		later(n)
+	}
+}
+
+func (h *heldBatches) batchSizes() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.sizes...)
+}
 
 // untilCount waits, 10 s at most, until count returns n.
 func untilCount(t *testing.T, what string, n int, count func() int) {

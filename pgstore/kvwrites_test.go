@@ -5,41 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agenthost/agenthost/internal/pgserver"
 	"github.com/agenthost/agenthost/runtime"
 )
 
-// heldKVBatches holds the first batch of KV writes back until release is
-// closed, and records every batch's size.
-type heldKVBatches struct {
-	mu      sync.Mutex
-	sizes   []int
-	entered chan struct{} // closed when the first batch is held
-	release chan struct{}
-}
-
-func holdFirstKVBatch(s *Store) *heldKVBatches {
-	h := &heldKVBatches{entered: make(chan struct{}), release: make(chan struct{})}
-	s.kvBatchHook = func(_, _ string, n int) {
-		h.mu.Lock()
-		h.sizes = append(h.sizes, n)
-		first := len(h.sizes) == 1
-		h.mu.Unlock()
-		if first {
-			close(h.entered)
-			<-h.release
-		}
-	}
+func holdFirstKVBatch(s *Store) *heldBatches {
+	h := newHeldBatches()
+	s.kvBatchHook = func(_, _ string, n int) { h.hook(n) }
 	return h
-}
-
-func (h *heldKVBatches) batchSizes() []int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]int(nil), h.sizes...)
 }
 
 // untilQueued waits until n writes of (t, p) wait behind the held batch.
