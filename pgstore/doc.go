@@ -38,15 +38,15 @@
 // holds json.Marshal's, which reads the same), as the other stores keep
 // them: jsonb would rewrite them, and the tenant's stored bytes would no
 // longer be the same in every store. The tables are logged.
-// Schema version 5:
+// Schema version 6:
 //
 //	sessions (tenant, session) PK          last_ordinal, owner ('' when none), epoch, live_count (non-terminal Runs)
 //	  sessions_live (tenant, session) WHERE live_count > 0     OrphanedSessions, ActiveSessions
 //	runs (tenant, run_id) PK               session, ordinal, seq, status, live, has_executing, updated_at,
 //	                                       create_cmd, executing, snapshot, stored_bytes
-//	  runs_by_session UNIQUE (tenant, session, ordinal)        SessionRuns, CompletedRunsBefore
+//	  runs_by_session UNIQUE (session, tenant, ordinal)        SessionRuns, CompletedRunsBefore
 //	  runs_active (tenant, session, ordinal) WHERE live        ActiveRuns
-//	  runs_by_status (tenant, status, run_id)                  RunsByStatus, RunsByStatusDesc (scanned backwards)
+//	  runs_by_status (status, tenant, run_id)                  RunsByStatus, RunsByStatusDesc (scanned backwards)
 //	  runs_executing (tenant, session, ordinal) WHERE has_executing   ExecutingEffects
 //	events (tenant, run_id, seq) PK        body: the event's JSON
 //	commands (tenant, run_id, command_id) PK                 seq: the Seq the command produced
@@ -68,6 +68,17 @@
 // a HOT update (no index entry written) unless the Run's status or the
 // presence of executing effects changes. sessions.live_count and prunable
 // change only when a Run is created or ends.
+//
+// No secondary index of runs leads with the tenant (schema version 6),
+// so that a lookup of a Run by its key, (tenant, run_id), can only go
+// through the primary key. On a table PostgreSQL has not analyzed yet (a
+// new schema, until autovacuum's first ANALYZE) an index that leads with
+// the tenant costs the same for that lookup, and the planner took
+// runs_by_status bounded by the tenant alone; a pooled connection kept
+// the plan, and each commit, load and creation read every Run of the
+// tenant. The queries by session and by status name both leading columns
+// of their index. plans_test.go checks the generic plan of each
+// statement that reads runs.
 //
 // runs.stored_bytes is what the Run holds, for its tenant's storage
 // quota (TenantStoredBytes): the length of its snapshot, of each of its

@@ -15,6 +15,7 @@ import (
 type planNode struct {
 	NodeType  string     `json:"Node Type"`
 	Relation  string     `json:"Relation Name"`
+	IndexName string     `json:"Index Name"`
 	IndexCond string     `json:"Index Cond"`
 	Filter    string     `json:"Filter"`
 	Plans     []planNode `json:"Plans"`
@@ -133,6 +134,56 @@ func TestCommitCommandLookupsStayKeyLookupsInGenericPlans(t *testing.T) {
 				t.Errorf("%s: %d scans of commands in its plan, want %d: one a command ID", name, len(scans), 1+also)
 			}
 			wantKeyLookups(t, name, "commands", scans, "a lookup by command ID reads every command of the Run")
+		}
+	}
+}
+
+// Every lookup of a Run by its key, (tenant, run_id), goes through
+// runs_pkey in the generic plans made on a fresh schema's tables, which
+// PostgreSQL has not analyzed: there, an index that led with the tenant
+// cost the same as the primary key, and the planner took runs_by_status
+// bounded by the tenant alone. A pooled connection kept that plan, and
+// each commit, load and creation read all the tenant's Runs (26 buffers
+// a lookup at 1,000 Runs, against 3) until autovacuum's first ANALYZE.
+// The reads by session and by status go through their own indexes.
+func TestRunLookupsByKeyUseThePrimaryKeyInGenericPlans(t *testing.T) {
+	s := openKVStore(t, 1<<20)
+	conn := genericPlansConn(t, s)
+	commitArgs := `'t', 'r', 's', 1, 1, 'cmd', '{2}', '{"\\x7b7d"}', 2, 'running', true, false, 0, NULL, '\x7b7d', 10`
+	createArgs := `'t', 's', 'r', 1, 1, 'running', false, 0, NULL, NULL, '\x00', '\x7b7d', 10, '', NULL, ` +
+		`0, 1, 'running', false, 0, NULL, '\x00', '{}', '{}', 10`
+	for _, c := range []struct {
+		name, sql, args string
+		// other is the index a scan of runs that is not a lookup by key
+		// goes through ("": the statement makes none).
+		other string
+	}{
+		{"lock_run", sqlLockRun, `'t', 'r', NULL`, ""},
+		{"commit", commitStatement(false, 0), commitArgs, ""},
+		{"commit_ending", commitStatement(true, 1), commitArgs + `, 'also0'`, ""},
+		{"create_run", sqlCreate, createArgs, ""},
+		{"load_run", sqlLoadRun, `'t', 'r'`, ""},
+		{"events", sqlEvents, `'t', 'r', 1, 10`, ""},
+		{"completed_runs_before", sqlCompletedRunsBefore, `'t', 'r', 's', 'completed', 10`, "runs_by_session"},
+		{"session_runs", sqlSessionRuns, `'t', 's', 0, 10`, "runs_by_session"},
+		{"active_runs", sqlActiveRuns, `'t', 's'`, "runs_active"},
+		{"runs_by_status", sqlRunsByStatus, `'t', 'completed', '', 10`, "runs_by_status"},
+		{"runs_by_status_desc", sqlRunsByStatusDesc, `'t', 'completed', 10`, "runs_by_status"},
+		{"runs_by_status_desc_before", sqlRunsByStatusDescBefore, `'t', 'completed', 10, 'r'`, "runs_by_status"},
+	} {
+		scans := scansOf(genericPlan(t, conn, c.name, c.sql, c.args), "runs")
+		if len(scans) == 0 {
+			t.Fatalf("%s: no scan of runs in its plan", c.name)
+		}
+		for _, n := range scans {
+			byKey := strings.Contains(n.IndexCond, "run_id = ")
+			switch {
+			case byKey && (n.IndexName != "runs_pkey" || n.Filter != ""):
+				t.Errorf("%s: a lookup by key goes through %q (%s, index condition %q, filter %q), want runs_pkey: "+
+					"it reads every Run of the tenant", c.name, n.IndexName, n.NodeType, n.IndexCond, n.Filter)
+			case !byKey && n.IndexName != c.other:
+				t.Errorf("%s: a scan of runs goes through %q (%s, index condition %q), want %q", c.name, n.IndexName, n.NodeType, n.IndexCond, c.other)
+			}
 		}
 	}
 }

@@ -34,6 +34,31 @@ const (
 		FROM runs r WHERE r.tenant = $1 AND r.run_id = $2 FOR UPDATE OF r`
 )
 
+// The reads of Runs: LoadRun; Events, which also says whether the Run
+// exists; SessionRuns (runs_by_session), CompletedRunsBefore (the Run's
+// row, then runs_by_session backwards from its ordinal) and ActiveRuns
+// (runs_active).
+const (
+	sqlLoadRun = `SELECT snapshot FROM runs WHERE tenant = $1 AND run_id = $2`
+	sqlEvents  = `SELECT e.body FROM runs r
+		LEFT JOIN LATERAL (SELECT seq, body FROM events
+			WHERE tenant = r.tenant AND run_id = r.run_id AND seq >= $3 ORDER BY seq LIMIT $4) e ON true
+		WHERE r.tenant = $1 AND r.run_id = $2 ORDER BY e.seq`
+	sqlSessionRuns         = `SELECT ordinal, snapshot FROM runs WHERE tenant = $1 AND session = $2 AND ordinal > $3 ORDER BY ordinal LIMIT $4`
+	sqlCompletedRunsBefore = `SELECT h.ordinal, h.snapshot FROM runs r
+		LEFT JOIN LATERAL (SELECT ordinal, snapshot FROM runs
+			WHERE tenant = r.tenant AND session = r.session AND ordinal < r.ordinal AND status = $4
+			ORDER BY ordinal DESC LIMIT $5) h ON true
+		WHERE r.tenant = $1 AND r.run_id = $2 AND r.session = $3
+		ORDER BY h.ordinal DESC`
+	sqlActiveRuns = `SELECT ordinal, snapshot FROM runs WHERE tenant = $1 AND session = $2 AND live ORDER BY ordinal`
+
+	// RunsByStatus and RunsByStatusDesc, through runs_by_status.
+	sqlRunsByStatus           = `SELECT run_id FROM runs WHERE tenant = $1 AND status = $2 AND run_id > $3 ORDER BY run_id LIMIT $4`
+	sqlRunsByStatusDesc       = `SELECT run_id FROM runs WHERE tenant = $1 AND status = $2 ORDER BY run_id DESC LIMIT $3`
+	sqlRunsByStatusDescBefore = `SELECT run_id FROM runs WHERE tenant = $1 AND status = $2 AND run_id < $4 ORDER BY run_id DESC LIMIT $3`
+)
+
 // sqlCreate looks the run ID and the creation command up and, if neither
 // was used, writes the new Run at the session's next ordinal: the Run,
 // its first event, its creation command, and the session's last ordinal
@@ -59,9 +84,8 @@ const (
 // claims the session at exactly that epoch; the last column says whether
 // it was.
 var sqlCreate = `WITH x AS (SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $3) AS used),
-		d AS (SELECT r.ordinal, r.snapshot FROM create_commands c
-			JOIN runs r ON r.tenant = c.tenant AND r.run_id = c.run_id
-			WHERE c.tenant = $1 AND c.command_id = $9),
+		d AS (SELECT r.ordinal, r.snapshot FROM runs r WHERE r.tenant = $1
+			AND r.run_id = (SELECT c.run_id FROM create_commands c WHERE c.tenant = $1 AND c.command_id = $9)),
 		ok0 AS (SELECT s.last_ordinal + 1 AS ord, s.epoch,
 				CASE WHEN $14::text <> '' AND (s.owner = '' OR s.owner = $14)
 					AND coalesce((SELECT ` + alive + ` FROM nodes n, (SELECT ` + dbNow(15) + ` AS now) AS c WHERE n.node_id = $14), false)
@@ -420,7 +444,7 @@ func (s *Store) LoadRun(ctx context.Context, tenant, runID string) (loop.Run, er
 	}
 	defer s.leave()
 	var snap []byte
-	err := s.pool.QueryRow(ctx, `SELECT snapshot FROM runs WHERE tenant = $1 AND run_id = $2`, tenant, runID).Scan(&snap)
+	err := s.pool.QueryRow(ctx, sqlLoadRun, tenant, runID).Scan(&snap)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return loop.Run{}, fmt.Errorf("pgstore: load run %s/%s: %w", tenant, runID, runtime.ErrRunNotFound)
 	}
@@ -609,10 +633,7 @@ func (s *Store) Events(ctx context.Context, tenant, runID string, fromSeq int64,
 		return nil, err
 	}
 	defer s.leave()
-	rows, err := s.pool.Query(ctx, `SELECT e.body FROM runs r
-		LEFT JOIN LATERAL (SELECT seq, body FROM events
-			WHERE tenant = r.tenant AND run_id = r.run_id AND seq >= $3 ORDER BY seq LIMIT $4) e ON true
-		WHERE r.tenant = $1 AND r.run_id = $2 ORDER BY e.seq`, tenant, runID, fromSeq, limitParam(limit))
+	rows, err := s.pool.Query(ctx, sqlEvents, tenant, runID, fromSeq, limitParam(limit))
 	if err != nil {
 		return nil, fail("events of run "+tenant+"/"+runID, err)
 	}
@@ -666,8 +687,7 @@ func (s *Store) SessionRuns(ctx context.Context, tenant, session string, after i
 	defer s.leave()
 	var out []runtime.SessionRun
 	err := s.scanRuns(ctx, func(ord int64, r loop.Run) { out = append(out, runtime.SessionRun{Ordinal: ord, Run: r}) },
-		`SELECT ordinal, snapshot FROM runs WHERE tenant = $1 AND session = $2 AND ordinal > $3 ORDER BY ordinal LIMIT $4`,
-		tenant, session, after, limitParam(limit))
+		sqlSessionRuns, tenant, session, after, limitParam(limit))
 	if err != nil {
 		return nil, fail("session runs of "+tenant+"/"+session, err)
 	}
@@ -687,12 +707,7 @@ func (s *Store) CompletedRunsBefore(ctx context.Context, tenant, session, runID 
 	}
 	defer s.leave()
 	what := "completed runs before " + tenant + "/" + runID
-	rows, err := s.pool.Query(ctx, `SELECT h.ordinal, h.snapshot FROM runs r
-		LEFT JOIN LATERAL (SELECT ordinal, snapshot FROM runs
-			WHERE tenant = r.tenant AND session = r.session AND ordinal < r.ordinal AND status = $4
-			ORDER BY ordinal DESC LIMIT $5) h ON true
-		WHERE r.tenant = $1 AND r.run_id = $2 AND r.session = $3
-		ORDER BY h.ordinal DESC`, tenant, runID, session, string(loop.StatusCompleted), limitParam(limit))
+	rows, err := s.pool.Query(ctx, sqlCompletedRunsBefore, tenant, runID, session, string(loop.StatusCompleted), limitParam(limit))
 	if err != nil {
 		return nil, fail(what, err)
 	}
@@ -741,7 +756,7 @@ func (s *Store) ActiveRuns(ctx context.Context, tenant, session string) ([]loop.
 	defer s.leave()
 	var out []loop.Run
 	err := s.scanRuns(ctx, func(_ int64, r loop.Run) { out = append(out, r) },
-		`SELECT ordinal, snapshot FROM runs WHERE tenant = $1 AND session = $2 AND live ORDER BY ordinal`, tenant, session)
+		sqlActiveRuns, tenant, session)
 	if err != nil {
 		return nil, fail("active runs of "+tenant+"/"+session, err)
 	}
@@ -782,8 +797,7 @@ func (s *Store) RunsByStatus(ctx context.Context, tenant string, status loop.Sta
 		return nil, err
 	}
 	defer s.leave()
-	rows, err := s.pool.Query(ctx, `SELECT run_id FROM runs WHERE tenant = $1 AND status = $2 AND run_id > $3 ORDER BY run_id LIMIT $4`,
-		tenant, string(status), after, limitParam(limit))
+	rows, err := s.pool.Query(ctx, sqlRunsByStatus, tenant, string(status), after, limitParam(limit))
 	if err != nil {
 		return nil, fail("runs of "+tenant+" by status", err)
 	}
@@ -795,8 +809,8 @@ func (s *Store) RunsByStatus(ctx context.Context, tenant string, status loop.Sta
 }
 
 // RunsByStatusDesc implements runtime.Store: runs_by_status scanned
-// backwards (an index on (tenant, status, run_id) serves ORDER BY run_id
-// DESC under equal tenant and status). From the last Run the query has no
+// backwards (an index on (status, tenant, run_id) serves ORDER BY run_id
+// DESC under equal status and tenant). From the last Run the query has no
 // bound on run_id, rather than one that an empty before would make match
 // nothing.
 func (s *Store) RunsByStatusDesc(ctx context.Context, tenant string, status loop.Status, before string, limit int) ([]string, error) {
@@ -807,11 +821,9 @@ func (s *Store) RunsByStatusDesc(ctx context.Context, tenant string, status loop
 		return nil, err
 	}
 	defer s.leave()
-	query, args := `SELECT run_id FROM runs WHERE tenant = $1 AND status = $2 ORDER BY run_id DESC LIMIT $3`,
-		[]any{tenant, string(status), limitParam(limit)}
+	query, args := sqlRunsByStatusDesc, []any{tenant, string(status), limitParam(limit)}
 	if before != "" {
-		query, args = `SELECT run_id FROM runs WHERE tenant = $1 AND status = $2 AND run_id < $4 ORDER BY run_id DESC LIMIT $3`,
-			append(args, before)
+		query, args = sqlRunsByStatusDescBefore, append(args, before)
 	}
 	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
