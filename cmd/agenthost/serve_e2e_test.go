@@ -272,7 +272,17 @@ func TestServeEndToEnd(t *testing.T) {
 		small.waitRun(t, first.ID, 30*time.Second, "terminal", runView.terminal)
 		second := small.submit(t, "q2", "answer:hi")
 		small.waitRun(t, second.ID, 30*time.Second, "terminal", runView.terminal)
-		// 2 model steps of 15 tokens: the budget of 30 is used up.
+		// 2 model steps of 15 tokens: the budget of 30 is used up. The
+		// ledger counts a commit's tokens just after the commit a client
+		// sees, and before the metrics do: wait for the metrics.
+		waitUntil(t, 30*time.Second, "the metrics of the second Run's tokens", func() (bool, error) {
+			code, raw, err := newClient(srv.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
+			if err != nil || code != http.StatusOK {
+				return false, fmt.Errorf("%d %v", code, err)
+			}
+			return strings.Contains(string(raw), `agenthost_model_tokens_total{tenant="small",type="input"} 20`) &&
+				strings.Contains(string(raw), `agenthost_model_tokens_total{tenant="small",type="output"} 10`), nil
+		})
 		code, raw, err = small.Do("POST", "/v1/sessions/q3/runs", map[string]any{"input": "answer:hi"}, nil, nil)
 		if err != nil || code != http.StatusTooManyRequests || !strings.Contains(string(raw), "quota_token_budget") {
 			t.Fatalf("past the token budget: %d %v %s", code, err, raw)

@@ -106,7 +106,9 @@ func StartServer(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 
 	ledger := httpapi.NewUsageLedger()
 	wiring := Wiring{
-		Observer: metrics.Tee{m, ledger},
+		// The ledger first: what the metrics show of a commit's tokens,
+		// the token budget already counts.
+		Observer: metrics.Tee{ledger, m},
 		Executor: m.Executor,
 		Builder:  m.Builder,
 		Events:   m.Events,
