@@ -37,7 +37,11 @@ const (
 // The reads of Runs: LoadRun; Events, which also says whether the Run
 // exists; SessionRuns (runs_by_session), CompletedRunsBefore (the Run's
 // row, then runs_by_session backwards from its ordinal) and ActiveRuns
-// (runs_active).
+// (runs_active). CompletedRunsBefore reads the Run's row by its key alone,
+// in a materialized CTE, and checks its session after: with the session
+// in the same WHERE, runs_by_session bounded by (session, tenant) cost
+// the same as the primary key on a table not yet analyzed, and a lookup
+// through it read every Run of the session.
 const (
 	sqlLoadRun = `SELECT snapshot FROM runs WHERE tenant = $1 AND run_id = $2`
 	sqlEvents  = `SELECT e.body FROM runs r
@@ -45,11 +49,12 @@ const (
 			WHERE tenant = r.tenant AND run_id = r.run_id AND seq >= $3 ORDER BY seq LIMIT $4) e ON true
 		WHERE r.tenant = $1 AND r.run_id = $2 ORDER BY e.seq`
 	sqlSessionRuns         = `SELECT ordinal, snapshot FROM runs WHERE tenant = $1 AND session = $2 AND ordinal > $3 ORDER BY ordinal LIMIT $4`
-	sqlCompletedRunsBefore = `SELECT h.ordinal, h.snapshot FROM runs r
+	sqlCompletedRunsBefore = `WITH r AS MATERIALIZED (SELECT tenant, session, ordinal FROM runs WHERE tenant = $1 AND run_id = $2)
+		SELECT h.ordinal, h.snapshot FROM r
 		LEFT JOIN LATERAL (SELECT ordinal, snapshot FROM runs
 			WHERE tenant = r.tenant AND session = r.session AND ordinal < r.ordinal AND status = $4
 			ORDER BY ordinal DESC LIMIT $5) h ON true
-		WHERE r.tenant = $1 AND r.run_id = $2 AND r.session = $3
+		WHERE r.session = $3
 		ORDER BY h.ordinal DESC`
 	sqlActiveRuns = `SELECT ordinal, snapshot FROM runs WHERE tenant = $1 AND session = $2 AND live ORDER BY ordinal`
 
