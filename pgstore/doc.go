@@ -77,8 +77,10 @@
 // runs_by_status bounded by the tenant alone; a pooled connection kept
 // the plan, and each commit, load and creation read every Run of the
 // tenant. The queries by session and by status name both leading columns
-// of their index. plans_test.go checks the generic plan of each
-// statement that reads runs.
+// of their index, and CompletedRunsBefore reads its Run by the key alone
+// before it checks the session. plans_test.go checks the generic plans of
+// the statements that look a Run up by its key, and of the reads by
+// session and by status.
 //
 // runs.stored_bytes is what the Run holds, for its tenant's storage
 // quota (TenantStoredBytes): the length of its snapshot, of each of its
