@@ -61,9 +61,11 @@ type groupWrite interface {
 
 // queuedWrite is one write in the queue.
 type queuedWrite struct {
-	ctx  context.Context // its caller's
-	w    groupWrite
-	err  error // how its transaction went, set before done is closed
+	ctx context.Context // its caller's
+	w   groupWrite
+	err error // how its transaction went, set before done is closed
+	// done is closed by the writer goroutine that wrote it; nil for a
+	// write its caller writes itself.
 	done chan struct{}
 }
 
@@ -109,7 +111,7 @@ func writeQueued[R any, W interface {
 	decide() (R, error)
 }](ctx context.Context, s *Store, w W) (R, error) {
 	var zero R
-	q := &queuedWrite{ctx: ctx, w: w, done: make(chan struct{})}
+	q := &queuedWrite{ctx: ctx, w: w}
 	wq := &s.writes
 	wq.mu.Lock()
 	if wq.writers < s.opts.WriteGroups && len(wq.pending) == 0 {
@@ -125,6 +127,7 @@ func writeQueued[R any, W interface {
 		}
 		return w.decide()
 	}
+	q.done = make(chan struct{})
 	wq.pending = append(wq.pending, q)
 	if wq.writers < s.opts.WriteGroups {
 		wq.writers++
