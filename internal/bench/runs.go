@@ -222,23 +222,21 @@ func spentSoFar(m *metrics.Metrics) (spent, error) {
 		return s, err
 	}
 	for _, mf := range mfs {
+		var counter float64 // the family's value summed over its labels, if a counter
+		for _, mt := range mf.GetMetric() {
+			counter += mt.GetCounter().GetValue()
+		}
 		switch mf.GetName() {
 		case "agenthost_store_commit_duration_seconds":
 			for _, mt := range mf.GetMetric() {
 				s.commit += mt.GetHistogram().GetSampleSum()
 			}
 		case "agenthost_store_commit_groups_total":
-			for _, mt := range mf.GetMetric() {
-				s.groups += mt.GetCounter().GetValue()
-			}
+			s.groups += counter
 		case "agenthost_store_grouped_commits_total":
-			for _, mt := range mf.GetMetric() {
-				s.grouped += mt.GetCounter().GetValue()
-			}
+			s.grouped += counter
 		case "agenthost_plugin_call_errors_total":
-			for _, mt := range mf.GetMetric() {
-				s.errors += mt.GetCounter().GetValue()
-			}
+			s.errors += counter
 		case "agenthost_effects_settled_total":
 			for _, mt := range mf.GetMetric() {
 				labels := map[string]string{}
