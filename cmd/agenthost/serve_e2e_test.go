@@ -275,14 +275,9 @@ func TestServeEndToEnd(t *testing.T) {
 		// 2 model steps of 15 tokens: the budget of 30 is used up. The
 		// ledger counts a commit's tokens just after the commit a client
 		// sees, and before the metrics do: wait for the metrics.
-		waitUntil(t, 30*time.Second, "the metrics of the second Run's tokens", func() (bool, error) {
-			code, raw, err := newClient(srv.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
-			if err != nil || code != http.StatusOK {
-				return false, fmt.Errorf("%d %v", code, err)
-			}
-			return strings.Contains(string(raw), `agenthost_model_tokens_total{tenant="small",type="input"} 20`) &&
-				strings.Contains(string(raw), `agenthost_model_tokens_total{tenant="small",type="output"} 10`), nil
-		})
+		waitForMetrics(t, srv.MetricsAddr(), "the metrics of the second Run's tokens",
+			`agenthost_model_tokens_total{tenant="small",type="input"} 20`,
+			`agenthost_model_tokens_total{tenant="small",type="output"} 10`)
 		code, raw, err = small.Do("POST", "/v1/sessions/q3/runs", map[string]any{"input": "answer:hi"}, nil, nil)
 		if err != nil || code != http.StatusTooManyRequests || !strings.Contains(string(raw), "quota_token_budget") {
 			t.Fatalf("past the token budget: %d %v %s", code, err, raw)
@@ -301,18 +296,7 @@ func TestServeEndToEnd(t *testing.T) {
 			`agenthost_plugin_http_refused_total{plugin="hostile",reason="address"} 0`,
 			`agenthost_plugin_instance_waits_total{plugin="slow-job"}`,
 			`agenthost_plugin_instance_wait_seconds_total{plugin="slow-job"}`}
-		waitUntil(t, 30*time.Second, "the metrics of the work above", func() (bool, error) {
-			code, raw, err := newClient(srv.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
-			if err != nil || code != http.StatusOK {
-				return false, fmt.Errorf("%d %v", code, err)
-			}
-			for _, w := range want {
-				if !strings.Contains(string(raw), w) {
-					return false, fmt.Errorf("/metrics lacks %q", w)
-				}
-			}
-			return true, nil
-		})
+		waitForMetrics(t, srv.MetricsAddr(), "the metrics of the work above", want...)
 		if srv.MetricsAddr() == srv.Addr() {
 			t.Fatalf("/metrics is served on the API listener %s; metrics.listen asked for one of its own", srv.Addr())
 		}
@@ -451,6 +435,24 @@ func TestServeRetention(t *testing.T) {
 	if r := acme.run(t, run.ID); r.Status != "completed" || r.Result == nil || r.Result.Content != "short-lived" {
 		t.Errorf("the pruned Run: %+v", r)
 	}
+}
+
+// waitForMetrics waits, 30 s at most, until the /metrics that addr
+// serves holds every line of want (each as a substring).
+func waitForMetrics(t *testing.T, addr, what string, want ...string) {
+	t.Helper()
+	waitUntil(t, 30*time.Second, what, func() (bool, error) {
+		code, raw, err := newClient(addr, "").Do("GET", "/metrics", nil, nil, nil)
+		if err != nil || code != http.StatusOK {
+			return false, fmt.Errorf("%d %v", code, err)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(raw), w) {
+				return false, fmt.Errorf("/metrics lacks %q", w)
+			}
+		}
+		return true, nil
+	})
 }
 
 // On the Badger store, /metrics counts the group transactions of the Run
