@@ -150,18 +150,7 @@ func TestRunsOutlastAProviderThatRateLimitsThem(t *testing.T) {
 		fmt.Sprintf(`agenthost_model_call_seconds_count{class="",plugin="openai",state="done"} %d`, runs),
 		fmt.Sprintf(`agenthost_run_duration_seconds_count{agent="default",status="completed",tenant="demo"} %d`, runs),
 	}
-	waitUntil(t, 30*time.Second, "the rate-limited settlements in the metrics", func() (bool, error) {
-		code, raw, err := newClient(p.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
-		if err != nil || code != http.StatusOK {
-			return false, fmt.Errorf("%d %v", code, err)
-		}
-		for _, want := range wants {
-			if !strings.Contains(string(raw), want) {
-				return false, fmt.Errorf("/metrics lacks %q", want)
-			}
-		}
-		return true, nil
-	})
+	waitForMetrics(t, p.MetricsAddr(), "the rate-limited settlements in the metrics", wants...)
 
 	// The log has a line for each rate-limited attempt.
 	lines := 0

@@ -263,3 +263,21 @@ func checkServedRuns(t testing.TB, store runLogReader, ids []string) int {
 	}
 	return jobs
 }
+
+// waitForMetrics waits, 30 s at most, until the /metrics that addr
+// serves holds every line of want (each as a substring).
+func waitForMetrics(t *testing.T, addr, what string, want ...string) {
+	t.Helper()
+	waitUntil(t, 30*time.Second, what, func() (bool, error) {
+		code, raw, err := newClient(addr, "").Do("GET", "/metrics", nil, nil, nil)
+		if err != nil || code != http.StatusOK {
+			return false, fmt.Errorf("%d %v", code, err)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(raw), w) {
+				return false, fmt.Errorf("/metrics lacks %q", w)
+			}
+		}
+		return true, nil
+	})
+}

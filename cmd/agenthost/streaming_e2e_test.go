@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -97,14 +96,8 @@ func TestStreamedAnswersReachFollowersBeforeTheySettle(t *testing.T) {
 			s.until(t, "the Run's end", s.ended)
 			s.checkPieces(t, map[int]string{1: answer[:8], 2: answer}, answer)
 
-			waitUntil(t, 30*time.Second, "the time to the first piece in the metrics", func() (bool, error) {
-				code, raw, err := newClient(p.MetricsAddr(), "").Do("GET", "/metrics", nil, nil, nil)
-				want := `agenthost_model_time_to_first_token_seconds_count{plugin="` + provider + `"} 4`
-				if err != nil || code != http.StatusOK || !strings.Contains(string(raw), want) {
-					return false, fmt.Errorf("/metrics lacks %q (%d %v)", want, code, err)
-				}
-				return true, nil
-			})
+			waitForMetrics(t, p.MetricsAddr(), "the time to the first piece in the metrics",
+				`agenthost_model_time_to_first_token_seconds_count{plugin="`+provider+`"} 4`)
 		})
 	}
 }
