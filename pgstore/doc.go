@@ -137,9 +137,10 @@
 // it, with the step's events after the first, when its checks find the
 // session new (last ordinal 0) and the claim taken at the step's epoch,
 // and says whether it did; Go checks that against the rows it read.
-// Commits and creations that arrive while Options.WriteGroups
-// transactions of them are under way queue, and share the next one, each
-// with the statements it sends alone (group commit, groups.go): sorted by
+// Commits and creations that arrive while a transaction of them is under
+// way queue, and share the next one, each with the statements it sends
+// alone (group commit, groups.go); another transaction starts only when
+// a backlog waits, up to Options.WriteGroups at once. A group is sorted by
 // (tenant, session, run), the order batch claims lock in; judged each as
 // if alone; written again each alone when PostgreSQL aborts the group, so
 // that an error is its own write's.

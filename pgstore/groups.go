@@ -19,17 +19,17 @@ import (
 // round trip, a start, a commit record, a wait for the WAL to reach the
 // disk and the wake-ups of the processes on both ends; on a busy server
 // that is most of what a commit costs (docs/BENCHMARKS.md, "Commits that
-// share a transaction"). So at most Options.WriteGroups transactions of
-// commits and creations are under way at once, each written by a writer
-// goroutine. The ones that arrive meanwhile queue, and when a writer's
-// transaction ends, it takes every one queued up to then (at most
-// maxWriteGroup) into its next: each with the statements it sends alone,
-// in one pipelined batch, one implicit transaction, one round trip. A
-// write that finds fewer transactions under way and none queued goes at
-// once, written by its caller under its own context, as before groups:
-// none waits for others to come. A group runs under a context of its
-// own (groupContext), so that a caller that gives up takes no one else's
-// write down with it.
+// share a transaction"). So a write that finds no transaction of them
+// under way goes at once, written by its caller under its own context:
+// none waits for others to come. The ones that arrive while one is under
+// way queue, and when a writer's transaction ends, it takes every one
+// queued up to then (at most maxWriteGroup) into its next: each with the
+// statements it sends alone, in one pipelined batch, one implicit
+// transaction, one round trip. Another transaction starts, written by a
+// writer goroutine of its own, only when groupBacklog writes wait, and
+// at most Options.WriteGroups are under way at once. A group runs under
+// a context of its own (groupContext), so that a caller that gives up
+// takes no one else's write down with it.
 //
 // Each write of a group is judged as it would be alone: its statements
 // lock its session's row, then its Run's, and read what the writes
@@ -45,6 +45,19 @@ import (
 
 // maxWriteGroup bounds the writes of one transaction.
 const maxWriteGroup = 64
+
+// groupBacklog is how many writes wait in the queue, while a transaction
+// of them is under way, before another one starts. Below it, they wait
+// for the one under way and share its writer's next: the larger a group,
+// the less each of its writes costs the server, and a transaction more
+// at once pays off only when one writer cannot keep up. On 2 cores, a
+// new transaction for every write that queued (the rule before, up to
+// WriteGroups) made groups of 2.6 writes at 16 clients, where this makes
+// groups of 8 at half the server's CPU a Run and 1.3 times the Runs/s;
+// at 64 and 256 clients, where the backlog starts more, it gave more
+// Runs/s too (docs/BENCHMARKS.md, "A transaction more only for a
+// backlog").
+const groupBacklog = maxWriteGroup / 2
 
 // groupWrite is what a group needs of a write (createCall, commitCall).
 type groupWrite interface {
@@ -97,15 +110,16 @@ func (s *Store) CommitGroups() (groups, commits int64) {
 	return s.writes.groups.Load(), s.writes.grouped.Load()
 }
 
-// writeQueued writes w and judges it from what it read. With fewer than
-// WriteGroups writers under way and nothing queued, the caller writes w
-// itself. Else it queues w and, when fewer than WriteGroups writers are
-// under way, starts one; a writer writes what is queued, a group at a
-// time, until nothing is. A caller whose ctx ends before a writer took
-// its write withdraws it: nothing is written. A caller whose ctx ends
-// once its write was taken returns at once, not knowing whether it was
-// written, as after a lost reply; the group goes on under its own
-// deadline (groupContext).
+// writeQueued writes w and judges it from what it read. With no writer
+// under way (and so nothing queued), the caller writes w itself. Else it
+// queues w and, when groupBacklog writes wait and fewer than WriteGroups
+// writers are under way, starts one; a writer writes what is queued, a
+// group at a time, until nothing is, so that a queued write is always
+// taken by the writer under way when it is done, if not by another. A
+// caller whose ctx ends before a writer took its write withdraws it:
+// nothing is written. A caller whose ctx ends once its write was taken
+// returns at once, not knowing whether it was written, as after a lost
+// reply; the group goes on under its own deadline (groupContext).
 func writeQueued[R any, W interface {
 	groupWrite
 	decide() (R, error)
@@ -114,7 +128,7 @@ func writeQueued[R any, W interface {
 	q := &queuedWrite{ctx: ctx, w: w}
 	wq := &s.writes
 	wq.mu.Lock()
-	if wq.writers < s.opts.WriteGroups && len(wq.pending) == 0 {
+	if wq.writers == 0 {
 		// Nothing to share the transaction with: the caller writes it,
 		// under its own ctx, as a write alone always was, with no
 		// goroutine to hand it to and back.
@@ -129,7 +143,7 @@ func writeQueued[R any, W interface {
 	}
 	q.done = make(chan struct{})
 	wq.pending = append(wq.pending, q)
-	if wq.writers < s.opts.WriteGroups {
+	if wq.writers < s.opts.WriteGroups && len(wq.pending) >= groupBacklog {
 		wq.writers++
 		go s.writeGroups()
 	}

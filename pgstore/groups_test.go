@@ -292,3 +292,59 @@ func TestACallerThatGivesUpTakesNoOneElsesWriteDown(t *testing.T) {
 		}
 	}
 }
+
+// While a transaction of writes is under way, the writes that arrive
+// wait for it, and another transaction starts only once groupBacklog of
+// them wait, which it takes: below that, a transaction more at once
+// costs the server more than it saves the writes' wait.
+func TestAnotherTransactionStartsOnlyForABacklog(t *testing.T) {
+	dsn := pgserver.NewDatabase(t)
+	ctx := context.Background()
+	s, err := Open(ctx, Options{DSN: dsn, Schema: freshSchema(t, dsn), Logger: quietLogger(), WriteGroups: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	runs := make([]loop.Run, 1+groupBacklog)
+	for i := range runs {
+		runs[i] = newRun(t, s, "t", fmt.Sprintf("s%d", i), fmt.Sprintf("r%d", i), 1)
+	}
+	h := holdFirstGroup(s)
+	release := sync.OnceFunc(func() { close(h.release) })
+	t.Cleanup(release) // before the Store's: a test that fails lets the held write end
+	held := make(chan error, 1)
+	go func() { _, err := s.Commit(ctx, startCommit(t, runs[0], "c")); held <- err }()
+	<-h.entered
+
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	commit := func(i int) { wg.Go(func() { _, errs[i] = s.Commit(ctx, startCommit(t, runs[i], "c")) }) }
+	for i := 1; i < groupBacklog; i++ {
+		commit(i)
+	}
+	untilWritesQueued(t, s, groupBacklog-1)
+	s.writes.mu.Lock()
+	writers := s.writes.writers
+	s.writes.mu.Unlock()
+	if writers != 1 || len(h.batchSizes()) != 1 {
+		t.Fatalf("%d writers and transactions of %v writes with %d writes queued; want the held one alone",
+			writers, h.batchSizes(), groupBacklog-1)
+	}
+
+	// The backlog's last write starts a second transaction, which writes
+	// them all while the first is still held.
+	commit(groupBacklog)
+	wg.Wait()
+	if sizes := h.batchSizes(); len(sizes) != 2 || sizes[1] != groupBacklog {
+		t.Fatalf("transactions of %v writes; want [1 %d]", sizes, groupBacklog)
+	}
+	release()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range runs {
+		if seq := seqOf(t, s, r.ID); (i > 0 && errs[i] != nil) || seq != r.Seq+1 {
+			t.Errorf("the commit to %s: %v, at Seq %d; want written at Seq %d", r.ID, errs[i], seq, r.Seq+1)
+		}
+	}
+}

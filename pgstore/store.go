@@ -53,8 +53,9 @@ type Options struct {
 	MaxConns int32
 
 	// WriteGroups bounds the transactions of commits and creations under
-	// way at once; the ones that arrive meanwhile share the next ones
-	// (groups.go). Zero takes DefaultWriteGroups.
+	// way at once. The ones that arrive while one is under way share the
+	// next; another starts only for a backlog (groups.go). Zero takes
+	// DefaultWriteGroups.
 	WriteGroups int
 
 	// StatementTimeout is set as statement_timeout on every connection,

@@ -131,8 +131,9 @@ type Postgres struct {
 	// max_connections.
 	MaxConns int
 	// WriteGroups bounds the transactions of commits and creations this
-	// node has under way at once (default 4); the ones that arrive
-	// meanwhile share the next transactions (group commit).
+	// node has under way at once (default 4); the ones that arrive while
+	// one is under way share the next, and another starts only for a
+	// backlog (group commit).
 	WriteGroups int
 	// StatementTimeout bounds every statement (default 30s).
 	StatementTimeout time.Duration
