@@ -47,15 +47,15 @@ import (
 const maxWriteGroup = 64
 
 // groupBacklog is how many writes wait in the queue, while a transaction
-// of them is under way, before another one starts. Below it, they wait
-// for the one under way and share its writer's next: the larger a group,
-// the less each of its writes costs the server, and a transaction more
-// at once pays off only when one writer cannot keep up. On 2 cores, a
-// new transaction for every write that queued (the rule before, up to
+// of them is under way, before another one starts. Below it, they wait for
+// the one under way and share its writer's next: the larger a group, the
+// less each of its writes costs the server, and a transaction more at once
+// pays off only when one writer cannot keep up. On 2 cores, a new
+// transaction for every write that queued (the rule before, up to
 // WriteGroups) made groups of 2.6 writes at 16 clients, where this makes
-// groups of 8 at half the server's CPU a Run and 1.3 times the Runs/s;
-// at 64 and 256 clients, where the backlog starts more, it gave more
-// Runs/s too (docs/BENCHMARKS.md, "A transaction more only for a
+// groups of 8 at half the server's CPU a Run and 1.1 to 1.3 times the
+// Runs/s; at 64 and 256 clients, where the backlog starts more, it gave
+// more Runs/s too (docs/BENCHMARKS.md, "A transaction more only for a
 // backlog").
 const groupBacklog = maxWriteGroup / 2
 
