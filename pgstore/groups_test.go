@@ -334,6 +334,7 @@ func TestAnotherTransactionStartsOnlyForABacklog(t *testing.T) {
 	// The backlog's last write starts a second transaction, which writes
 	// them all while the first is still held.
 	commit(groupBacklog)
+	untilCount(t, "transactions begun", 2, func() int { return len(h.batchSizes()) })
 	wg.Wait()
 	if sizes := h.batchSizes(); len(sizes) != 2 || sizes[1] != groupBacklog {
 		t.Fatalf("transactions of %v writes; want [1 %d]", sizes, groupBacklog)
