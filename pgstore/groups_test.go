@@ -12,8 +12,8 @@ import (
 	"github.com/agenthost/agenthost/runtime"
 )
 
-func holdFirstGroup(s *Store) *heldBatches {
-	h := newHeldBatches()
+func holdFirstGroup(t *testing.T, s *Store) *heldBatches {
+	h := newHeldBatches(t)
 	s.writeGroupHook = h.hook
 	return h
 }
@@ -28,11 +28,11 @@ func untilWritesQueued(t *testing.T, s *Store, n int) {
 	})
 }
 
-// openGroupStore opens a Store with one transaction of writes under way
-// at most, so that whatever arrives while it is held queues.
-func openGroupStore(t *testing.T, dsn string) *Store {
+// openGroupStore opens a Store with writeGroups transactions of writes
+// under way at most; with 1, whatever arrives while one is held queues.
+func openGroupStore(t *testing.T, dsn string, writeGroups int) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), Options{DSN: dsn, Schema: freshSchema(t, dsn), Logger: quietLogger(), WriteGroups: 1})
+	s, err := Open(context.Background(), Options{DSN: dsn, Schema: freshSchema(t, dsn), Logger: quietLogger(), WriteGroups: writeGroups})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ type outcome struct {
 // ordinal, a creation of a used run ID is refused and leaves no session
 // behind. What was refused wrote nothing.
 func TestWritesThatQueueShareATransactionEachJudgedAsAlone(t *testing.T) {
-	s := openGroupStore(t, pgserver.NewDatabase(t))
+	s := openGroupStore(t, pgserver.NewDatabase(t), 1)
 	ctx := context.Background()
 	r0 := newRun(t, s, "t", "s0", "r0", 1)
 	r1 := newRun(t, s, "t", "s1", "r1", 1)
@@ -88,7 +88,7 @@ func TestWritesThatQueueShareATransactionEachJudgedAsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	groups0, grouped0 := s.CommitGroups()
-	h := holdFirstGroup(s)
+	h := holdFirstGroup(t, s)
 	held := make(chan error, 1)
 	go func() { _, err := s.Commit(ctx, startCommit(t, r0, "held")); held <- err }()
 	<-h.entered
@@ -132,7 +132,7 @@ func TestWritesThatQueueShareATransactionEachJudgedAsAlone(t *testing.T) {
 		})
 	}
 	untilWritesQueued(t, s, len(writes))
-	close(h.release)
+	h.release()
 	wg.Wait()
 	if err := <-held; err != nil {
 		t.Fatal(err)
@@ -183,12 +183,12 @@ func TestAnAbortedGroupIsWrittenAgainAloneAndTheErrorIsOneWrites(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '1s'); END $$`); err != nil {
 		t.Fatal(err)
 	}
-	s := openGroupStore(t, dsn)
+	s := openGroupStore(t, dsn, 1)
 	ctx := context.Background()
 	r0 := newRun(t, s, "t", "s0", "r0", 1)
 	runs := []loop.Run{newRun(t, s, "t", "s1", "r1", 1), newRun(t, s, "t", "s2", "r2", 1), newRun(t, s, "t", "s3", "r3", 1)}
 	lock := holdSessionLock(t, dsn, s.opts.Schema, "t", "s2")
-	h := holdFirstGroup(s)
+	h := holdFirstGroup(t, s)
 	held := make(chan error, 1)
 	go func() { _, err := s.Commit(ctx, startCommit(t, r0, "held")); held <- err }()
 	<-h.entered
@@ -198,7 +198,7 @@ func TestAnAbortedGroupIsWrittenAgainAloneAndTheErrorIsOneWrites(t *testing.T) {
 		wg.Go(func() { _, errs[i] = s.Commit(ctx, startCommit(t, r, "c")) })
 	}
 	untilWritesQueued(t, s, len(runs))
-	close(h.release)
+	h.release()
 	wg.Wait()
 	lock.release()
 	if err := <-held; err != nil {
@@ -224,10 +224,10 @@ func TestAnAbortedGroupIsWrittenAgainAloneAndTheErrorIsOneWrites(t *testing.T) {
 // A caller whose context ends while its write is queued withdraws it:
 // it gets the context's error and nothing is written.
 func TestAWriteWithdrawnFromTheQueueIsNotWritten(t *testing.T) {
-	s := openGroupStore(t, pgserver.NewDatabase(t))
+	s := openGroupStore(t, pgserver.NewDatabase(t), 1)
 	ctx := context.Background()
 	r0, r1 := newRun(t, s, "t", "s0", "r0", 1), newRun(t, s, "t", "s1", "r1", 1)
-	h := holdFirstGroup(s)
+	h := holdFirstGroup(t, s)
 	held := make(chan error, 1)
 	go func() { _, err := s.Commit(ctx, startCommit(t, r0, "held")); held <- err }()
 	<-h.entered
@@ -240,7 +240,7 @@ func TestAWriteWithdrawnFromTheQueueIsNotWritten(t *testing.T) {
 		t.Fatalf("a withdrawn commit: %v; want context.Canceled as ErrStoreUnavailable", err)
 	}
 	untilWritesQueued(t, s, 0)
-	close(h.release)
+	h.release()
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
@@ -257,10 +257,10 @@ func TestAWriteWithdrawnFromTheQueueIsNotWritten(t *testing.T) {
 // once, not knowing whether it was written, and takes no other write of
 // the group down with it.
 func TestACallerThatGivesUpTakesNoOneElsesWriteDown(t *testing.T) {
-	s := openGroupStore(t, pgserver.NewDatabase(t))
+	s := openGroupStore(t, pgserver.NewDatabase(t), 1)
 	ctx := context.Background()
 	r0, r1, r2 := newRun(t, s, "t", "s0", "r0", 1), newRun(t, s, "t", "s1", "r1", 1), newRun(t, s, "t", "s2", "r2", 1)
-	h := holdFirstGroup(s)
+	h := holdFirstGroup(t, s)
 	held := make(chan error, 1)
 	go func() { _, err := s.Commit(ctx, startCommit(t, r0, "held")); held <- err }()
 	<-h.entered
@@ -278,7 +278,7 @@ func TestACallerThatGivesUpTakesNoOneElsesWriteDown(t *testing.T) {
 		}
 	}
 	h.mu.Unlock()
-	close(h.release)
+	h.release()
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
@@ -298,20 +298,13 @@ func TestACallerThatGivesUpTakesNoOneElsesWriteDown(t *testing.T) {
 // them wait, which it takes: below that, a transaction more at once
 // costs the server more than it saves the writes' wait.
 func TestAnotherTransactionStartsOnlyForABacklog(t *testing.T) {
-	dsn := pgserver.NewDatabase(t)
+	s := openGroupStore(t, pgserver.NewDatabase(t), 2)
 	ctx := context.Background()
-	s, err := Open(ctx, Options{DSN: dsn, Schema: freshSchema(t, dsn), Logger: quietLogger(), WriteGroups: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
 	runs := make([]loop.Run, 1+groupBacklog)
 	for i := range runs {
 		runs[i] = newRun(t, s, "t", fmt.Sprintf("s%d", i), fmt.Sprintf("r%d", i), 1)
 	}
-	h := holdFirstGroup(s)
-	release := sync.OnceFunc(func() { close(h.release) })
-	t.Cleanup(release) // before the Store's: a test that fails lets the held write end
+	h := holdFirstGroup(t, s)
 	held := make(chan error, 1)
 	go func() { _, err := s.Commit(ctx, startCommit(t, runs[0], "c")); held <- err }()
 	<-h.entered
@@ -339,7 +332,7 @@ func TestAnotherTransactionStartsOnlyForABacklog(t *testing.T) {
 	if sizes := h.batchSizes(); len(sizes) != 2 || sizes[1] != groupBacklog {
 		t.Fatalf("transactions of %v writes; want [1 %d]", sizes, groupBacklog)
 	}
-	release()
+	h.release()
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}

@@ -37,19 +37,26 @@ func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p
 var _ io.Writer = tWriter{}
 
 // heldBatches holds the first batch of writes (of KV writes, or a group
-// of commits and creations) back until release is closed, and records
-// every batch's size. onLater, when set, is called with each later
-// batch's size before it is written.
+// of commits and creations) back until release, and records every
+// batch's size. onLater, when set, is called with each later batch's
+// size before it is written.
 type heldBatches struct {
-	mu      sync.Mutex
-	sizes   []int
-	entered chan struct{} // closed when the first batch is held
-	release chan struct{}
-	onLater func(n int)
+	mu       sync.Mutex
+	sizes    []int
+	entered  chan struct{} // closed when the first batch is held
+	released chan struct{}
+	release  func() // lets the first batch go; safe to call more than once
+	onLater  func(n int)
 }
 
-func newHeldBatches() *heldBatches {
-	return &heldBatches{entered: make(chan struct{}), release: make(chan struct{})}
+// newHeldBatches makes a hold that t's cleanup releases, ahead of the
+// cleanups registered before it (the Store's Close): a test that fails
+// while a batch is held lets it end instead of waiting for it forever.
+func newHeldBatches(t *testing.T) *heldBatches {
+	h := &heldBatches{entered: make(chan struct{}), released: make(chan struct{})}
+	h.release = sync.OnceFunc(func() { close(h.released) })
+	t.Cleanup(h.release)
+	return h
 }
 
 // hook is the store's hook for a batch of n writes.
@@ -60,7 +67,7 @@ func (h *heldBatches) hook(n int) {
 	h.mu.Unlock()
 	if first {
 		close(h.entered)
-		<-h.release
+		<-h.released
 	} else if later != nil {
 		later(n)
 	}

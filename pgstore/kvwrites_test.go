@@ -11,8 +11,8 @@ import (
 	"github.com/agenthost/agenthost/runtime"
 )
 
-func holdFirstKVBatch(s *Store) *heldBatches {
-	h := newHeldBatches()
+func holdFirstKVBatch(t *testing.T, s *Store) *heldBatches {
+	h := newHeldBatches(t)
 	s.kvBatchHook = func(_, _ string, n int) { h.hook(n) }
 	return h
 }
@@ -40,7 +40,7 @@ func openKVStore(t *testing.T, quota int64) *Store {
 // under the plugin's usage lock.)
 func TestKVWritesOfOnePluginShareATransaction(t *testing.T) {
 	s := openKVStore(t, 1<<20)
-	h := holdFirstKVBatch(s)
+	h := holdFirstKVBatch(t, s)
 	ctx := context.Background()
 	const writers = 64
 	errs := make(chan error, writers)
@@ -53,7 +53,7 @@ func TestKVWritesOfOnePluginShareATransaction(t *testing.T) {
 		go write(i)
 	}
 	untilQueued(t, s, writers-1)
-	close(h.release)
+	h.release()
 	for range writers {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -85,7 +85,7 @@ func TestKVWritesOfOnePluginShareATransaction(t *testing.T) {
 // quota for the writes after it.
 func TestKVWritesInOneTransactionAreJudgedInOrder(t *testing.T) {
 	s := openKVStore(t, 100)
-	h := holdFirstKVBatch(s)
+	h := holdFirstKVBatch(t, s)
 	ctx := context.Background()
 	type write struct {
 		key, value string
@@ -110,7 +110,7 @@ func TestKVWritesInOneTransactionAreJudgedInOrder(t *testing.T) {
 		go func() { errs[i+1] <- s.KVSet(ctx, "t", "p", []byte(w.key), []byte(w.value)) }()
 		untilQueued(t, s, i+1) // queued in this order
 	}
-	close(h.release)
+	h.release()
 	if err := <-errs[0]; err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestKVWritesInOneTransactionAreJudgedInOrder(t *testing.T) {
 // it out: nothing is written, and the writes behind it are.
 func TestAKVWriteWithdrawnFromTheQueueIsNotWritten(t *testing.T) {
 	s := openKVStore(t, 1<<20)
-	h := holdFirstKVBatch(s)
+	h := holdFirstKVBatch(t, s)
 	ctx := context.Background()
 	lead := make(chan error, 1)
 	go func() { lead <- s.KVSet(ctx, "t", "p", []byte("lead"), []byte("x")) }()
@@ -155,7 +155,7 @@ func TestAKVWriteWithdrawnFromTheQueueIsNotWritten(t *testing.T) {
 	if err := <-withdrawn; !errors.Is(err, context.Canceled) || !errors.Is(err, runtime.ErrStoreUnavailable) {
 		t.Fatalf("the withdrawn write: %v; want the context's error", err)
 	}
-	close(h.release)
+	h.release()
 	for _, ch := range []chan error{lead, after} {
 		if err := <-ch; err != nil {
 			t.Fatal(err)
