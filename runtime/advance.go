@@ -57,6 +57,10 @@ type advanceReq struct {
 	// this advance as its first step (firstStep): no Run precedes it, so
 	// its builder's history is empty, and it is not read.
 	firstOfSession bool
+	// from is the slot of the executor call whose answer this advance
+	// commits, on that call's goroutine: perform hands it a call to make
+	// next (launch).
+	from *callSlot
 }
 
 // advanceKind is what prompts an advance.
@@ -508,7 +512,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			// other (a settlement's, after recovery's or a duplicate's
 			// advance that wrote nothing).
 			rt.ownerRead(req.tenant, req.session, run, epoch)
-			rt.perform(tenant, next, epoch, fx)
+			rt.perform(tenant, next, epoch, fx, req.from)
 			return next, nil
 		}
 		cmd := fmt.Sprintf("advance/%s@%d", run.ID, run.Seq)
@@ -607,7 +611,7 @@ func (rt *Runtime) advance(ctx context.Context, req advanceReq) (cur loop.Run, e
 			return next, nil
 		}
 		sessionIdle = res.SessionIdle && next.Status.Terminal()
-		rt.perform(tenant, next, epoch, fx)
+		rt.perform(tenant, next, epoch, fx, req.from)
 		return next, nil
 	}
 }

@@ -97,6 +97,11 @@
 //     the executor answers, before it takes any Run's advance lock to
 //     commit the answer (commitSettlement, recordPending, recordDeferral),
 //     so a launcher waiting for a token never waits on a lock it holds.
+//     When that commit obliges another call, perform hands the first one
+//     to the committing goroutine (callSlot.handOver) instead of starting
+//     one: runCalls makes it once the call before it has returned, and
+//     waits for its token there, holding no lock. It makes none once Stop
+//     or the loss of the lease has begun (mayStart).
 //   - Watcher timer: the Watcher's Clock timer (Watcher.onTimer, armed by
 //     Watcher.armLocked) takes the due items out under the Watcher's mu,
 //     lets it go, and calls onWatcherFire, which starts the watcher

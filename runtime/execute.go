@@ -240,7 +240,7 @@ func (rt *Runtime) stepped(t *Tenant, created, next loop.Run, epoch uint64, step
 	rt.observeCommit(created, next, step.events)
 	rt.committed(next)
 	rt.hub.Publish(Notice{Tenant: next.Tenant, RunID: next.ID, Seq: next.Seq})
-	rt.perform(t, next, epoch, step.fx)
+	rt.perform(t, next, epoch, step.fx, nil)
 }
 
 // Execute submits a Run and drives it until it is terminal, in a quiescent

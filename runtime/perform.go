@@ -23,14 +23,18 @@ import (
 // (write-ahead dispatch): executor calls for the dispatched effects,
 // cancels, watcher wake-ups, and the adoption of any executing effect this
 // process is not handling yet.
-func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects) {
+//
+// from is the call slot of the executor call whose answer the advance
+// committed, when one did (nil otherwise): its goroutine runs the first
+// of these calls once it is done (launch), instead of starting another.
+func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects, from *callSlot) {
 	fresh := map[string]bool{}
 	for _, d := range fx.dispatched {
 		// reserveDispatches reserved these before the commit.
 		key := assignment(run, d.effect.ID, d.effect.Attempt)
 		fresh[d.effect.ID] = true
 		e, req := d.effect, d.request
-		rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, req, abi.ExportStart, slot) })
+		rt.launch(from, key, func(slot *callSlot) { rt.callExecutor(t, run, e, req, abi.ExportStart, slot) })
 	}
 	cancelling := map[string]bool{}
 	for _, a := range fx.cancels {
@@ -47,7 +51,7 @@ func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects
 			rt.forgetBudgetWait(run.Tenant, key)
 		}
 		e := *run.Effect(a.EffectID)
-		rt.launch(key, func(slot *callSlot) { rt.callCancel(t, run, e, slot) })
+		rt.launch(from, key, func(slot *callSlot) { rt.callCancel(t, run, e, slot) })
 	}
 	for _, e := range run.Executing() {
 		if fresh[e.ID] || cancelling[e.ID] {
@@ -64,11 +68,11 @@ func (rt *Runtime) perform(t *Tenant, run loop.Run, epoch uint64, fx sideEffects
 		e := e
 		switch {
 		case e.Epoch != epoch:
-			rt.launch(key, func(slot *callSlot) { rt.recoverEffect(t, run, e, key, slot) })
+			rt.launch(from, key, func(slot *callSlot) { rt.recoverEffect(t, run, e, key, slot) })
 		case e.Handle != "":
-			rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, nil, abi.ExportPoll, slot) })
+			rt.launch(from, key, func(slot *callSlot) { rt.callExecutor(t, run, e, nil, abi.ExportPoll, slot) })
 		default:
-			rt.launch(key, func(slot *callSlot) { rt.callExecutor(t, run, e, nil, abi.ExportStart, slot) })
+			rt.launch(from, key, func(slot *callSlot) { rt.callExecutor(t, run, e, nil, abi.ExportStart, slot) })
 		}
 	}
 	for _, a := range fx.wakes {
@@ -109,6 +113,12 @@ func (rt *Runtime) unreserveDispatches(run loop.Run, fx sideEffects) {
 // the runtime is stopping, the call is abandoned: the record stays
 // executing for recovery.
 //
+// A call launched from an executor call's goroutine (from, that call's
+// slot) is handed to that goroutine, if it has none yet, to run once
+// the call it is making is done (runCalls): a Run's next call goes on the
+// goroutine that committed the answer obliging it, without waking
+// another. The other calls each start a goroutine of their own.
+//
 // The executor calls in flight are bounded (Options.MaxCallsInFlight):
 // launch waits for a free call slot before it starts the goroutine, so
 // the caller (an advance, holding its Run's lock, on a driver's slot or an
@@ -118,8 +128,12 @@ func (rt *Runtime) unreserveDispatches(run loop.Run, fx sideEffects) {
 // back as soon as the executor answers (callSlot.free), before it commits
 // the answer: a goroutine holding a slot never waits for a Run's lock, so
 // a launcher waiting for a slot under its Run's lock cannot deadlock with
-// it.
-func (rt *Runtime) launch(key string, f func(slot *callSlot)) {
+// it. A call handed to a goroutine takes its slot there, once that
+// goroutine holds no lock.
+func (rt *Runtime) launch(from *callSlot, key string, f func(slot *callSlot)) {
+	if from.handOver(key, f) {
+		return
+	}
 	select {
 	case rt.calls <- struct{}{}:
 	case <-rt.life.Done():
@@ -127,19 +141,49 @@ func (rt *Runtime) launch(key string, f func(slot *callSlot)) {
 		return
 	}
 	slot := &callSlot{calls: rt.calls}
-	if !rt.goTracked(func() {
-		defer slot.free()
-		f(slot)
-	}) {
+	if !rt.goTracked(func() { rt.runCalls(slot, f) }) {
 		slot.free()
 		rt.abandon(key)
 	}
 }
 
-// callSlot is one launched call's slot among Options.MaxCallsInFlight.
+// runCalls runs f on slot, then, in turn, each call handed to the slot
+// it ran on (callSlot.handOver), each on a slot of its own: once a call
+// slot is free, unless the runtime is stopping (as goTracked would
+// refuse to start it); then the attempt is abandoned, for recovery.
+func (rt *Runtime) runCalls(slot *callSlot, f func(slot *callSlot)) {
+	for {
+		f(slot)
+		slot.free()
+		if slot.next == nil {
+			return
+		}
+		f = slot.next
+		key := slot.nextKey
+		select {
+		case rt.calls <- struct{}{}:
+		case <-rt.life.Done():
+			rt.abandon(key)
+			return
+		}
+		slot = &callSlot{calls: rt.calls}
+		if !rt.mayStart() {
+			slot.free()
+			rt.abandon(key)
+			return
+		}
+	}
+}
+
+// callSlot is one launched call's slot among Options.MaxCallsInFlight,
+// and the call its goroutine makes next, if one was handed to it.
 type callSlot struct {
 	once  sync.Once
 	calls chan struct{}
+	// next, on an attempt keyed nextKey, is the call handed to the slot's
+	// goroutine (handOver), which only that goroutine reads and writes.
+	next    func(slot *callSlot)
+	nextKey string
 }
 
 // free gives the slot back, once; a nil slot (a call the Watcher's
@@ -148,6 +192,17 @@ func (s *callSlot) free() {
 	if s != nil {
 		s.once.Do(func() { <-s.calls })
 	}
+}
+
+// handOver gives f, a call on the attempt keyed key, to the slot's
+// goroutine to make next, and reports whether it took it: a nil slot
+// has no goroutine to take it, and a goroutine takes one.
+func (s *callSlot) handOver(key string, f func(slot *callSlot)) bool {
+	if s == nil || s.next != nil {
+		return false
+	}
+	s.next, s.nextKey = f, key
+	return true
 }
 
 // abandon gives up the caller's hold on an attempt without an answer.
@@ -217,13 +272,13 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 	if exec == nil {
 		slot.free()
 		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "no executor is configured for "+effectTarget(e), true),
-			fmt.Errorf("runtime: the tenant has no executor for %s %q", e.Kind, e.Tool))
+			fmt.Errorf("runtime: the tenant has no executor for %s %q", e.Kind, e.Tool), slot)
 		return
 	}
 	call, err := rt.effectCall(ctx, run, e, request)
 	if err != nil {
 		slot.free()
-		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "the request for "+effectSubject(e)+" could not be prepared", true), err)
+		rt.settleFailed(run, e, key, failedOutcome(abi.ClassExecutorUnavailable, "the request for "+effectSubject(e)+" could not be prepared", true), err, slot)
 		return
 	}
 	if rt.halted.Load() {
@@ -263,7 +318,7 @@ func (rt *Runtime) callExecutor(t *Tenant, run loop.Run, e loop.Effect, request 
 	endEffectSpan(span, &e, reply, err)
 	slot.free()
 	rt.modelCallDone(spent, reply, err)
-	rt.onReply(run, e, key, export, reply, err)
+	rt.onReply(run, e, key, export, reply, err, slot)
 }
 
 // callCancel asks the executor to stop an attempt and settles it with the
@@ -297,5 +352,5 @@ func (rt *Runtime) callCancel(t *Tenant, run loop.Run, e loop.Effect, slot *call
 		}
 	}
 	slot.free()
-	rt.commitSettlement(run, e, key, o)
+	rt.commitSettlement(run, e, key, o, slot)
 }

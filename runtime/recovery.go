@@ -312,7 +312,7 @@ func (rt *Runtime) recoverEffect(t *Tenant, run loop.Run, e loop.Effect, key str
 		}
 	}
 	slot.free()
-	rt.actOnAttach(run, e, key, st)
+	rt.actOnAttach(run, e, key, st, slot)
 }
 
 // logTakeover logs that the plugin version taken takes over an attempt
@@ -337,7 +337,7 @@ func takenOver(run *loop.Run, e loop.Effect) *loop.PluginRef {
 // actOnAttach plans what to do about an attempt whose state an attach (or
 // a failed call) found, with recovery.Plan, and carries the command out.
 // The caller holds the attempt as being called.
-func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recovery.AttachState) {
+func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recovery.AttachState, slot *callSlot) {
 	deferrals, firstMS := rt.attempts.Deferral(key)
 	if e.DeferredSince != 0 && (firstMS == 0 || e.DeferredSince < firstMS) {
 		// An earlier incarnation deferred it first: max_defer counts from
@@ -356,7 +356,7 @@ func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recov
 	switch cmd.Decision {
 	case recovery.Reattach:
 		rt.attempts.ClearDeferral(key)
-		rt.recordPending(run, e, key, abi.EffectReply{State: abi.StatePending, Handle: cmd.Handle, PollAfterMS: cmd.PollAfterMS})
+		rt.recordPending(run, e, key, abi.EffectReply{State: abi.StatePending, Handle: cmd.Handle, PollAfterMS: cmd.PollAfterMS}, slot)
 	case recovery.Defer:
 		rt.attempts.DeferAttach(key, now)
 		if e.DeferredSince == 0 {
@@ -373,7 +373,7 @@ func (rt *Runtime) actOnAttach(run loop.Run, e loop.Effect, key string, st recov
 		rt.notifyQuiescent(run) // it waits on the watcher now
 	default:
 		rt.attempts.ClearDeferral(key)
-		rt.commitSettlement(run, e, key, *cmd.Settlement.Outcome)
+		rt.commitSettlement(run, e, key, *cmd.Settlement.Outcome, slot)
 	}
 }
 

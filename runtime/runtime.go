@@ -742,6 +742,15 @@ func (rt *Runtime) goTracked(f func()) bool {
 	return true
 }
 
+// mayStart reports whether the runtime starts more work: goTracked's
+// test, for a goroutine that is tracked already and would go on to
+// another piece of work (runCalls).
+func (rt *Runtime) mayStart() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return !rt.stopped && !rt.expired
+}
+
 // Idle reports whether no goroutine of the runtime is working: no session
 // driver, no executor call, no Watcher batch. Together with a clock that
 // has no callback running, it marks a quiescent point (tests use it to

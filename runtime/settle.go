@@ -18,7 +18,7 @@ import (
 
 // onReply turns an executor reply into a settlement, a pending record and
 // a poll, or nothing (when the runtime is stopping, recovery owns it).
-func (rt *Runtime) onReply(run loop.Run, e loop.Effect, key, export string, reply abi.EffectReply, err error) {
+func (rt *Runtime) onReply(run loop.Run, e loop.Effect, key, export string, reply abi.EffectReply, err error, slot *callSlot) {
 	if err != nil {
 		if rt.life.Err() != nil {
 			rt.abandon(key) // stopping: the record stays for recovery
@@ -33,46 +33,46 @@ func (rt *Runtime) onReply(run loop.Run, e loop.Effect, key, export string, repl
 			// policy applies. Failing it at once would let a retry run
 			// work that may already be running.
 			rt.stats.UnavailableErrors.Add(1)
-			rt.actOnAttach(run, e, key, recovery.AttachState{Kind: recovery.AttachUnavailable, Reason: export + ": " + err.Error()})
+			rt.actOnAttach(run, e, key, recovery.AttachState{Kind: recovery.AttachUnavailable, Reason: export + ": " + err.Error()}, slot)
 			return
 		}
-		rt.settleFailed(run, e, key, loop.Outcome{State: loop.OutcomeFailed, Error: callFailure(effectSubject(e), err)}, err)
+		rt.settleFailed(run, e, key, loop.Outcome{State: loop.OutcomeFailed, Error: callFailure(effectSubject(e), err)}, err, slot)
 		return
 	}
 	switch reply.State {
 	case abi.StateDone:
 		o, err := decodeOutcome(e.Kind, reply.Outcome)
 		if err != nil {
-			rt.settleFailed(run, e, key, o, fmt.Errorf("%s: %w", export, err))
+			rt.settleFailed(run, e, key, o, fmt.Errorf("%s: %w", export, err), slot)
 			return
 		}
-		rt.commitSettlement(run, e, key, o)
+		rt.commitSettlement(run, e, key, o, slot)
 	case abi.StateFailed:
 		o := failedReplyOutcome(reply.Error)
 		if reply.Error != nil && o.Error.Message != reply.Error.Message {
 			// Cut to MaxPluginMessageBytes: the log keeps it whole.
 			rt.logEffectFailure(run, key, o.Error, fmt.Errorf("%s: the executor replied failed: %s", export, reply.Error.Message))
 		}
-		rt.commitSettlement(run, e, key, o)
+		rt.commitSettlement(run, e, key, o, slot)
 	case abi.StateUnknown:
 		rt.settleFailed(run, e, key, failedOutcome(abi.ClassLost, effectSubject(e)+" holds no record of the attempt", true),
-			fmt.Errorf("%s answered unknown", export))
+			fmt.Errorf("%s answered unknown", export), slot)
 	case abi.StatePending:
-		rt.recordPending(run, e, key, reply)
+		rt.recordPending(run, e, key, reply, slot)
 	default:
 		rt.settleFailed(run, e, key, failedOutcome(abi.ClassPluginProtocol, "the reply of "+effectSubject(e)+" broke the plugin ABI", false),
-			fmt.Errorf("%s answered state %q", export, reply.State))
+			fmt.Errorf("%s answered state %q", export, reply.State), slot)
 	}
 }
 
 // settleFailed commits a failed outcome of an attempt the caller holds,
 // as commitSettlement does, once the server's log has the detail behind
 // it (logEffectFailure).
-func (rt *Runtime) settleFailed(run loop.Run, e loop.Effect, key string, o loop.Outcome, detail error) {
+func (rt *Runtime) settleFailed(run loop.Run, e loop.Effect, key string, o loop.Outcome, detail error, slot *callSlot) {
 	if o.Error != nil {
 		rt.logEffectFailure(run, key, o.Error, detail)
 	}
-	rt.commitSettlement(run, e, key, o)
+	rt.commitSettlement(run, e, key, o, slot)
 }
 
 // failedOutcome is a failed outcome of class with msg, which is cut to
@@ -127,7 +127,7 @@ func decodeOutcome(kind abi.EffectKind, raw json.RawMessage) (loop.Outcome, erro
 // under its one settlement command ID, in a context detached from any
 // caller, and retries the commit until it is durable (commitOutcome). The
 // attempt stays held meanwhile: no advance adopts it and calls it again.
-func (rt *Runtime) commitSettlement(run loop.Run, e loop.Effect, key string, o loop.Outcome) {
+func (rt *Runtime) commitSettlement(run loop.Run, e loop.Effect, key string, o loop.Outcome, slot *callSlot) {
 	ok, err := rt.attempts.Settling(key)
 	if rt.check(err) != nil {
 		rt.abandon(key)
@@ -147,14 +147,16 @@ func (rt *Runtime) commitSettlement(run loop.Run, e loop.Effect, key string, o l
 	rk := runKey(run.Tenant, run.ID)
 	rt.settles.Add(rk, qs)
 	defer rt.settles.Remove(rk, qs)
-	rt.commitOutcome(key, "settlement", settleOutcome(run, qs, func(cur loop.Run) {
+	req := settleOutcome(run, qs, func(cur loop.Run) {
 		rt.check(rt.attempts.SettledDurably(key, cur.Status.Terminal()))
-	}))
+	})
+	req.from = slot
+	rt.commitOutcome(key, "settlement", req)
 }
 
 // recordPending records the handle of a pending attempt the caller holds,
 // and hands the attempt to the watcher for its polls.
-func (rt *Runtime) recordPending(run loop.Run, e loop.Effect, key string, reply abi.EffectReply) {
+func (rt *Runtime) recordPending(run loop.Run, e loop.Effect, key string, reply abi.EffectReply, slot *callSlot) {
 	// The attempt is watched, and its poll registered, before the commit,
 	// so that by the time anyone learns of the pending record the watcher
 	// holds it. The call's hold stays until the record is durable.
@@ -172,9 +174,11 @@ func (rt *Runtime) recordPending(run loop.Run, e loop.Effect, key string, reply 
 		interval = time.Duration(reply.PollAfterMS) * time.Millisecond
 	}
 	polled := rt.schedulePoll(run, e, key, reply.Handle, interval)
-	committed := rt.commitOutcome(key, "pending record", pendingHandle(run, e, key, reply.Handle, func(loop.Run) {
+	req := pendingHandle(run, e, key, reply.Handle, func(loop.Run) {
 		rt.check(rt.attempts.Release(key))
-	}))
+	})
+	req.from = slot
+	committed := rt.commitOutcome(key, "pending record", req)
 	if !committed {
 		rt.watcher.Cancel("poll/" + key)
 	}

@@ -115,7 +115,7 @@ func (rt *Runtime) runWatchItem(it watcher.Item) {
 		if gone != nil {
 			// The version that started it was unloaded (its drain ran
 			// out): as at a restart, the missing-effect policy decides.
-			rt.actOnAttach(run, e, key, recovery.AttachState{Kind: recovery.AttachVersionGone, Reason: gone.Error()})
+			rt.actOnAttach(run, e, key, recovery.AttachState{Kind: recovery.AttachVersionGone, Reason: gone.Error()}, nil)
 			return
 		}
 		if taken != nil {
@@ -149,7 +149,7 @@ func (rt *Runtime) runWatchItem(it watcher.Item) {
 			rt.notifyQuiescent(run)
 			return
 		}
-		rt.onReply(run, ef, key, abi.ExportPoll, reply, err)
+		rt.onReply(run, ef, key, abi.ExportPoll, reply, err, nil)
 	}
 }
 
