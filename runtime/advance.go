@@ -59,7 +59,7 @@ type advanceReq struct {
 	firstOfSession bool
 	// from is the slot of the executor call whose answer this advance
 	// commits, on that call's goroutine: perform hands it a call to make
-	// next (launch).
+	// next (launch). nil when the advance is not on such a goroutine.
 	from *callSlot
 }
 

@@ -18,6 +18,9 @@ import (
 
 // onReply turns an executor reply into a settlement, a pending record and
 // a poll, or nothing (when the runtime is stopping, recovery owns it).
+// slot is the call's (nil for a watcher worker's): the first call the
+// news obliges is handed to its goroutine (launch). settleFailed,
+// commitSettlement, recordPending and actOnAttach pass it on alike.
 func (rt *Runtime) onReply(run loop.Run, e loop.Effect, key, export string, reply abi.EffectReply, err error, slot *callSlot) {
 	if err != nil {
 		if rt.life.Err() != nil {
