@@ -134,16 +134,23 @@ func (rt *Runtime) launch(from *callSlot, key string, f func(slot *callSlot)) {
 	if from.handOver(key, f) {
 		return
 	}
-	select {
-	case rt.calls <- struct{}{}:
-	case <-rt.life.Done():
-		rt.abandon(key)
-		return
-	}
-	slot := &callSlot{calls: rt.calls}
-	if !rt.goTracked(func() { rt.runCalls(slot, f) }) {
+	slot, ok := rt.takeSlot(key)
+	if ok && !rt.goTracked(func() { rt.runCalls(slot, f) }) {
 		slot.free()
 		rt.abandon(key)
+	}
+}
+
+// takeSlot waits for a free call slot for a call on the attempt keyed
+// key; if the runtime's life ends first, it abandons the attempt, for
+// recovery, and reports false.
+func (rt *Runtime) takeSlot(key string) (*callSlot, bool) {
+	select {
+	case rt.calls <- struct{}{}:
+		return &callSlot{calls: rt.calls}, true
+	case <-rt.life.Done():
+		rt.abandon(key)
+		return nil, false
 	}
 }
 
@@ -160,13 +167,10 @@ func (rt *Runtime) runCalls(slot *callSlot, f func(slot *callSlot)) {
 		}
 		f = slot.next
 		key := slot.nextKey
-		select {
-		case rt.calls <- struct{}{}:
-		case <-rt.life.Done():
-			rt.abandon(key)
+		var ok bool
+		if slot, ok = rt.takeSlot(key); !ok {
 			return
 		}
-		slot = &callSlot{calls: rt.calls}
 		if !rt.mayStart() {
 			slot.free()
 			rt.abandon(key)

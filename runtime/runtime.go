@@ -727,7 +727,7 @@ func (rt *Runtime) nowMS() int64 { return rt.clock.Now().UnixMilli() }
 // nothing: no call, no recovery pass, no watchdog scan).
 func (rt *Runtime) goTracked(f func()) bool {
 	rt.mu.Lock()
-	if rt.stopped || rt.expired {
+	if !rt.startsWorkLocked() {
 		rt.mu.Unlock()
 		return false
 	}
@@ -748,8 +748,12 @@ func (rt *Runtime) goTracked(f func()) bool {
 func (rt *Runtime) mayStart() bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return !rt.stopped && !rt.expired
+	return rt.startsWorkLocked()
 }
+
+// startsWorkLocked is mayStart's test, under rt.mu: the runtime is
+// neither stopping nor past its lease.
+func (rt *Runtime) startsWorkLocked() bool { return !rt.stopped && !rt.expired }
 
 // Idle reports whether no goroutine of the runtime is working: no session
 // driver, no executor call, no Watcher batch. Together with a clock that
