@@ -64,7 +64,8 @@
 //     (tenant, plugin), made on demand (a call waits for one beyond that,
 //     or while the host-wide memory cap leaves no room), of which 4 are
 //     kept idle after their call and evicted after 5 minutes idle on the
-//     host clock, the others closed at once. An instance
+//     host clock, the others closed once unused for a second (a burst's,
+//     kept for the next wave of calls). An instance
 //     that trapped, timed out, ran out of memory, produced too much output
 //     or was aborted by a host function is closed, never reused.
 //

@@ -118,9 +118,9 @@ type PoolStats struct {
 	Idle    int // instances waiting in the pool
 	InUse   int // instances serving a call
 	Created int // instances created since the pool was
-	Evicted int // idle instances closed for idleness or memory
+	Evicted int // idle instances closed for idleness (IdleTimeout) or memory
 	Failed  int // instances discarded after a trap, timeout or limit
-	Trimmed int // instances closed on release, PoolSize being idle already and no call wanting one, and the idle beyond PoolSize closed with them
+	Trimmed int // idle instances beyond PoolSize closed once unused for burstLinger
 	Waiting int // calls waiting for an instance (or for memory for one), now
 	Waited  int // calls that waited for an instance since the pool was
 }

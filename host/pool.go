@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,24 +17,23 @@ import (
 // that finds no instance idle makes one while there are fewer, in its
 // turn (acquire), and waits for one within its context beyond that, or
 // while the host-wide memory cap leaves no room for another
-// (Host.waitForRoom). Up to Limits.PoolSize instances are kept idle after
-// their call, reused last-in first-out and closed after
-// Limits.IdleTimeout on the host clock. An instance released while
-// PoolSize are idle already is kept too while other calls want one
-// (demand), and closed at once otherwise, with any idle beyond PoolSize:
-// a burst of calls (a restart's attaches) is served by the instances it
-// made, instead of closing each one past PoolSize as its call ends and
-// making another for the call that waited. An instance that failed is
-// closed, never put back.
+// (Host.waitForRoom). Every instance goes back idle after its call,
+// reused last-in first-out. Up to Limits.PoolSize stay idle until
+// Limits.IdleTimeout on the host clock; the ones beyond PoolSize that a
+// burst of calls left are closed, the oldest first, once unused for
+// burstLinger (the idle sweep), or sooner when the host needs their memory
+// (Host.evictIdleFor). So calls that come in waves (the Runs a group
+// commit wakes at once, each holding its instance while it waits on the
+// network or on a KV write; a restart's attaches) are served by the
+// instances the first wave made, instead of closing each past PoolSize as
+// its call ends and making another for the next wave. An instance that
+// failed is closed, never put back.
 type pool struct {
 	p      *Plugin
 	tenant string
 	slots  chan struct{} // one token per instance in use or being made
 	// waiting counts the callers waiting for a token or for memory.
 	waiting atomic.Int64
-	// demand counts the calls in acquire: those that want an instance
-	// and have none yet.
-	demand atomic.Int64
 
 	mu   sync.Mutex
 	idle []*instance
@@ -42,8 +43,16 @@ type pool struct {
 	inUse  int
 	closed bool
 	timer  runtime.Timer // the armed idle sweep, if any
-	st     PoolStats
+	// sweepAt is when the armed sweep runs.
+	sweepAt time.Time
+	st      PoolStats
 }
+
+// burstLinger is how long an idle instance beyond PoolSize waits for a
+// call before the sweep closes it. Long enough to span the gaps between
+// waves of calls (a group commit's, milliseconds apart), short enough
+// that a burst's instances give their memory back soon after it.
+const burstLinger = time.Second
 
 // slowInstanceWait is the wait for an instance past which a call logs it.
 const slowInstanceWait = time.Second
@@ -64,8 +73,6 @@ func newPool(p *Plugin, tenant string) *pool {
 // The wait for a turn is part of making the instance, as the making is:
 // neither counts as a wait for an instance.
 func (pl *pool) acquire(ctx context.Context, export string) (*instance, error) {
-	pl.demand.Add(1)
-	defer pl.demand.Add(-1)
 	wait := callWait{plugin: pl.p.name} // begun once the call has to wait
 	defer pl.noteWait(&wait)
 	select {
@@ -206,10 +213,9 @@ func (pl *pool) noteWait(w *callWait) {
 	}
 }
 
-// release gives an instance back: to the idle list when keep is set, the
-// pool is open, and fewer than PoolSize are idle or another call wants
-// an instance (demand); otherwise it is closed (its memory freed), and so
-// are the idle instances beyond PoolSize that a burst left.
+// release gives an instance back: to the idle list when keep is set and
+// the pool is open (the sweep closes what is beyond PoolSize later),
+// else it is closed, its memory freed.
 func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
 	defer pl.p.h.budget.returned()
 	pl.mu.Lock()
@@ -217,8 +223,7 @@ func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
 	if !keep {
 		pl.st.Failed++
 	}
-	size := pl.p.spec.Limits.PoolSize
-	if keep && !pl.closed && (len(pl.idle) < size || pl.demand.Load() > 0) {
+	if keep && !pl.closed {
 		in.lastUsed = pl.p.h.clock.Now()
 		pl.idle = append(pl.idle, in)
 		pl.wakeLocked()
@@ -227,23 +232,8 @@ func (pl *pool) release(ctx context.Context, in *instance, keep bool) {
 		<-pl.slots
 		return
 	}
-	var surplus []*instance
-	if keep && !pl.closed {
-		pl.st.Trimmed++
-		// The oldest first: the idle list is reused last-in first-out.
-		if n := len(pl.idle) - size; n > 0 {
-			surplus = append(surplus, pl.idle[:n]...)
-			kept := copy(pl.idle, pl.idle[n:])
-			clear(pl.idle[kept:])
-			pl.idle = pl.idle[:kept]
-			pl.st.Trimmed += n
-		}
-	}
 	pl.mu.Unlock()
 	in.close(ctx)
-	for _, s := range surplus {
-		s.close(ctx)
-	}
 	<-pl.slots
 }
 
@@ -256,9 +246,13 @@ func (pl *pool) wakeLocked() {
 	}
 }
 
-// armSweepLocked arms the idle sweep for the oldest idle instance.
+// armSweepLocked arms the idle sweep for the first idle instance due to
+// be closed: the oldest, after burstLinger when more than PoolSize are
+// idle, else after IdleTimeout. A sweep armed for later is armed again
+// for then; one that could not be stopped is under way and arms the next
+// itself.
 func (pl *pool) armSweepLocked() {
-	if pl.timer != nil || len(pl.idle) == 0 || pl.closed {
+	if len(pl.idle) == 0 || pl.closed {
 		return
 	}
 	oldest := pl.idle[0].lastUsed
@@ -267,27 +261,52 @@ func (pl *pool) armSweepLocked() {
 			oldest = in.lastUsed
 		}
 	}
-	wait := oldest.Add(pl.p.spec.Limits.IdleTimeout).Sub(pl.p.h.clock.Now())
-	pl.timer = pl.p.h.clock.AfterFunc(wait, pl.sweep)
+	at := oldest.Add(pl.idleLimit(len(pl.idle)))
+	if pl.timer != nil {
+		if !at.Before(pl.sweepAt) || !pl.timer.Stop() {
+			return
+		}
+	}
+	pl.sweepAt = at
+	pl.timer = pl.p.h.clock.AfterFunc(at.Sub(pl.p.h.clock.Now()), pl.sweep)
 }
 
-// sweep closes the instances idle for IdleTimeout or longer.
+// idleLimit is how long the oldest of n idle instances may stay idle:
+// burstLinger when it is beyond PoolSize (never longer than IdleTimeout),
+// else IdleTimeout.
+func (pl *pool) idleLimit(n int) time.Duration {
+	limits := pl.p.spec.Limits
+	if n > limits.PoolSize {
+		return min(burstLinger, limits.IdleTimeout)
+	}
+	return limits.IdleTimeout
+}
+
+// sweep closes the idle instances due: the oldest first, each one that
+// has been idle for its idleLimit, given how many are idle beside it. The
+// idle list stays oldest first, as reuse from its end wants it.
 func (pl *pool) sweep() {
 	now := pl.p.h.clock.Now()
 	pl.mu.Lock()
 	pl.timer = nil
-	var stale []*instance
-	kept := pl.idle[:0]
-	for _, in := range pl.idle {
-		if !now.Before(in.lastUsed.Add(pl.p.spec.Limits.IdleTimeout)) {
-			stale = append(stale, in)
+	idle := pl.idle
+	sort.SliceStable(idle, func(a, b int) bool { return idle[a].lastUsed.Before(idle[b].lastUsed) })
+	n := 0
+	for ; n < len(idle); n++ {
+		left := len(idle) - n
+		if now.Before(idle[n].lastUsed.Add(pl.idleLimit(left))) {
+			break
+		}
+		if left > pl.p.spec.Limits.PoolSize && now.Before(idle[n].lastUsed.Add(pl.p.spec.Limits.IdleTimeout)) {
+			pl.st.Trimmed++
 		} else {
-			kept = append(kept, in)
+			pl.st.Evicted++
 		}
 	}
-	clear(pl.idle[len(kept):])
-	pl.idle = kept
-	pl.st.Evicted += len(stale)
+	stale := slices.Clone(idle[:n])
+	kept := copy(idle, idle[n:])
+	clear(idle[kept:])
+	pl.idle = idle[:kept]
 	pl.armSweepLocked()
 	pl.mu.Unlock()
 	for _, in := range stale {

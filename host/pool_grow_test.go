@@ -100,8 +100,9 @@ func collect(t *testing.T, done <-chan error, n int) {
 // TestPoolGrowsForCallsWaitingOnTheNetwork: with the default limits,
 // three times pool_size calls that each wait on the network all reach
 // the network at once (none queues behind pool_size, none waits for an
-// instance), and pool_size instances stay warm afterwards. On both call
-// paths, which share the pool.
+// instance), and all stay idle afterwards for a next wave, until
+// burstLinger has passed unused: then pool_size instances stay warm. On
+// both call paths, which share the pool.
 func TestPoolGrowsForCallsWaitingOnTheNetwork(t *testing.T) {
 	for _, path := range []CallPath{CallPathNative, CallPathSDK} {
 		t.Run(string(path), func(t *testing.T) {
@@ -128,9 +129,17 @@ func TestPoolGrowsForCallsWaitingOnTheNetwork(t *testing.T) {
 			}
 			s.let()
 			collect(t, done, n)
-			st := x.Plugin().Stats("acme")
-			if st.Created != n || st.Idle != DefaultPoolSize || st.Trimmed != n-DefaultPoolSize || st.InUse != 0 {
-				t.Fatalf("after the calls: %+v; want %d created, pool_size %d kept idle and the other %d closed",
+			if st := x.Plugin().Stats("acme"); st.Created != n || st.Idle != n || st.InUse != 0 {
+				t.Fatalf("after the calls: %+v; want all %d kept idle for a next wave", st, n)
+			}
+			waitFor(t, "the idle sweep to be armed", time.Minute, func() bool { return e.clock.Pending() == 1 })
+			e.clock.Advance(burstLinger)
+			waitFor(t, "the idle beyond pool_size to be closed", time.Minute, func() bool {
+				st := x.Plugin().Stats("acme")
+				return st.Idle == DefaultPoolSize && st.Trimmed == n-DefaultPoolSize && e.clock.Running() == 0
+			})
+			if st := x.Plugin().Stats("acme"); st.Created != n || st.InUse != 0 {
+				t.Fatalf("burstLinger after the calls: %+v; want %d created, pool_size %d kept idle and the other %d closed",
 					st, n, DefaultPoolSize, n-DefaultPoolSize)
 			}
 			if w := x.Plugin().InstanceWaits(); w.Waits != 0 {
@@ -157,8 +166,8 @@ func TestPoolMaxInstancesBoundsCalls(t *testing.T) {
 	s.let()
 	collect(t, done, 4)
 	st := x.Plugin().Stats("acme")
-	if st.Created != 3 || st.Waited != 1 || st.Idle != 1 {
-		t.Fatalf("after the calls: %+v; want 3 created, 1 call that waited, pool_size 1 idle", st)
+	if st.Created != 3 || st.Waited != 1 || st.Idle != 3 {
+		t.Fatalf("after the calls: %+v; want 3 created, 1 call that waited, all 3 idle (burstLinger has not passed)", st)
 	}
 	if w := x.Plugin().InstanceWaits(); w.Waits != 1 || w.Waited <= 0 {
 		t.Fatalf("instance waits %+v; want one, of some time", w)

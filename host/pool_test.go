@@ -122,8 +122,8 @@ func TestHostMemoryCapEvictsIdle(t *testing.T) {
 }
 
 // TestPoolHammer runs concurrent calls of several tenants through small
-// pools that grow past pool_size and shrink back, under -race in make
-// test.
+// pools that grow past pool_size and shrink back once burstLinger has
+// passed, under -race in make test.
 func TestPoolHammer(t *testing.T) {
 	e := newEnv(t, Config{})
 	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize, s.Limits.MaxInstances = 1, 2 })
@@ -149,6 +149,11 @@ func TestPoolHammer(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	// Once burstLinger has passed with no call, each pool is back to
+	// pool_size.
+	waitFor(t, "each pool's idle sweep to be armed", time.Minute, func() bool { return e.clock.Pending() == 3 })
+	e.clock.Advance(burstLinger)
+	waitFor(t, "the sweeps to end", time.Minute, func() bool { return e.clock.Running() == 0 })
 	for _, tenant := range []string{"t0", "t1", "t2"} {
 		if st := x.Plugin().Stats(tenant); st.Idle != 1 || st.InUse != 0 || st.Created != st.Idle+st.Trimmed+st.Evicted+st.Failed {
 			t.Errorf("%s: %+v (pool size 1, max instances 2): want one idle, and every other instance made closed", tenant, st)
@@ -205,43 +210,63 @@ func TestLoadCloseDoesNotLeak(t *testing.T) {
 	t.Logf("goroutines %d -> %d, heap in use %d -> %d MiB over %d cycles", g0, g1, h0>>20, h1>>20, n)
 }
 
-// An instance released while PoolSize are idle already is kept while
-// another call wants one (in acquire: here a call is counted in demand as
-// acquire counts it), so that a burst of calls (a restart's attaches) is
-// served by the instances it made rather than by closing each one past
-// PoolSize and making another for the next call. Once no call wants one,
-// the next release closes its instance and the idle ones beyond
-// PoolSize.
-func TestAnInstanceReleasedWhileCallsWantOneIsKept(t *testing.T) {
+// The instances a wave of calls made past PoolSize stay idle after it for
+// burstLinger, so that the next wave (the Runs the next group commit
+// wakes) takes them instead of making its own; once none has been used
+// for burstLinger, the sweep closes them, the oldest first, and keeps
+// PoolSize until IdleTimeout.
+func TestABurstsInstancesServeTheNextWave(t *testing.T) {
 	e := newEnv(t, Config{})
-	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize, s.Limits.MaxInstances = 1, 4 })
+	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) {
+		s.Limits.PoolSize, s.Limits.MaxInstances, s.Limits.IdleTimeout = 1, 4, time.Minute
+	})
 	pl, err := x.Plugin().pool("acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var held []*instance
-	for range 4 {
-		in, err := pl.acquire(ctx, "start")
-		if err != nil {
-			t.Fatal(err)
+	wave := func() {
+		var held []*instance
+		for range 4 {
+			in, err := pl.acquire(ctx, "start")
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, in)
 		}
-		held = append(held, in)
+		for _, in := range held {
+			pl.release(ctx, in, true)
+		}
 	}
-	pl.demand.Add(1) // a call waiting for an instance
-	for _, in := range held[:3] {
-		pl.release(ctx, in, true)
+	wave()
+	if st := x.Plugin().Stats("acme"); st.Created != 4 || st.Idle != 4 || st.Trimmed != 0 {
+		t.Fatalf("after a wave of 4 calls: %+v; want all 4 kept idle, none closed", st)
 	}
-	if st := x.Plugin().Stats("acme"); st.Created != 4 || st.Idle != 3 || st.Trimmed != 0 {
-		t.Fatalf("3 released while a call wants an instance: %+v; want all 3 kept idle, none closed", st)
+	e.clock.Advance(burstLinger / 2)
+	wave()
+	if st := x.Plugin().Stats("acme"); st.Created != 4 || st.Idle != 4 {
+		t.Fatalf("a second wave within burstLinger: %+v; want the first wave's 4 instances reused, none made", st)
 	}
-	pl.demand.Add(-1)
-	pl.release(ctx, held[3], true)
-	if st := x.Plugin().Stats("acme"); st.Idle != 1 || st.Trimmed != 3 || st.InUse != 0 {
-		t.Fatalf("the last released with no call wanting one: %+v; want pool_size 1 idle, the other 3 closed", st)
+	waitFor(t, "the idle sweep to be armed", time.Minute, func() bool { return e.clock.Pending() == 1 })
+	e.clock.Advance(burstLinger - time.Millisecond)
+	// The sweep armed for the first wave may have run, and armed another.
+	waitFor(t, "no sweep running, one armed", time.Minute, func() bool { return e.clock.Running() == 0 && e.clock.Pending() == 1 })
+	if st := x.Plugin().Stats("acme"); st.Idle != 4 {
+		t.Fatalf("closed before burstLinger passed unused: %+v", st)
 	}
+	e.clock.Advance(time.Millisecond)
+	waitFor(t, "the instances beyond pool_size to be closed", time.Minute, func() bool {
+		st := x.Plugin().Stats("acme")
+		return st.Idle == 1 && st.Trimmed == 3 && e.clock.Running() == 0
+	})
 	doneIn(t)(x.Start(ctx, toolCall("acme", "r.t1.0", 1, "echo", map[string]string{"text": "x"})))
-	if st := x.Plugin().Stats("acme"); st.Created != 4 || st.Idle != 1 {
-		t.Fatalf("a call after: %+v; want the idle instance reused", st)
+	if st := x.Plugin().Stats("acme"); st.Created != 4 || st.Idle != 1 || st.Evicted != 0 {
+		t.Fatalf("a call after: %+v; want the pool_size instance reused", st)
 	}
+	waitFor(t, "the idle sweep to be armed", time.Minute, func() bool { return e.clock.Pending() == 1 })
+	e.clock.Advance(time.Minute)
+	waitFor(t, "the last idle instance to be evicted after idle_timeout", time.Minute, func() bool {
+		st := x.Plugin().Stats("acme")
+		return st.Idle == 0 && st.Evicted == 1 && st.Trimmed == 3
+	})
 }
