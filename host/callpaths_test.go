@@ -1288,7 +1288,7 @@ func dropIdle(p *Plugin, tenant string) {
 		return
 	}
 	for _, in := range pl.idleSnapshot() {
-		pl.evict(context.Background(), in)
+		pl.evict(context.Background(), in.in)
 	}
 }
 

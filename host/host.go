@@ -264,26 +264,24 @@ func (h *Host) evictIdleFor(ctx context.Context, need int64) bool {
 	h.mu.Lock()
 	plugins := slices.Clone(h.loaded)
 	h.mu.Unlock()
-	var idle []*instance
-	var owners []*pool
+	type candidate struct {
+		idleInstance
+		owner *pool
+	}
+	var idle []candidate
 	for _, p := range plugins {
 		for _, pl := range p.poolList() {
 			for _, in := range pl.idleSnapshot() {
-				idle = append(idle, in)
-				owners = append(owners, pl)
+				idle = append(idle, candidate{in, pl})
 			}
 		}
 	}
-	order := make([]int, len(idle))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool { return idle[order[a]].lastUsed.Before(idle[order[b]].lastUsed) })
-	for _, i := range order {
+	sort.Slice(idle, func(a, b int) bool { return idle[a].lastUsed.Before(idle[b].lastUsed) })
+	for _, c := range idle {
 		if h.budget.used.Load()+need <= h.budget.limit {
 			break
 		}
-		owners[i].evict(ctx, idle[i])
+		c.owner.evict(ctx, c.in)
 	}
 	return h.budget.used.Load()+need <= h.budget.limit
 }

@@ -314,11 +314,24 @@ func (pl *pool) sweep() {
 	}
 }
 
-// idleSnapshot lists the idle instances, for host-wide eviction.
-func (pl *pool) idleSnapshot() []*instance {
+// idleInstance is an idle instance as idleSnapshot saw it.
+type idleInstance struct {
+	in       *instance
+	lastUsed time.Time
+}
+
+// idleSnapshot lists the idle instances and when each was last used, for
+// host-wide eviction: read under the pool's lock, since a call may take
+// an instance and give it back (a new lastUsed) while the host orders
+// them.
+func (pl *pool) idleSnapshot() []idleInstance {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	return append([]*instance(nil), pl.idle...)
+	out := make([]idleInstance, len(pl.idle))
+	for i, in := range pl.idle {
+		out[i] = idleInstance{in: in, lastUsed: in.lastUsed}
+	}
+	return out
 }
 
 // evict closes one idle instance, if it is still idle.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,6 +211,24 @@ func TestLoadCloseDoesNotLeak(t *testing.T) {
 	t.Logf("goroutines %d -> %d, heap in use %d -> %d MiB over %d cycles", g0, g1, h0>>20, h1>>20, n)
 }
 
+// callWave takes n instances of pl at once, as n calls in flight
+// together would, and gives them all back.
+func callWave(t *testing.T, pl *pool, n int) {
+	t.Helper()
+	ctx := context.Background()
+	var held []*instance
+	for range n {
+		in, err := pl.acquire(ctx, "start")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, in)
+	}
+	for _, in := range held {
+		pl.release(ctx, in, true)
+	}
+}
+
 // The instances a wave of calls made past PoolSize stay idle after it for
 // burstLinger, so that the next wave (the Runs the next group commit
 // wakes) takes them instead of making its own; once none has been used
@@ -225,19 +244,7 @@ func TestABurstsInstancesServeTheNextWave(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	wave := func() {
-		var held []*instance
-		for range 4 {
-			in, err := pl.acquire(ctx, "start")
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, in)
-		}
-		for _, in := range held {
-			pl.release(ctx, in, true)
-		}
-	}
+	wave := func() { callWave(t, pl, 4) }
 	wave()
 	if st := x.Plugin().Stats("acme"); st.Created != 4 || st.Idle != 4 || st.Trimmed != 0 {
 		t.Fatalf("after a wave of 4 calls: %+v; want all 4 kept idle, none closed", st)
@@ -269,4 +276,61 @@ func TestABurstsInstancesServeTheNextWave(t *testing.T) {
 		st := x.Plugin().Stats("acme")
 		return st.Idle == 0 && st.Evicted == 1 && st.Trimmed == 3
 	})
+}
+
+// The host-wide eviction orders the idle instances of every pool by their
+// last use, outside the pools' locks, while calls take and give back
+// those instances: it must order them by what it read under each pool's
+// lock, not by the instances' fields, which a release writes. Under -race
+// (make test) this fails when the eviction reads a field a release
+// writes.
+func TestEvictionOrdersWhatItReadUnderThePoolsLocks(t *testing.T) {
+	e := newEnv(t, Config{})
+	const warm = 12
+	x := e.executor(t, conformance.PluginExecutor, func(s *PluginSpec) { s.Limits.PoolSize, s.Limits.MaxInstances = warm, warm })
+	ctx := context.Background()
+	var pools []*pool
+	for _, tenant := range []string{"acme", "globex"} {
+		pl, err := x.Plugin().pool(tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools = append(pools, pl)
+		callWave(t, pl, warm)
+	}
+	// A call at a time on each pool, taking its newest idle instance and
+	// giving it back, while the host evicts the least recently used of
+	// all, one a round.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var cycles atomic.Int64
+	for _, pl := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				in, err := pl.acquire(ctx, "start")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				pl.release(ctx, in, true)
+				cycles.Add(1)
+			}
+		}()
+	}
+	waitFor(t, "the calls to run", time.Minute, func() bool { return cycles.Load() >= 100 })
+	for range warm + warm/2 {
+		e.h.evictIdleFor(ctx, e.h.budget.limit-e.h.budget.used.Load()+1)
+	}
+	close(stop)
+	wg.Wait()
+	if st, g := x.Plugin().Stats("acme"), x.Plugin().Stats("globex"); st.Evicted+g.Evicted == 0 {
+		t.Fatalf("nothing evicted: acme %+v, globex %+v", st, g)
+	}
 }
