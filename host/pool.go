@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -290,7 +289,7 @@ func (pl *pool) sweep() {
 	pl.mu.Lock()
 	pl.timer = nil
 	idle := pl.idle
-	sort.SliceStable(idle, func(a, b int) bool { return idle[a].lastUsed.Before(idle[b].lastUsed) })
+	slices.SortStableFunc(idle, func(a, b *instance) int { return a.lastUsed.Compare(b.lastUsed) })
 	n := 0
 	for ; n < len(idle); n++ {
 		left := len(idle) - n
