@@ -16,9 +16,8 @@ import (
 // with a secret in its path and its query, once answered and once
 // refused at the connection (whose client error spells the whole URL),
 // leaves spans (and log lines) that name the destination's host and the failure's class,
-// never the secret. It installs a global TracerProvider, the first of
-// this package's test binary to do so (the host's tracer delegates to
-// the first one for good), and puts the off one back at its end.
+// never the secret. It records spans with tracingtest.Record, which puts
+// the off TracerProvider back at its end.
 func TestTraceRequestSpansKeepPluginSecrets(t *testing.T) {
 	const secret = "s3cr3t-T0KEN"
 	rec := tracingtest.Record(t)

@@ -11,8 +11,8 @@ import (
 // TestRequestSpanMethodBounded: a request whose method a client made up
 // (any token, of any length) is the span "HTTP", with
 // http.request.method "_OTHER"; a standard one names its span. It
-// installs a global TracerProvider, the first of this package's test
-// binary to do so, and puts the off one back at its end.
+// records spans with tracingtest.Record, which puts the off
+// TracerProvider back at its end.
 func TestRequestSpanMethodBounded(t *testing.T) {
 	rec := tracingtest.Record(t)
 	made := strings.Repeat("FROBNICATE", 1000)

@@ -17,13 +17,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/internal/config"
 	"github.com/agenthost/agenthost/internal/mcptool"
 	"github.com/agenthost/agenthost/internal/mcptool/mcptest"
+	"github.com/agenthost/agenthost/internal/tracing/tracingtest"
 	"github.com/agenthost/agenthost/loop"
 	"github.com/agenthost/agenthost/plugins/abi"
 	"github.com/agenthost/agenthost/runtime"
@@ -442,13 +442,15 @@ func TestAStdioServerThatExitsIsRestarted(t *testing.T) {
 	}
 }
 
-// TestAnHTTPToolCallCarriesTheRunsTrace: with tracing on (the SDK's
+// TestAnHTTPToolCallCarriesTheRunsTrace: with tracing on (an SDK
 // provider and the W3C propagator installed, as tracing.Start does), a Run
 // submitted under a trace calls an HTTP MCP server's tool with a
 // traceparent of that trace, from the Run's stored trace context.
 func TestAnHTTPToolCallCarriesTheRunsTrace(t *testing.T) {
-	otel.SetTracerProvider(sdktrace.NewTracerProvider())
+	tracingtest.Record(t)
+	off := otel.GetTextMapPropagator()
 	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTextMapPropagator(off) })
 	srv := startHTTP(t)
 	mgr, _ := start(t, mcptool.Options{}, httpServer("web", srv.URL()))
 	waitTools(t, mgr.Server("web"), "web__add")
