@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,9 @@ type benchFlags struct {
 	workDir  string
 	bin      string
 	cpuprof  string
-	stopProf func()
+	trace    string
+	// stopProf stops what startProfile started, in reverse order.
+	stopProf []func()
 	progMu   sync.Mutex
 	prog     *progressWriter
 }
@@ -85,6 +88,7 @@ gives the figures and the commands that produced them.`,
 	pf.StringVar(&bf.bin, "agenthost-bin", "", "the agenthost binary child processes run (default: this one)")
 	_ = pf.MarkHidden("agenthost-bin")
 	pf.StringVar(&bf.cpuprof, "cpuprofile", "", "write this process's CPU profile to `FILE` (go tool pprof FILE)")
+	pf.StringVar(&bf.trace, "trace", "", "write this process's execution trace to `FILE` (go tool trace FILE; go tool trace -pprof=net FILE: where its goroutines waited on the network): where the bench waits, not only where it burns CPU")
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return bf.startProfile() }
 	cmd.PersistentPostRun = func(*cobra.Command, []string) { bf.stopProfile() }
 	cmd.AddCommand(
@@ -98,27 +102,41 @@ gives the figures and the commands that produced them.`,
 	return cmd
 }
 
+// startProfile starts --cpuprofile and --trace, each to its file.
 func (bf *benchFlags) startProfile() error {
-	if bf.cpuprof == "" {
-		return nil
+	if bf.cpuprof != "" {
+		f, err := os.Create(bf.cpuprof)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		bf.stopProf = append(bf.stopProf, func() { pprof.StopCPUProfile(); f.Close() })
 	}
-	f, err := os.Create(bf.cpuprof)
-	if err != nil {
-		return fmt.Errorf("--cpuprofile: %w", err)
+	if bf.trace != "" {
+		f, err := os.Create(bf.trace)
+		if err != nil {
+			bf.stopProfile()
+			return fmt.Errorf("--trace: %w", err)
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			bf.stopProfile()
+			return fmt.Errorf("--trace: %w", err)
+		}
+		bf.stopProf = append(bf.stopProf, func() { trace.Stop(); f.Close() })
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return fmt.Errorf("--cpuprofile: %w", err)
-	}
-	bf.stopProf = func() { pprof.StopCPUProfile(); f.Close() }
 	return nil
 }
 
+// stopProfile stops what startProfile started, and writes it out.
 func (bf *benchFlags) stopProfile() {
-	if bf.stopProf != nil {
-		bf.stopProf()
-		bf.stopProf = nil
+	for i := len(bf.stopProf) - 1; i >= 0; i-- {
+		bf.stopProf[i]()
 	}
+	bf.stopProf = nil
 }
 
 // pluginPath returns the path of plugin name (e.g. "calculator" or

@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"runtime/trace"
 	"strings"
 	"testing"
 
@@ -83,6 +87,31 @@ func TestBenchMissingPlugins(t *testing.T) {
 	_, err = runBench(t, t.TempDir(), "runs", "--concurrency", "0")
 	if err == nil || !strings.Contains(err.Error(), "--concurrency") {
 		t.Fatalf("err = %v, want one about --concurrency", err)
+	}
+}
+
+// TestBenchTrace: --trace writes this process's execution trace of the
+// bench to its file, and a file it cannot create is an error that names
+// the flag, before anything is measured.
+func TestBenchTrace(t *testing.T) {
+	if trace.IsEnabled() {
+		t.Skip("the test binary is writing an execution trace of its own (go test -trace): a process has one at a time")
+	}
+	plugins := benchPluginsDir(t)
+	file := filepath.Join(t.TempDir(), "runs.trace")
+	if _, err := runBench(t, plugins, "runs", "--runs", "2", "--concurrency", "1", "--rounds", "1", "--trace", file); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil || !bytes.HasPrefix(b, []byte("go 1.")) || len(b) < 1000 {
+		t.Fatalf("--trace %s: %d bytes starting %q, %v; want an execution trace of the bench", file, len(b), b[:min(len(b), 16)], err)
+	}
+	if trace.IsEnabled() {
+		t.Fatal("the execution trace is still being written after the bench")
+	}
+	_, err = runBench(t, plugins, "runs", "--runs", "1", "--trace", filepath.Join(t.TempDir(), "missing", "runs.trace"))
+	if err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Fatalf("err = %v, want one about --trace", err)
 	}
 }
 
