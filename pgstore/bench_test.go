@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"strings"
@@ -286,4 +287,114 @@ func (bi *bareInserts) round(ctx context.Context, c, n int) (time.Duration, erro
 		return d, *p
 	}
 	return d, nil
+}
+
+// BenchmarkOneCommitter compares, for one committer on one connection, a
+// Run's commit through the store with the bare one-row INSERT that
+// `agenthost bench runs` takes as its baseline, each sent back to back
+// (as the baseline sends its own) and each after work of the committer's
+// own (a busy loop of AGENTHOST_BENCH_WORK, 200µs unless set: about
+// what a Run's driver spends at one client between two commits, decoding
+// a reply and deciding and encoding the next). The commit appends one
+// event (an effect's pending handle) and a command ID to a Run and
+// rewrites its snapshot, a lighter commit than most of a Run's; a Run
+// takes eight of them (its creation is not timed). The bare INSERT writes
+// the baseline's row, 1.5 KB. In alternating rounds of each kind, it
+// reports each one's time per call, the WAL each writes per commit, and
+// their ratios to the bare INSERT sent back to back:
+// commit/bare is what the store's commit costs beyond the baseline's,
+// work-penalty what work before a bare INSERT adds to it. Meaningful with
+// fsync on:
+//
+//	AGENTHOST_BENCH_FSYNC=1 go test -run '^$' -bench OneCommitter -benchtime 10x ./pgstore
+func BenchmarkOneCommitter(b *testing.B) {
+	work := 200 * time.Microsecond
+	if v := os.Getenv("AGENTHOST_BENCH_WORK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			b.Fatalf("AGENTHOST_BENCH_WORK=%q: want a duration such as 200us", v)
+		}
+		work = d
+	}
+	dsn := benchDSN(b)
+	s := open(b, dsn, freshSchema(b, dsn), nil)
+	bare := openBare(b, dsn)
+	ctx := context.Background()
+	const perRound, commitsPerRun = 200, 8
+	val := make([]byte, 1500) // the row `agenthost bench runs` commits
+	_, _ = rand.Read(val)
+	var (
+		runs  []loop.Run
+		calls int
+	)
+	// newRuns makes, untimed, the Runs a round of commits appends to.
+	newRuns := func() {
+		runs = runs[:0]
+		for range perRound / commitsPerRun {
+			calls++
+			id := fmt.Sprintf("r%d", calls)
+			runs = append(runs, toExecuting(b, s, newRun(b, s, "t", "s-"+id, id, 1), 0))
+		}
+	}
+	commit := func(i int) {
+		r := &runs[i/commitsPerRun]
+		c := step(b, *r, 0, fmt.Sprintf("c%d", i), pendingEvent(*r, fmt.Sprintf("h%d", i)))
+		if _, err := s.Commit(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+		*r = c.Run
+	}
+	insert := func(int) {
+		if _, err := bare.pool.Exec(ctx, sqlBareInsert, val); err != nil {
+			b.Fatal(err)
+		}
+	}
+	walAt := func() (lsn int64) {
+		if err := bare.pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&lsn); err != nil {
+			b.Fatal(err)
+		}
+		return lsn
+	}
+	kinds := []struct {
+		call       func(i int)
+		work, runs bool // work before each call; Runs to commit to
+	}{{insert, false, false}, {insert, true, false}, {commit, false, true}, {commit, true, true}}
+	// Each kind's time in its calls, and the WAL they wrote.
+	var (
+		spent [4]time.Duration
+		wal   [4]int64
+	)
+	for round := range 1 + b.N { // the first round prepares the statements
+		for k, kind := range kinds {
+			if kind.runs {
+				newRuns()
+			}
+			var d time.Duration
+			w0 := walAt()
+			for i := range perRound {
+				if kind.work {
+					for t := time.Now(); time.Since(t) < work; {
+					}
+				}
+				t := time.Now()
+				kind.call(i)
+				d += time.Since(t)
+			}
+			if round > 0 {
+				spent[k] += d
+				wal[k] += walAt() - w0
+			}
+		}
+	}
+	n := float64(b.N * perRound)
+	us := func(k int) float64 { return float64(spent[k].Microseconds()) / n }
+	b.ReportMetric(us(0), "bare-us")
+	b.ReportMetric(us(1), "bare-after-work-us")
+	b.ReportMetric(us(2), "commit-us")
+	b.ReportMetric(us(3), "commit-after-work-us")
+	b.ReportMetric(float64(wal[0]+wal[1])/(2*n), "bare-wal-bytes")
+	b.ReportMetric(float64(wal[2]+wal[3])/(2*n), "commit-wal-bytes")
+	b.ReportMetric(us(2)/us(0), "commit/bare")
+	b.ReportMetric(us(1)/us(0), "work-penalty")
+	b.ReportMetric(us(3)/us(0), "commit-after-work/bare")
 }
