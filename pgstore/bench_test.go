@@ -324,15 +324,15 @@ func BenchmarkOneCommitter(b *testing.B) {
 	val := make([]byte, 1500) // the row `agenthost bench runs` commits
 	_, _ = rand.Read(val)
 	var (
-		runs  []loop.Run
-		calls int
+		runs []loop.Run
+		made int // Runs made so far, for their IDs
 	)
 	// newRuns makes, untimed, the Runs a round of commits appends to.
 	newRuns := func() {
 		runs = runs[:0]
 		for range perRound / commitsPerRun {
-			calls++
-			id := fmt.Sprintf("r%d", calls)
+			made++
+			id := fmt.Sprintf("r%d", made)
 			runs = append(runs, toExecuting(b, s, newRun(b, s, "t", "s-"+id, id, 1), 0))
 		}
 	}
