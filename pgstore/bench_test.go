@@ -301,10 +301,9 @@ func (bi *bareInserts) round(ctx context.Context, c, n int) (time.Duration, erro
 // takes eight of them (its creation is not timed). The bare INSERT writes
 // the baseline's row, 1.5 KB. In alternating rounds of each kind, it
 // reports each one's time per call, the WAL each writes per commit, and
-// their ratios to the bare INSERT sent back to back:
-// commit/bare is what the store's commit costs beyond the baseline's,
-// work-penalty what work before a bare INSERT adds to it. Meaningful with
-// fsync on:
+// their ratios to the bare INSERT sent back to back: commit/bare is how
+// many of those the store's commit costs, work-penalty how many a bare
+// INSERT costs after the work. Meaningful with fsync on:
 //
 //	AGENTHOST_BENCH_FSYNC=1 go test -run '^$' -bench OneCommitter -benchtime 10x ./pgstore
 func BenchmarkOneCommitter(b *testing.B) {
@@ -364,6 +363,7 @@ func BenchmarkOneCommitter(b *testing.B) {
 		spent [4]time.Duration
 		wal   [4]int64
 	)
+	b.ResetTimer()
 	for round := range 1 + b.N { // the first round prepares the statements
 		for k, kind := range kinds {
 			if kind.runs {
